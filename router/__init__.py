@@ -1,0 +1,1 @@
+"""The one door into the queues: request -> family -> tier -> queue, deterministic job id."""

@@ -1,0 +1,1 @@
+"""The ground floor: configuration, database, flags, errors, logging. Imports nothing above it."""

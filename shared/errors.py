@@ -1,0 +1,74 @@
+"""The one exception tree every handler and provider client speaks.
+
+Handlers raise these; the outcomes middleware in ``tiers`` classifies them once:
+
+========================  ==========================================================
+exception                  outcome
+========================  ==========================================================
+``RecordMissing``          completes as ``record_missing`` (missing or cross-tenant)
+``Unrecoverable``          fails at once, no retry
+``Retryable`` (or any      retried under the family's policy; the attempt is consumed
+unexpected exception)
+``Delay(until)``           delivered again at ``until``; the attempt is NOT consumed
+``Paused``                 completes as ``skipped`` (kill switch raised)
+========================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import time
+
+
+class JobError(Exception):
+    """Base of every outcome a handler can signal."""
+
+
+class RecordMissing(JobError):
+    """The record a job acts on does not exist, or belongs to another organization."""
+
+
+class Unrecoverable(JobError):
+    """A failure no retry can fix: a provider 4xx other than 429, bad credentials, unknown type."""
+
+
+class Retryable(JobError):
+    """A transient failure (429 without Retry-After, 5xx, transport error)."""
+
+
+class Delay(JobError):
+    """Deliver the job again at ``until`` (epoch seconds) without spending an attempt.
+
+    Parameters:
+      until: epoch seconds at which the job should run again.
+      reason: a short word for logs and the job record (``window``, ``retry-after``, ...).
+    """
+
+    def __init__(self, until: float, reason: str = "delay") -> None:
+        super().__init__(f"{reason}: delayed until {until:.3f}")
+        self.until = until
+        self.reason = reason
+
+    @classmethod
+    def after(cls, seconds: float, reason: str = "delay") -> Delay:
+        """A delay of ``seconds`` from now."""
+        return cls(time.time() + max(0.0, seconds), reason)
+
+
+class Paused(JobError):
+    """The family's kill switch is raised; the job completes as skipped."""
+
+    def __init__(self, flag: str) -> None:
+        super().__init__(f"paused by flag {flag}")
+        self.flag = flag
+
+
+class ValidationFailed(Exception):
+    """A request failed validation; ``errors`` maps a field path to its message."""
+
+    def __init__(self, errors: dict[str, str]) -> None:
+        super().__init__("; ".join(f"{k}: {v}" for k, v in errors.items()))
+        self.errors = errors
+
+
+class QueueUnavailable(Exception):
+    """The queue store (Redis) could not durably accept the work."""

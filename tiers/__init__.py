@@ -1,0 +1,1 @@
+"""Tier table, the Dramatiq broker and the middleware stack. Knows no business."""

@@ -1,0 +1,1 @@
+"""One concept per module: admission, leases, pause, windows, outcomes."""
