@@ -1,0 +1,328 @@
+{{/* ------------------------------------------------------------------------------------------
+Names
+------------------------------------------------------------------------------------------ */}}
+
+{{- define "speedtier.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "speedtier.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* "<fullname>-<suffix>", kept within 63 characters. Call with (list $ "suffix"). */}}
+{{- define "speedtier.componentName" -}}
+{{- $root := index . 0 }}
+{{- printf "%s-%s" (include "speedtier.fullname" $root) (index . 1) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "speedtier.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "speedtier.configMapName" -}}
+{{- include "speedtier.fullname" . }}
+{{- end }}
+
+{{/* The Secret every container loads: the existing one, or the one the chart creates. */}}
+{{- define "speedtier.secretName" -}}
+{{- if .Values.secrets.existingSecret }}
+{{- .Values.secrets.existingSecret }}
+{{- else }}
+{{- include "speedtier.fullname" . }}
+{{- end }}
+{{- end }}
+
+{{- define "speedtier.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "speedtier.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Environment-variable spelling of a tier name: "fast-io" -> "FAST_IO". */}}
+{{- define "speedtier.tierEnvName" -}}
+{{- . | upper | replace "-" "_" }}
+{{- end }}
+
+{{/* ------------------------------------------------------------------------------------------
+Labels. Component variants take (dict "root" $ "component" "worker" "tier" "fast"); "tier" is
+optional.
+------------------------------------------------------------------------------------------ */}}
+
+{{- define "speedtier.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "speedtier.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "speedtier.labels" -}}
+helm.sh/chart: {{ include "speedtier.chart" . }}
+{{ include "speedtier.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: speedtier
+{{- end }}
+
+{{- define "speedtier.componentSelectorLabels" -}}
+{{ include "speedtier.selectorLabels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- if .tier }}
+speedtier.io/tier: {{ .tier }}
+{{- end }}
+{{- end }}
+
+{{- define "speedtier.componentLabels" -}}
+{{ include "speedtier.labels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- if .tier }}
+speedtier.io/tier: {{ .tier }}
+{{- end }}
+{{- end }}
+
+{{/* ------------------------------------------------------------------------------------------
+Settings
+------------------------------------------------------------------------------------------ */}}
+
+{{- define "speedtier.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion | toString) }}
+{{- end }}
+
+{{- define "speedtier.drainSeconds" -}}
+{{- $drain := .Values.workerDrainSeconds | int }}
+{{- if lt $drain 1 }}
+{{- fail "workerDrainSeconds must be at least 1" }}
+{{- end }}
+{{- $drain }}
+{{- end }}
+
+{{/* Worker terminationGracePeriodSeconds: the drain plus a margin for interpreter shutdown. */}}
+{{- define "speedtier.workerGraceSeconds" -}}
+{{- $margin := .Values.terminationGraceMarginSeconds | int }}
+{{- if lt $margin 1 }}
+{{- fail "terminationGraceMarginSeconds must be at least 1: the grace period must exceed workerDrainSeconds" }}
+{{- end }}
+{{- add (include "speedtier.drainSeconds" . | int) $margin }}
+{{- end }}
+
+{{/*
+The effective settings of one tier, as YAML (read back with fromYaml): workerDefaults overlaid
+key by key with the tier's own keys, plus the resolved `keda` and `pdb` sections. Overlaying with
+`set` rather than merge/mergeOverwrite keeps explicit false and 0 (e.g. `replicas: 0`).
+Call with (dict "root" $ "name" $name "tier" $tier).
+*/}}
+{{- define "speedtier.tier" -}}
+{{- $root := .root }}
+{{- $name := .name | toString }}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $name) }}
+{{- fail (printf "tiers.%s: a tier name must be a lower-case DNS label (a-z, 0-9, '-')" $name) }}
+{{- end }}
+{{- $t := deepCopy $root.Values.workerDefaults }}
+{{- range $key, $value := (.tier | default dict) }}
+{{- $_ := set $t $key $value }}
+{{- end }}
+{{- range $key := list "processes" "threads" }}
+{{- if lt (index $t $key | int) 1 }}
+{{- fail (printf "tiers.%s.%s must be at least 1" $name $key) }}
+{{- end }}
+{{- end }}
+{{- if lt ($t.replicas | int) 0 }}
+{{- fail (printf "tiers.%s.replicas must not be negative" $name) }}
+{{- end }}
+{{- /* KEDA: global settings, overridden per tier. */}}
+{{- $kedaGlobal := $root.Values.keda }}
+{{- $kedaTier := $t.keda | default dict }}
+{{- $keda := dict "enabled" (and $kedaGlobal.enabled (ternary (index $kedaTier "enabled") true (hasKey $kedaTier "enabled"))) }}
+{{- range $key := list "pollingInterval" "cooldownPeriod" "minReplicaCount" "maxReplicaCount" "listLength" "activationListLength" }}
+{{- $_ := set $keda $key (ternary (index $kedaTier $key) (index $kedaGlobal $key) (hasKey $kedaTier $key)) }}
+{{- end }}
+{{- if and $keda.enabled (empty $t.queues) }}
+{{- fail (printf "tiers.%s: KEDA needs the tier's `queues` to scale on" $name) }}
+{{- end }}
+{{- $_ := set $t "keda" $keda }}
+{{- /* PDB: the global budget, replaced field-wise by the tier's. */}}
+{{- $_ := set $t "pdb" (include "speedtier.pdbSettings" (list $root $t.pdb) | fromYaml) }}
+{{- $_ := set $t "name" $name }}
+{{- toYaml $t }}
+{{- end }}
+
+{{/*
+Resolve a component's PDB override against podDisruptionBudget, as YAML. A component that sets
+minAvailable or maxUnavailable replaces both budget fields of the default.
+Call with (list $ $override).
+*/}}
+{{- define "speedtier.pdbSettings" -}}
+{{- $global := (index . 0).Values.podDisruptionBudget }}
+{{- $override := index . 1 | default dict }}
+{{- $enabled := ternary (index $override "enabled") $global.enabled (hasKey $override "enabled") }}
+{{- $source := ternary $override $global (or (hasKey $override "minAvailable") (hasKey $override "maxUnavailable")) }}
+{{- $pdb := dict "enabled" $enabled }}
+{{- if and (hasKey $source "minAvailable") (hasKey $source "maxUnavailable") }}
+{{- fail "a PodDisruptionBudget takes minAvailable or maxUnavailable, not both" }}
+{{- end }}
+{{- if hasKey $source "minAvailable" }}
+{{- $_ := set $pdb "minAvailable" (index $source "minAvailable") }}
+{{- else }}
+{{- $_ := set $pdb "maxUnavailable" (index $source "maxUnavailable" | default 1) }}
+{{- end }}
+{{- toYaml $pdb }}
+{{- end }}
+
+{{/* minAvailable / maxUnavailable lines of a PDB spec from resolved settings. */}}
+{{- define "speedtier.pdbBudget" -}}
+{{- if hasKey . "minAvailable" }}
+minAvailable: {{ include "speedtier.intOrString" (index . "minAvailable") }}
+{{- else }}
+maxUnavailable: {{ include "speedtier.intOrString" (index . "maxUnavailable") }}
+{{- end }}
+{{- end }}
+
+{{/* A number printed as an integer (Helm reads numbers as floats), a string such as "50%" quoted. */}}
+{{- define "speedtier.intOrString" -}}
+{{- if kindIs "string" . }}{{ . | quote }}{{ else }}{{ . | int }}{{ end }}
+{{- end }}
+
+{{/* ------------------------------------------------------------------------------------------
+ConfigMap and Secret contents (shared by the release objects and the migrations hook copies)
+------------------------------------------------------------------------------------------ */}}
+
+{{- define "speedtier.configData" -}}
+{{- $c := .Values.config }}
+{{- if not (regexMatch "^[A-Za-z0-9_.-]+$" ($c.redisNamespace | toString)) }}
+{{- fail "config.redisNamespace may only contain letters, digits, '_', '.' and '-'" }}
+{{- end }}
+{{- range $key, $rate := $c.windows }}
+{{- if not (regexMatch "^[0-9]+/[0-9]+(\\.[0-9]+)?$" ($rate | toString)) }}
+{{- fail (printf "config.windows.%s: expected LIMIT/SECONDS such as 4/60, got %v" $key $rate) }}
+{{- end }}
+{{- end }}
+SPEEDTIER_ENV: {{ $c.environment | quote }}
+LOG_LEVEL: {{ $c.logLevel | quote }}
+SPEEDTIER_REDIS_NAMESPACE: {{ $c.redisNamespace | quote }}
+SPEEDTIER_DATA_DIR: {{ $c.dataDir | quote }}
+SPEEDTIER_QUEUE_PREFETCH: {{ $c.queuePrefetch | int | quote }}
+SPEEDTIER_WORKER_POLL_MS: {{ $c.workerPollMs | int | quote }}
+SPEEDTIER_WORKER_DRAIN_SECONDS: {{ include "speedtier.drainSeconds" . | quote }}
+SPEEDTIER_GROUP_LEASE_SECONDS: {{ $c.groupLeaseSeconds | toString | quote }}
+SPEEDTIER_HEARTBEAT_TIMEOUT_SECONDS: {{ $c.heartbeatTimeoutSeconds | toString | quote }}
+SPEEDTIER_WINDOWS: {{ $c.windows | default dict | toJson | quote }}
+SPEEDTIER_FLAGS: {{ $c.flags | default dict | toJson | quote }}
+SPEEDTIER_FLAG_CACHE_SECONDS: {{ $c.flagCacheSeconds | toString | quote }}
+SPEEDTIER_API_HOST: "0.0.0.0"
+SPEEDTIER_API_PORT: {{ .Values.api.port | int | quote }}
+SPEEDTIER_API_WORKERS: {{ $c.apiWorkers | int | quote }}
+SPEEDTIER_API_MAX_BODY_BYTES: {{ $c.apiMaxBodyBytes | int64 | quote }}
+SPEEDTIER_SCHEDULER_MISFIRE_GRACE_SECONDS: {{ $c.schedulerMisfireGraceSeconds | int | quote }}
+SPEEDTIER_SCHEDULER_LOCK_SECONDS: {{ $c.schedulerLockSeconds | toString | quote }}
+{{- range $name, $tier := .Values.tiers }}
+{{- $t := include "speedtier.tier" (dict "root" $ "name" $name "tier" $tier) | fromYaml }}
+{{- if $t.enabled }}
+{{ printf "SPEEDTIER_%s_PROCESSES" (include "speedtier.tierEnvName" $name) }}: {{ $t.processes | int | quote }}
+{{ printf "SPEEDTIER_%s_THREADS" (include "speedtier.tierEnvName" $name) }}: {{ $t.threads | int | quote }}
+{{- end }}
+{{- end }}
+{{- range $key, $value := $c.extra }}
+{{ $key }}: {{ $value | toString | quote }}
+{{- end }}
+{{- end }}
+
+{{- define "speedtier.secretData" -}}
+{{- $s := .Values.secrets }}
+{{- range $key, $value := dict "REDIS_URL" $s.redisUrl "DATABASE_URL" $s.databaseUrl "INTERNAL_API_TOKEN" $s.internalApiToken "SENTRY_DSN" $s.sentryDsn }}
+{{- if $value }}
+{{ $key }}: {{ $value | toString | b64enc | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Pod annotations that roll pods when the configuration changes. */}}
+{{- define "speedtier.checksumAnnotations" -}}
+checksum/config: {{ include "speedtier.configData" . | sha256sum }}
+{{- if not .Values.secrets.existingSecret }}
+checksum/secret: {{ include "speedtier.secretData" . | sha256sum }}
+{{- end }}
+{{- end }}
+
+{{/* ------------------------------------------------------------------------------------------
+Pod and container building blocks
+------------------------------------------------------------------------------------------ */}}
+
+{{/* envFrom of every container. Call with (dict "root" $ "configMap" name "secret" name). */}}
+{{- define "speedtier.envFrom" -}}
+envFrom:
+  - configMapRef:
+      name: {{ .configMap }}
+  - secretRef:
+      name: {{ .secret }}
+{{- with .root.Values.extraEnv }}
+env:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{- define "speedtier.containerCommon" -}}
+image: {{ include "speedtier.image" . | quote }}
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+{{- with .Values.securityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+volumeMounts:
+  - name: tmp
+    mountPath: /tmp
+{{- end }}
+
+{{/* Pod-level settings. Call with (dict "root" $ "component" $componentValues). */}}
+{{- define "speedtier.podCommon" -}}
+{{- $root := .root }}
+{{- $component := .component | default dict }}
+{{- with $root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+automountServiceAccountToken: {{ $root.Values.serviceAccount.automountServiceAccountToken }}
+{{- with $root.Values.podSecurityContext }}
+securityContext:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with (index $component "nodeSelector" | default $root.Values.nodeSelector) }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with (index $component "tolerations" | default $root.Values.tolerations) }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with (index $component "affinity" | default $root.Values.affinity) }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+volumes:
+  - name: tmp
+    emptyDir:
+      {{- with $root.Values.tmpVolume.sizeLimit }}
+      sizeLimit: {{ . }}
+      {{- else }} {}
+      {{- end }}
+{{- end }}
+
+{{/* Exec probes of workers and the scheduler: `speedtier ready`. */}}
+{{- define "speedtier.readyProbes" -}}
+readinessProbe:
+  exec:
+    command: ["speedtier", "ready"]
+  {{- toYaml .Values.readyProbe.readiness | nindent 2 }}
+livenessProbe:
+  exec:
+    command: ["speedtier", "ready"]
+  {{- toYaml .Values.readyProbe.liveness | nindent 2 }}
+{{- end }}
