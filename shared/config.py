@@ -35,7 +35,9 @@ class Settings(BaseSettings):
         "INFO", validation_alias=_env("LOG_LEVEL")
     )
     redis_namespace: str = Field(
-        "speedtier", validation_alias=_env("SPEEDTIER_REDIS_NAMESPACE"), pattern=r"^[A-Za-z0-9_.-]+$"
+        "speedtier",
+        validation_alias=_env("SPEEDTIER_REDIS_NAMESPACE"),
+        pattern=r"^[A-Za-z0-9_.-]+$",
     )
     data_dir: str = Field(".speedtier", validation_alias=_env("SPEEDTIER_DATA_DIR"))
 
@@ -46,9 +48,16 @@ class Settings(BaseSettings):
     maintenance_processes: int = Field(
         1, ge=1, validation_alias=_env("SPEEDTIER_MAINTENANCE_PROCESSES")
     )
-    maintenance_threads: int = Field(2, ge=1, validation_alias=_env("SPEEDTIER_MAINTENANCE_THREADS"))
+    maintenance_threads: int = Field(
+        2, ge=1, validation_alias=_env("SPEEDTIER_MAINTENANCE_THREADS")
+    )
     queue_prefetch: int = Field(0, ge=0, validation_alias=_env("SPEEDTIER_QUEUE_PREFETCH"))
-    worker_drain_seconds: int = Field(25, ge=1, validation_alias=_env("SPEEDTIER_WORKER_DRAIN_SECONDS"))
+    worker_drain_seconds: int = Field(
+        25, ge=1, validation_alias=_env("SPEEDTIER_WORKER_DRAIN_SECONDS")
+    )
+    worker_poll_ms: int = Field(
+        500, ge=10, le=5000, validation_alias=_env("SPEEDTIER_WORKER_POLL_MS")
+    )
 
     group_lease_seconds: float = Field(
         30.0, gt=0, validation_alias=_env("SPEEDTIER_GROUP_LEASE_SECONDS")

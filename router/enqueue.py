@@ -1,0 +1,96 @@
+"""``Router.enqueue``: the only door into the queues."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from dramatiq.message import Message
+
+from router.registry import Registry
+from router.requests import JobRequest, RoutedJob, route_all
+from shared.errors import QueueUnavailable
+from tiers.broker import TierBroker
+
+#: Requests per pipelined round trip.
+BATCH_SIZE = 500
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    """The answer for one request: its job id, queue and outcome (added, replaced or
+    deduplicated)."""
+
+    job_id: str
+    outcome: str
+    queue: str
+    kind: str
+
+
+class Router:
+    """Validates requests, resolves family -> tier -> queue and job id, and enqueues through
+    the identity script.
+
+    Parameters:
+      registry: the registered families.
+      broker: the tier broker.
+    """
+
+    def __init__(self, registry: Registry, broker: TierBroker) -> None:
+        self.registry = registry
+        self.broker = broker
+
+    def message_for(self, job: RoutedJob) -> Message[Any]:
+        """The Dramatiq message of a routed job."""
+        options: dict[str, Any] = {
+            "st_job": job.job_id,
+            "st_org": str(job.organization_id or ""),
+        }
+        group = job.family.group_key(job.organization_id or 0, job.tier)
+        if group is not None:
+            options["st_group"], options["st_cap"] = group
+        if job.family.keep_finished:
+            options["st_keep"] = True
+        if job.provider:
+            options["st_provider"] = job.provider
+        if job.family.window_scope is not None:
+            options["st_scope"] = job.family.window_scope(job.organization_id or 0, job.params)
+        kwargs = job.params.model_dump(mode="json")
+        if job.family.tenant_scoped:
+            kwargs["organization_id"] = job.organization_id
+        return Message(
+            queue_name=job.queue,
+            actor_name=job.family.name,
+            args=(),
+            kwargs=kwargs,
+            options=options,
+        )
+
+    def enqueue(self, request: JobRequest) -> Enqueued:
+        """Enqueue one request. Raises ValidationFailed or QueueUnavailable."""
+        return self.enqueue_many([request])[0]
+
+    def enqueue_many(self, requests: Sequence[JobRequest]) -> list[Enqueued]:
+        """Validate all requests first (none is enqueued if any is invalid), then enqueue
+        them in pipelined batches of ``BATCH_SIZE``.
+
+        Raises:
+          ValidationFailed: with ``requests[i].field`` messages; nothing was enqueued.
+          QueueUnavailable: Redis did not answer; the caller must treat every request of
+            the failing batch as not accepted.
+        """
+        routed = route_all(self.registry, requests)
+        answers: list[Enqueued] = []
+        for start in range(0, len(routed), BATCH_SIZE):
+            batch = routed[start : start + BATCH_SIZE]
+            try:
+                results = self.broker.enqueue_identified([self.message_for(j) for j in batch])
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                raise QueueUnavailable(f"Redis did not accept the jobs: {exc}") from exc
+            answers.extend(
+                Enqueued(r.job_id, r.outcome, r.queue, job.family.kind)
+                for r, job in zip(results, batch, strict=True)
+            )
+        return answers

@@ -1,0 +1,142 @@
+"""The one place that assembles a process: settings, Sentry, broker, middleware, router,
+flags, database, and every service's families, ticks and routes."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import dramatiq
+from flask import Blueprint
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from router.enqueue import Router
+from router.registry import Registry
+from services.ticks import Tick, tick_family
+from shared.config import Settings, load_settings, parse_rate
+from shared.db.engine import make_engine, make_session_factory
+from shared.errors import Delay, Paused, RecordMissing, Unrecoverable
+from shared.flags import Flags
+from shared.observability import configure_logging, init_sentry
+from tiers.broker import TierBroker
+from tiers.families import Family
+from tiers.middleware.group_slots import GroupSlots
+from tiers.policies import WindowRule
+from tiers.stack import build_broker
+
+#: Service packages, each exposing ``register(context: ServiceContext)``.
+SERVICE_MODULES: tuple[str, ...] = ("services.maintenance",)
+
+#: Outcomes Dramatiq should log at info level, not as unhandled errors.
+EXPECTED = (Delay, Paused, RecordMissing, Unrecoverable)
+
+
+@dataclass
+class Platform:
+    """Everything a process needs, built once by :func:`bootstrap`."""
+
+    settings: Settings
+    registry: Registry
+    broker: TierBroker
+    router: Router
+    flags: Flags
+    engine: Engine
+    sessions: sessionmaker[Session]
+    slots: GroupSlots
+    ticks: list[Tick] = field(default_factory=list)
+    blueprints: list[Blueprint] = field(default_factory=list)
+
+    def add_family(self, family: Family) -> None:
+        """Register a family and declare its actor and every queue it may use."""
+        self.registry.add(family)
+        dramatiq.Actor(
+            family.handler,
+            broker=self.broker,
+            actor_name=family.name,
+            queue_name=family.queues()[0],
+            priority=0,
+            options={"time_limit": int(family.time_limit_seconds * 1000), "throws": EXPECTED},
+        )
+        for queue in family.queues():
+            self.broker.declare_queue(queue)
+
+    def add_tick(self, tick: Tick) -> None:
+        self.ticks.append(tick)
+        self.add_family(tick_family(tick))
+
+    def add_blueprint(self, blueprint: Blueprint) -> None:
+        self.blueprints.append(blueprint)
+
+    def tick(self, name: str) -> Tick:
+        for tick in self.ticks:
+            if tick.name == name:
+                return tick
+        known = ", ".join(t.name for t in self.ticks)
+        raise KeyError(f"unknown tick {name!r}; known: {known}")
+
+    def close(self) -> None:
+        self.broker.close()
+        self.engine.dispose()
+
+
+def window_overrides(settings: Settings) -> dict[str, WindowRule]:
+    return {
+        key: WindowRule(*parse_rate(rate, field=f"SPEEDTIER_WINDOWS[{key}]"))
+        for key, rate in settings.windows.items()
+    }
+
+
+def bootstrap(
+    settings: Settings | None = None,
+    *,
+    services: Sequence[str] = SERVICE_MODULES,
+    component: str = "speedtier",
+    **broker_options: Any,
+) -> Platform:
+    """Build a process's platform.
+
+    Parameters:
+      settings: defaults to the environment.
+      services: service modules to register (tests pass their own).
+      component: a name for logs and Sentry (``worker-fast``, ``api``, ...).
+      broker_options: passed to :class:`TierBroker` (tests shorten timeouts).
+    """
+    settings = settings or load_settings()
+    if not settings.redis_url:
+        raise RuntimeError("REDIS_URL is not set (speedtier up starts an embedded Redis)")
+    if not settings.database_url:
+        raise RuntimeError("DATABASE_URL is not set (speedtier up starts an embedded PostgreSQL)")
+    configure_logging(settings.log_level)
+    init_sentry(settings.sentry_dsn, environment=settings.environment, component=component)
+
+    registry = Registry()
+    families = registry.by_name()
+    engine = make_engine(settings.database_url)
+    flags = Flags(engine, settings.flag_overrides, settings.flag_cache_seconds)
+    broker, slots = build_broker(
+        redis_url=settings.redis_url,
+        namespace=settings.redis_namespace,
+        families=families,
+        is_enabled=flags.is_enabled,
+        windows=window_overrides(settings),
+        lease_seconds=settings.group_lease_seconds,
+        heartbeat_timeout_ms=int(settings.heartbeat_timeout_seconds * 1000),
+        **broker_options,
+    )
+
+    platform = Platform(
+        settings=settings,
+        registry=registry,
+        broker=broker,
+        router=Router(registry, broker),
+        flags=flags,
+        engine=engine,
+        sessions=make_session_factory(engine),
+        slots=slots,
+    )
+    for name in services:
+        importlib.import_module(name).register(platform)
+    return platform

@@ -1,0 +1,14 @@
+"""Platform upkeep that calls no provider: runs on the maintenance tier."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from services.maintenance.ticks import group_slot_reaper
+
+if TYPE_CHECKING:
+    from services.bootstrap import Platform
+
+
+def register(platform: Platform) -> None:
+    platform.add_tick(group_slot_reaper(platform.broker.jobs))

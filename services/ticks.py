@@ -1,0 +1,80 @@
+"""Ticks: scheduled jobs that each service declares next to its domain.
+
+A tick only enqueues (or does one small sweep); it runs as a job of its own family on the
+maintenance tier, with the slot id ``<name>-tick-<YYYY-MM-DDTHH:MMZ>`` and finished ids kept
+for the retention, so a second scheduler, a restart or a retried emission of the same slot
+runs once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from tiers.families import Family
+from tiers.policies import RetryPolicy
+
+SLOT_FORMAT = "%Y-%m-%dT%H:%MZ"
+
+
+@dataclass(frozen=True)
+class Tick:
+    """A cron-scheduled job.
+
+    Attributes:
+      name: kebab-case name, also the job id prefix (``kb-sync`` -> ``kb-sync-tick-...``).
+      cron: five-field crontab expression, evaluated in UTC.
+      run: the tick body; gets the slot id, returns a short summary for logs and the CLI.
+      pause_flag: the family's kill switch, read at tick time and again at execution.
+      description: one line for ``speedtier ticks``.
+    """
+
+    name: str
+    cron: str
+    run: Callable[[str], Any]
+    description: str
+    pause_flag: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return f"tick:{self.name}"
+
+    @property
+    def family_name(self) -> str:
+        return self.name.replace("-", "_") + "_tick"
+
+    def slot(self, fire_time: datetime) -> str:
+        """The slot id of a fire time (minute resolution, UTC)."""
+        return fire_time.astimezone(UTC).strftime(SLOT_FORMAT)
+
+    def job_id(self, slot: str) -> str:
+        return f"{self.name}-tick-{slot}"
+
+
+class TickParams(BaseModel):
+    slot: str = Field(min_length=1, max_length=64)
+
+
+def tick_family(tick: Tick) -> Family:
+    """The job family a tick's emissions run as."""
+
+    def handler(slot: str) -> Any:
+        return tick.run(slot)
+
+    handler.__name__ = tick.family_name
+    return Family(
+        name=tick.family_name,
+        kind=tick.kind,
+        handler=handler,
+        params=TickParams,
+        job_id=lambda _org, params: tick.job_id(params.slot),
+        fixed_tier="maintenance",
+        pause_flag=tick.pause_flag,
+        retry=RetryPolicy(max_attempts=3, base_seconds=30.0),
+        keep_finished=True,
+        tenant_scoped=False,
+    )

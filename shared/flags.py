@@ -1,0 +1,77 @@
+"""Kill switches shared with Rails through Flipper's PostgreSQL tables.
+
+A flag is on when ``flipper_gates`` holds its boolean gate (``key = 'boolean'``,
+``value = 'true'``), which is what ``Flipper.enable(:name)`` writes, so a flag raised in a
+Rails console pauses this service too. ``SPEEDTIER_FLAGS`` overrides the tables (local use).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+
+from sqlalchemy import Engine, text
+
+_IS_ENABLED = text(
+    "SELECT 1 FROM flipper_gates"
+    " WHERE feature_key = :name AND key = 'boolean' AND value = 'true' LIMIT 1"
+)
+_ADD_FEATURE = text(
+    "INSERT INTO flipper_features (key, created_at, updated_at) VALUES (:name, now(), now())"
+    " ON CONFLICT (key) DO NOTHING"
+)
+_ADD_GATE = text(
+    "INSERT INTO flipper_gates (feature_key, key, value, created_at, updated_at)"
+    " VALUES (:name, 'boolean', 'true', now(), now())"
+    " ON CONFLICT (feature_key, key, value) DO NOTHING"
+)
+_DROP_GATE = text("DELETE FROM flipper_gates WHERE feature_key = :name AND key = 'boolean'")
+
+
+class Flags:
+    """Reads and writes Flipper boolean gates, caching reads for ``cache_seconds``.
+
+    Parameters:
+      engine: the PostgreSQL engine holding Flipper's tables.
+      overrides: flag -> forced value (from ``SPEEDTIER_FLAGS``); wins over the tables.
+      cache_seconds: how long a read is reused; 0 reads the table every time.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        overrides: Mapping[str, bool] | None = None,
+        cache_seconds: float = 2.0,
+    ) -> None:
+        self.engine = engine
+        self.overrides = dict(overrides or {})
+        self.cache_seconds = cache_seconds
+        self._cache: dict[str, tuple[float, bool]] = {}
+        self._lock = threading.Lock()
+
+    def is_enabled(self, name: str) -> bool:
+        """Whether the flag is on (override first, then the table through the cache)."""
+        if name in self.overrides:
+            return self.overrides[name]
+        now = time.monotonic()
+        with self._lock:
+            cached = self._cache.get(name)
+        if cached is not None and now - cached[0] < self.cache_seconds:
+            return cached[1]
+        with self.engine.connect() as connection:
+            value = connection.execute(_IS_ENABLED, {"name": name}).first() is not None
+        with self._lock:
+            self._cache[name] = (now, value)
+        return value
+
+    def set(self, name: str, enabled: bool) -> None:
+        """Raise or lower a flag in Flipper's tables (what ``speedtier pause|resume`` do)."""
+        with self.engine.begin() as connection:
+            if enabled:
+                connection.execute(_ADD_FEATURE, {"name": name})
+                connection.execute(_ADD_GATE, {"name": name})
+            else:
+                connection.execute(_DROP_GATE, {"name": name})
+        with self._lock:
+            self._cache.pop(name, None)

@@ -1,0 +1,3 @@
+"""Shared pytest fixtures: one plugin module per piece of real infrastructure."""
+
+pytest_plugins = ["tests.fixtures_redis", "tests.fixtures_db"]

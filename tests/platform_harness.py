@@ -1,0 +1,215 @@
+"""Test families and real Dramatiq workers for the platform tests.
+
+The families' handlers write what they do to a Redis list (``<ns>:trace``) so a test can
+check start and end times, counts and concurrency across processes. Everything here is
+importable by spawned worker processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import redis
+from dramatiq.middleware import CurrentMessage
+from pydantic import BaseModel
+
+from shared.errors import Delay, RecordMissing, Retryable, Unrecoverable
+from tiers.broker import TierBroker
+from tiers.families import Family
+from tiers.policies import RetryPolicy, WindowRule
+from tiers.stack import build_broker
+from tiers.worker import serve
+
+_STATE: dict[str, Any] = {}
+
+
+class Params(BaseModel):
+    item: str
+    mode: str = "ok"
+    sleep: float = 0.0
+    provider: str | None = None
+    times: int = 0
+
+
+def _trace(event: str, **fields: Any) -> None:
+    client: redis.Redis = _STATE["client"]
+    message = CurrentMessage.get_current_message()
+    record = {"ev": event, "t": time.time(), "job": message.options["st_job"], **fields}
+    client.rpush(f"{_STATE['ns']}:trace", json.dumps(record))
+
+
+def handler(organization_id: int, item: str, mode: str, sleep: float, provider: Any, times: int):  # type: ignore[no-untyped-def]
+    client: redis.Redis = _STATE["client"]
+    ns = _STATE["ns"]
+    runs = client.incr(f"{ns}:runs:{item}")
+    _trace("start", org=organization_id, item=item, run=runs)
+    try:
+        if sleep:
+            time.sleep(sleep)
+        if mode == "missing":
+            raise RecordMissing(item)
+        if mode == "unrecoverable":
+            raise Unrecoverable("provider said 403")
+        if mode == "retryable":
+            raise Retryable("provider said 503")
+        if mode == "crash":
+            raise RuntimeError("unexpected")
+        if mode == "delay" and runs <= times:
+            raise Delay.after(0.3, reason="test")
+        if mode == "delay_long":
+            raise Delay.after(60, reason="test")
+        if mode == "flaky" and runs <= times:
+            raise Retryable("flaky")
+    finally:
+        _trace("end", org=organization_id, item=item, run=runs)
+
+
+FAST_RETRY = RetryPolicy(max_attempts=3, base_seconds=0.3)
+
+
+def families() -> dict[str, Family]:
+    common: dict[str, Any] = {"handler": handler, "params": Params, "retry": FAST_RETRY}
+    return {
+        f.name: f
+        for f in (
+            Family(
+                name="t_plain",
+                kind="t_plain",
+                job_id=lambda o, p: f"plain-{p.item}",
+                fixed_tier="fast",
+                **common,
+            ),
+            Family(
+                name="t_group",
+                kind="t_group",
+                job_id=lambda o, p: f"group-{p.item}",
+                fixed_tier="fast",
+                group_caps={"fast": 2},
+                **common,
+            ),
+            Family(
+                name="t_serial",
+                kind="t_serial",
+                job_id=lambda o, p: f"serial-{p.item}",
+                fixed_tier="fast",
+                group_caps={"fast": 1},
+                **common,
+            ),
+            Family(
+                name="t_window",
+                kind="t_window",
+                job_id=lambda o, p: f"window-{p.item}",
+                provider=lambda p: p.provider,
+                fixed_tier="fast",
+                window_scope=lambda o, p: f"ods-{o}",
+                windows={"*": WindowRule(5, 1.0)},
+                **common,
+            ),
+            Family(
+                name="t_paused",
+                kind="t_paused",
+                job_id=lambda o, p: f"paused-{p.item}",
+                fixed_tier="fast",
+                pause_flag="pause_api2_test_family",
+                **common,
+            ),
+        )
+    }
+
+
+def make_broker(
+    redis_url: str,
+    namespace: str,
+    *,
+    is_enabled: Callable[[str], bool] = lambda name: False,
+    windows: Mapping[str, WindowRule] | None = None,
+    lease_seconds: float = 30.0,
+    heartbeat_timeout_ms: int = 60_000,
+) -> TierBroker:
+    import dramatiq
+
+    fams = families()
+    broker, _slots = build_broker(
+        redis_url=redis_url,
+        namespace=namespace,
+        families=fams,
+        is_enabled=is_enabled,
+        windows=windows,
+        lease_seconds=lease_seconds,
+        heartbeat_timeout_ms=heartbeat_timeout_ms,
+        maintenance_chance=200_000,
+    )
+    for family in fams.values():
+        dramatiq.Actor(
+            family.handler,
+            broker=broker,
+            actor_name=family.name,
+            queue_name=family.queues()[0],
+            priority=0,
+            options={"throws": (Delay, RecordMissing, Unrecoverable, Retryable)},
+        )
+    _STATE["client"] = redis.Redis.from_url(redis_url)
+    _STATE["ns"] = namespace
+    return broker
+
+
+@contextlib.contextmanager
+def running_worker(broker: TierBroker, *, threads: int = 4, drain: float = 5.0) -> Iterator[None]:
+    """A real Dramatiq worker over every fast queue, in a thread of this process."""
+    stop = threading.Event()
+    queues = [q for f in families().values() for q in f.queues()]
+    thread = threading.Thread(
+        target=serve,
+        args=(broker, queues),
+        kwargs={"threads": threads, "stop": stop, "poll_ms": 50, "drain_seconds": drain},
+        daemon=True,
+    )
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=drain + 10)
+
+
+def _process_main(redis_url: str, namespace: str, threads: int, kwargs: dict[str, Any]) -> None:
+    broker = make_broker(redis_url, namespace, **kwargs)
+    queues = [q for f in families().values() for q in f.queues()]
+    serve(broker, queues, threads=threads, poll_ms=50, drain_seconds=5)
+
+
+def start_worker_process(
+    redis_url: str, namespace: str, *, threads: int = 4, **kwargs: Any
+) -> multiprocessing.process.BaseProcess:
+    """A real Dramatiq worker in its own (spawned) process; SIGTERM drains it."""
+    process = multiprocessing.get_context("spawn").Process(
+        target=_process_main, args=(redis_url, namespace, threads, kwargs), daemon=True
+    )
+    process.start()
+    return process
+
+
+def state(broker: TierBroker, job_id: str) -> str | None:
+    record = broker.jobs.record(job_id)
+    return record["state"] if record else None
+
+
+def trace(client: redis.Redis, namespace: str) -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in client.lrange(f"{namespace}:trace", 0, -1)]
+
+
+def wait_until(
+    predicate: Callable[[], bool], timeout: float = 15.0, interval: float = 0.05
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")

@@ -1,0 +1,100 @@
+"""A family: one kind of job with its own queue per tier, id format and policies.
+
+Services describe their families with this type and register them at bootstrap; the platform
+reads only what is here (the tier table supplies group caps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from tiers.policies import DEFAULT_RETRY, RetryPolicy, WindowRule
+from tiers.table import group_cap, queue_name, tier_for_provider
+
+DAY_SECONDS = 86_400.0
+
+
+@dataclass(frozen=True)
+class Family:
+    """Everything the platform needs to route, run and police one job family.
+
+    Attributes:
+      name: queue family and Dramatiq actor name (``kb_document_sync``); queues are
+        ``<name>.<tier>``.
+      kind: the request kind Rails and ticks send (``sync_document``).
+      handler: the actor body, called with ``organization_id=...`` and the params' fields.
+      params: the request parameters' model (``organization_id`` is not part of it).
+      job_id: the deterministic job id of ``(organization_id, params)``.
+      fixed_tier: the tier every job runs in; when None the tier follows ``provider``.
+      provider: the provider a job calls, from its params (routes it and keys its window).
+      window_scope: the window's scope below the provider (an organization data source id).
+      pause_flag: the Flipper flag that pauses the family (``pause_api2_...``).
+      retry: attempts and backoff.
+      retention_seconds: how long a finished job's record is kept (24 h by default).
+      keep_finished: a finished id dedupes during its retention instead of being replaced
+        (ticks by slot, ids pinned for a retention window).
+      group_by: ``organization`` caps each organization's concurrency; ``global`` caps the
+        family as a whole (a queue limiter's concurrency).
+      windows: provider (or ``*``) -> fixed window every start must fit in.
+      time_limit_seconds: a run longer than this is interrupted and retried.
+      group_caps: tier -> per-group cap, in place of the tier table's ``GROUP_CAPS`` entry.
+      tenant_scoped: requests carry a positive ``organization_id`` (platform ticks do not).
+    """
+
+    name: str
+    kind: str
+    handler: Callable[..., Any]
+    params: type[BaseModel]
+    job_id: Callable[[int, Any], str]
+    fixed_tier: str | None = None
+    provider: Callable[[Any], str | None] | None = None
+    window_scope: Callable[[int, Any], str] | None = None
+    pause_flag: str | None = None
+    retry: RetryPolicy = DEFAULT_RETRY
+    retention_seconds: float = DAY_SECONDS
+    keep_finished: bool = False
+    group_by: Literal["organization", "global"] = "organization"
+    windows: Mapping[str, WindowRule] = field(default_factory=dict)
+    time_limit_seconds: float = 600.0
+    tenant_scoped: bool = True
+    group_caps: Mapping[str, int] | None = None
+
+    def provider_of(self, params: Any) -> str | None:
+        return self.provider(params) if self.provider else None
+
+    def tier_of(self, params: Any) -> str:
+        return self.fixed_tier or tier_for_provider(self.provider_of(params))
+
+    def queue_of(self, params: Any) -> str:
+        return queue_name(self.name, self.tier_of(params))
+
+    def queues(self) -> list[str]:
+        """Every queue this family may use."""
+        from tiers.table import TIERS
+
+        tiers = [self.fixed_tier] if self.fixed_tier else list(TIERS)
+        return [queue_name(self.name, tier) for tier in tiers if tier]
+
+    def group_key(self, organization_id: int, tier: str) -> tuple[str, int] | None:
+        """``(group key, cap)`` for a job, or None when the family has no cap in that tier."""
+        cap = self.group_caps.get(tier) if self.group_caps is not None else None
+        if cap is None:
+            cap = group_cap(self.name, tier)
+        if cap is None:
+            return None
+        owner = "*" if self.group_by == "global" else str(organization_id)
+        return f"{queue_name(self.name, tier)}|{owner}", cap
+
+    def window_for(
+        self, provider: str | None, overrides: Mapping[str, WindowRule]
+    ) -> WindowRule | None:
+        """The window a start must fit in; configuration overrides win over the family's."""
+        name = (provider or "*").lower()
+        for key in (f"{self.name}.{name}", f"{self.name}.*"):
+            if key in overrides:
+                return overrides[key]
+        return self.windows.get(name) or self.windows.get("*")

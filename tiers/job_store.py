@@ -1,0 +1,199 @@
+"""Job identity in Redis: the job record, group slots and leases, through atomic scripts.
+
+Every change that must not be split by a crash (register an id and push its message; finish
+a run and hand its slot on) is one Lua script, so Redis applies it whole or not at all.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import redis
+from dramatiq.message import Message
+
+#: A queued (not yet started) message holds its group slot this long before the reaper may
+#: hand it on; the start-time claim re-checks the cap, so a reaped slot never over-admits.
+QUEUED_LEASE_MS = 3_600_000
+LIVE_STATES = frozenset({"waiting", "parked", "delayed", "active"})
+FINISHED_STATES = frozenset({"completed", "failed", "record_missing", "skipped"})
+
+
+def _load(name: str) -> str:
+    base = resources.files("tiers") / "lua"
+    prelude = (base / "_prelude.lua").read_text()
+    return prelude + "\n" + (base / f"{name}.lua").read_text()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    """What the queue did with one request: ``added``, ``replaced`` or ``deduplicated``."""
+
+    job_id: str
+    outcome: str
+    message_id: str
+    queue: str
+
+
+class JobStore:
+    """Job records, group slots and leases for one Redis namespace.
+
+    Parameters:
+      client: a Redis client (decode_responses off, like Dramatiq's).
+      namespace: the key prefix shared with the Dramatiq broker.
+      lease_seconds: how long a running job's group slot survives without a refresh.
+    """
+
+    def __init__(self, client: redis.Redis, namespace: str, lease_seconds: float = 30.0) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.lease_ms = int(lease_seconds * 1000)
+        self._scripts = {
+            name: client.register_script(_load(name))
+            for name in ("enqueue", "claim", "settle", "reap")
+        }
+
+    def record_key(self, job_id: str) -> str:
+        return f"{self.namespace}:job:{job_id}"
+
+    # -- enqueue -----------------------------------------------------------------------------
+
+    def _enqueue_args(self, message: Message[Any]) -> list[Any]:
+        options = message.options
+        return [
+            options["st_job"],
+            message.message_id,
+            options["redis_message_id"],
+            message.encode(),
+            message.queue_name,
+            options.get("st_group", ""),
+            options.get("st_cap", 0),
+            now_ms(),
+            "1" if options.get("st_keep") else "0",
+            options.get("st_org", ""),
+            message.actor_name,
+            QUEUED_LEASE_MS,
+        ]
+
+    def enqueue_many(self, messages: Sequence[Message[Any]]) -> list[EnqueueResult]:
+        """Register and push each message in one pipelined round trip.
+
+        Each message is handled by its own atomic script call; the batch as a whole is one
+        network round trip, not one transaction.
+        """
+        script = self._scripts["enqueue"]
+        pipe = self.client.pipeline(transaction=False)
+        for message in messages:
+            script(keys=[self.namespace], args=self._enqueue_args(message), client=pipe)
+        replies = pipe.execute()
+        return [
+            EnqueueResult(
+                job_id=message.options["st_job"],
+                outcome=reply[0].decode(),
+                message_id=reply[1].decode(),
+                queue=message.queue_name,
+            )
+            for message, reply in zip(messages, replies, strict=True)
+        ]
+
+    # -- worker side -------------------------------------------------------------------------
+
+    def claim(self, message: Message[Any], main_queue: str) -> str:
+        """Before a run: ``run``, ``stale`` (replaced or superseded copy), ``done`` (already
+        finished) or ``parked`` (group full; the message now waits in its group)."""
+        options = message.options
+        parked_form = message.copy(queue_name=main_queue)
+        parked_form.options.pop("eta", None)
+        reply = self._scripts["claim"](
+            keys=[self.namespace],
+            args=[
+                options["st_job"],
+                message.message_id,
+                options["redis_message_id"],
+                options.get("st_group", ""),
+                options.get("st_cap", 0),
+                now_ms(),
+                self.lease_ms,
+                parked_form.encode(),
+            ],
+        )
+        return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+    def settle(
+        self,
+        message: Message[Any],
+        *,
+        state: str,
+        retention_seconds: float,
+        error: str = "",
+        failures: int = 0,
+        next_message: Message[Any] | None = None,
+    ) -> str:
+        """After a run: record its end and free its slot; with ``next_message`` the job goes
+        back to the broker (retry or delay) in the same atomic step."""
+        options = message.options
+        reply = self._scripts["settle"](
+            keys=[self.namespace],
+            args=[
+                options["st_job"],
+                options["redis_message_id"],
+                options.get("st_group", ""),
+                state,
+                now_ms(),
+                int(retention_seconds * 1000),
+                error[:2000],
+                failures,
+                next_message.options["redis_message_id"] if next_message else "",
+                next_message.encode() if next_message else "",
+                next_message.queue_name if next_message else "",
+                QUEUED_LEASE_MS,
+            ],
+        )
+        return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+    def refresh_leases(self, held: Iterable[tuple[str, str]]) -> None:
+        """Push the lease deadline of running jobs ``(group key, job id)`` forward."""
+        held = list(held)
+        if not held:
+            return
+        deadline = now_ms() + self.lease_ms
+        pipe = self.client.pipeline(transaction=False)
+        for group_key, job_id in held:
+            pipe.zadd(f"{self.namespace}:group:{group_key}", {job_id: deadline}, xx=True)
+        pipe.execute()
+
+    def reap(self, max_groups: int = 200) -> int:
+        """Hand slots whose lease ran out to parked messages; returns how many were reaped."""
+        reply = self._scripts["reap"](
+            keys=[self.namespace], args=[now_ms(), max_groups, QUEUED_LEASE_MS]
+        )
+        return int(reply)
+
+    # -- inspection --------------------------------------------------------------------------
+
+    def record(self, job_id: str) -> dict[str, str] | None:
+        """The job record as strings, or None when unknown or expired."""
+        raw = self.client.hgetall(self.record_key(job_id))
+        if not raw:
+            return None
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+    def group_state(self, group_key: str) -> tuple[int, int]:
+        """``(admitted, parked)`` counts of one group."""
+        base = f"{self.namespace}:group:{group_key}"
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(base)
+        pipe.llen(f"{base}:parked")
+        admitted, parked = pipe.execute()
+        return int(admitted), int(parked)

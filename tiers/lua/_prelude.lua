@@ -1,0 +1,49 @@
+-- Shared helpers, prepended to every identity script (Redis scripts cannot import).
+-- Key layout under the namespace ns (Dramatiq's own keys are ns:<queue> and ns:<queue>.msgs):
+--   ns:job:<id>                hash: the job record (state, msg, cur, queue, org, attempts, ...)
+--   ns:group:<gk>              zset: job ids admitted to the group, scored by lease deadline (ms)
+--   ns:group:<gk>:parked       list: redis message ids held back because the group was full
+--   ns:group:<gk>:parked.msgs  hash: redis message id -> encoded message
+--   ns:__leases__              zset: group key -> earliest lease deadline, for the reaper
+local ns = KEYS[1]
+
+local function push(queue, redis_id, data)
+    redis.call("hset", ns .. ":" .. queue .. ".msgs", redis_id, data)
+    redis.call("rpush", ns .. ":" .. queue, redis_id)
+end
+
+local function admit(gk, job_id, deadline)
+    redis.call("zadd", ns .. ":group:" .. gk, deadline, job_id)
+    redis.call("zadd", ns .. ":__leases__", "LT", deadline, gk)
+end
+
+local function park(gk, redis_id, data)
+    local parked = ns .. ":group:" .. gk .. ":parked"
+    redis.call("hset", parked .. ".msgs", redis_id, data)
+    redis.call("rpush", parked, redis_id)
+end
+
+-- Free job_id's slot in group gk; if it held one, pass it to the oldest parked message.
+local function release(gk, job_id, now, queued_lease)
+    local group = ns .. ":group:" .. gk
+    if redis.call("zrem", group, job_id) == 0 then
+        return 0
+    end
+    local parked = group .. ":parked"
+    while true do
+        local redis_id = redis.call("lpop", parked)
+        if not redis_id then
+            return 1
+        end
+        local data = redis.call("hget", parked .. ".msgs", redis_id)
+        redis.call("hdel", parked .. ".msgs", redis_id)
+        if data then
+            local message = cjson.decode(data)
+            local next_job = message["options"]["st_job"]
+            admit(gk, next_job, now + queued_lease)
+            push(message["queue_name"], redis_id, data)
+            redis.call("hset", ns .. ":job:" .. next_job, "state", "waiting")
+            return 1
+        end
+    end
+end

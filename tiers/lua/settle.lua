@@ -1,0 +1,29 @@
+-- Record how a run ended and free its group slot (passing it to a parked message).
+-- ARGV: job_id, redis_id, group_key, state, now_ms, retention_ms, error, failures,
+--       next_redis_id, next_data, next_queue, queued_lease_ms
+-- With next_redis_id set, the job goes back to the broker (retry or delay) in the same step.
+local job_id, redis_id, gk, state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local now, retention, err, failures = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], ARGV[8]
+local next_redis_id, next_data, next_queue = ARGV[9], ARGV[10], ARGV[11]
+local queued_lease = tonumber(ARGV[12])
+
+local record = ns .. ":job:" .. job_id
+local current = redis.call("hget", record, "cur")
+if current and current ~= redis_id then
+    return "stale"
+end
+if gk ~= "" then
+    release(gk, job_id, now, queued_lease)
+end
+if err ~= "" then
+    redis.call("hset", record, "last_error", err)
+end
+redis.call("hset", record, "failures", failures)
+if next_redis_id ~= "" then
+    push(next_queue, next_redis_id, next_data)
+    redis.call("hset", record, "state", "delayed", "cur", next_redis_id, "queue", next_queue)
+else
+    redis.call("hset", record, "state", state, "finished_at", now)
+    redis.call("pexpire", record, retention)
+end
+return "ok"

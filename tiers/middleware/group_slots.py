@@ -1,0 +1,89 @@
+"""Group slots: before a run, drop stale copies and take the job's group slot; keep the
+slots of running jobs leased, and reap the slots of workers that died."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from dramatiq.broker import Broker
+from dramatiq.common import q_name
+from dramatiq.middleware import Middleware, SkipMessage
+
+from tiers.job_store import JobStore
+from tiers.redis_retry import until_redis_answers
+
+log = logging.getLogger(__name__)
+
+
+class GroupSlots(Middleware):
+    """Claim at start, lease while running; the outcomes middleware settles and releases.
+
+    Parameters:
+      jobs: the job store of the broker.
+      refresh_seconds: how often running jobs' leases are pushed forward (keep it well under
+        the lease) and expired leases reaped.
+    """
+
+    def __init__(self, jobs: JobStore, refresh_seconds: float | None = None) -> None:
+        self.jobs = jobs
+        self.refresh_seconds = refresh_seconds or max(0.2, jobs.lease_ms / 1000 / 4)
+        self._running: dict[str, tuple[str, str]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- per message -------------------------------------------------------------------------
+
+    def before_process_message(self, broker: Broker, message: Any) -> None:
+        options = message.options
+        if "st_job" not in options:
+            return
+        verdict = until_redis_answers(
+            lambda: self.jobs.claim(message, q_name(message.queue_name)), what="claiming a job"
+        )
+        if verdict != "run":
+            log.info("job %s not run: %s", options["st_job"], verdict)
+            raise SkipMessage(verdict)
+        with self._lock:
+            self._running[options["redis_message_id"]] = (
+                options.get("st_group", ""),
+                options["st_job"],
+            )
+
+    def was_claimed(self, message: Any) -> bool:
+        with self._lock:
+            return message.options.get("redis_message_id") in self._running
+
+    def forget(self, message: Any) -> None:
+        with self._lock:
+            self._running.pop(message.options.get("redis_message_id"), None)
+
+    # -- leases ------------------------------------------------------------------------------
+
+    def after_worker_boot(self, broker: Broker, worker: Any) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._keep_leases, name="group-leases", daemon=True)
+        self._thread.start()
+
+    def before_worker_shutdown(self, broker: Broker, worker: Any) -> None:
+        # Leases must outlive the drain: stop refreshing only once the workers are done.
+        pass
+
+    def after_worker_shutdown(self, broker: Broker, worker: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _keep_leases(self) -> None:
+        while not self._stop.wait(self.refresh_seconds):
+            try:
+                with self._lock:
+                    held = [entry for entry in self._running.values() if entry[0]]
+                self.jobs.refresh_leases(held)
+                reaped = self.jobs.reap()
+                if reaped:
+                    log.warning("reaped %d group slot(s) whose worker stopped answering", reaped)
+            except Exception:
+                log.exception("lease upkeep failed; retrying")

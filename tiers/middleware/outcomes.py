@@ -1,0 +1,125 @@
+"""Outcomes: every way a run can end, classified once, in place of Dramatiq's Retries.
+
+============================  ================  ==================================
+how the run ended              job state         what happens next
+============================  ================  ==================================
+returned                       completed         record kept for the retention
+RecordMissing                  record_missing    record kept for the retention
+Paused                         skipped           record kept for the retention
+Unrecoverable                  failed            message dead-lettered, no retry
+Delay(until)                   delayed           back at ``until``, attempt NOT spent
+anything else (Retryable...)   delayed / failed  retried per family policy until the
+                                                 attempts run out, then failed
+============================  ================  ==================================
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+from uuid import uuid4
+
+from dramatiq.broker import Broker
+from dramatiq.common import dq_name, q_name
+from dramatiq.middleware import Middleware
+
+from shared.errors import Delay, Paused, RecordMissing, Unrecoverable
+from tiers.families import Family
+from tiers.job_store import JobStore
+from tiers.middleware.group_slots import GroupSlots
+from tiers.middleware.held import Held
+from tiers.policies import DEFAULT_RETRY
+from tiers.redis_retry import until_redis_answers
+
+log = logging.getLogger(__name__)
+
+
+class Outcomes(Middleware):
+    """Settle each claimed run in the job store, atomically with its slot release and, for
+    a retry or delay, with the message's return to the broker."""
+
+    def __init__(self, families: Mapping[str, Family], jobs: JobStore, slots: GroupSlots) -> None:
+        self.families = families
+        self.jobs = jobs
+        self.slots = slots
+
+    def after_process_message(
+        self,
+        broker: Broker,
+        message: Any,
+        *,
+        result: Any = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        if not self.slots.was_claimed(message):
+            return
+        try:
+            self._settle(message, exception)
+        finally:
+            self.slots.forget(message)
+
+    def _settle(self, message: Any, exception: BaseException | None) -> None:
+        if isinstance(exception, Held):
+            exception = exception.outcome
+        family = self.families.get(message.actor_name)
+        retention = family.retention_seconds if family else 86_400.0
+        policy = family.retry if family else DEFAULT_RETRY
+        failures = int(message.options.get("st_failures", 0))
+        next_message = None
+        error = "" if exception is None else f"{type(exception).__name__}: {exception}"
+
+        if exception is None:
+            state = "completed"
+        elif isinstance(exception, RecordMissing):
+            state = "record_missing"
+        elif isinstance(exception, Paused):
+            state = "skipped"
+        elif isinstance(exception, Unrecoverable):
+            state = "failed"
+            message.fail()
+        elif isinstance(exception, Delay):
+            state = "delayed"
+            next_message = self._again_at(message, exception.until, failures)
+        else:
+            failures += 1
+            if failures >= policy.max_attempts:
+                state = "failed"
+                message.fail()
+            else:
+                state = "delayed"
+                wait = policy.backoff_seconds(failures)
+                next_message = self._again_at(message, time.time() + wait, failures)
+                log.info(
+                    "job %s attempt %d failed (%s); retrying in %.1fs",
+                    message.options["st_job"],
+                    failures,
+                    error,
+                    wait,
+                )
+
+        verdict = until_redis_answers(
+            lambda: self.jobs.settle(
+                message,
+                state=state,
+                retention_seconds=retention,
+                error=error,
+                failures=failures,
+                next_message=next_message,
+            ),
+            what="settling a job",
+        )
+        if verdict == "stale":
+            log.warning("job %s was superseded while it ran", message.options["st_job"])
+
+    @staticmethod
+    def _again_at(message: Any, until: float, failures: int) -> Any:
+        return message.copy(
+            queue_name=dq_name(q_name(message.queue_name)),
+            options={
+                "redis_message_id": str(uuid4()),
+                "eta": int(until * 1000),
+                "st_failures": failures,
+            },
+        )

@@ -1,0 +1,38 @@
+"""Kill switches read at execution: a job of a paused family completes as skipped."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from dramatiq.broker import Broker
+from dramatiq.middleware import Middleware
+
+from shared.errors import Paused, Retryable
+from tiers.families import Family
+from tiers.middleware.held import Held
+
+
+class PauseSwitch(Middleware):
+    """Stop with :class:`Paused` before a run when the family's flag is on.
+
+    Parameters:
+      families: actor name -> family.
+      is_enabled: reads a flag (Flipper's tables with the environment override).
+    """
+
+    def __init__(self, families: Mapping[str, Family], is_enabled: Callable[[str], bool]) -> None:
+        self.families = families
+        self.is_enabled = is_enabled
+
+    def before_process_message(self, broker: Broker, message: Any) -> None:
+        family = self.families.get(message.actor_name)
+        if family is None or not family.pause_flag:
+            return
+        try:
+            paused = self.is_enabled(family.pause_flag)
+        except Exception as exc:
+            # Unread, the switch might be raised: do not run, retry under the policy.
+            raise Held(Retryable(f"kill switch {family.pause_flag} unreadable: {exc}")) from exc
+        if paused:
+            raise Held(Paused(family.pause_flag))

@@ -1,0 +1,59 @@
+"""Provider windows: a start that does not fit its window is delayed, never failed."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+from dramatiq.broker import Broker
+from dramatiq.middleware import Middleware
+
+from shared.errors import Delay, Retryable
+from tiers.families import Family
+from tiers.middleware.held import Held
+from tiers.policies import WindowRule
+from tiers.rate_window import RateWindows
+
+
+class ProviderWindows(Middleware):
+    """Take one start from the job's window, keyed ``window:<family>:<provider>:<scope>``
+    like the retired throttle keys; when full, raise :class:`Delay` to the window's end plus
+    a jitter of up to ``jitter`` of the period, so waiting jobs do not all wake at once.
+
+    Parameters:
+      families: actor name -> family.
+      windows: the rate counters.
+      overrides: ``<family>.<provider>`` (or ``<family>.*``) -> rule, from configuration.
+    """
+
+    def __init__(
+        self,
+        families: Mapping[str, Family],
+        windows: RateWindows,
+        overrides: Mapping[str, WindowRule] | None = None,
+        jitter: float = 0.1,
+    ) -> None:
+        self.families = families
+        self.windows = windows
+        self.overrides = dict(overrides or {})
+        self.jitter = jitter
+
+    def before_process_message(self, broker: Broker, message: Any) -> None:
+        family = self.families.get(message.actor_name)
+        if family is None:
+            return
+        provider = message.options.get("st_provider")
+        rule = family.window_for(provider, self.overrides)
+        if rule is None:
+            return
+        scope = message.options.get("st_scope") or "*"
+        key = self.windows.key(family.name, (provider or "*").lower(), str(scope))
+        try:
+            window_end = self.windows.acquire(key, rule)
+        except Exception as exc:
+            # An unchecked window could let a storm through: retry under the policy instead.
+            raise Held(Retryable(f"window {key} unreadable: {exc}")) from exc
+        if window_end is not None:
+            spread = random.uniform(0, self.jitter * rule.period_seconds)
+            raise Held(Delay(window_end + spread, reason="window"))

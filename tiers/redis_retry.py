@@ -1,0 +1,30 @@
+"""Keep retrying a Redis call while the server is unreachable.
+
+A worker thread that cannot record a job's outcome must not let Dramatiq ack the message (the
+job would be lost); it waits for Redis instead, as Dramatiq itself does for acks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import redis
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+def until_redis_answers(call: Callable[[], T], *, what: str, max_wait: float = 5.0) -> T:
+    """Run ``call``; on a connection or timeout error wait (0.2 s doubling to ``max_wait``)
+    and try again, logging each failure."""
+    wait = 0.2
+    while True:
+        try:
+            return call()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("redis unreachable while %s (%s); retrying in %.1fs", what, exc, wait)
+            time.sleep(wait)
+            wait = min(wait * 2, max_wait)

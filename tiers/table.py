@@ -1,0 +1,76 @@
+"""The tier table: which tiers exist, which provider runs in which tier, and group caps.
+
+This is data. Adding a provider is one line in ``PROVIDER_TIERS``; changing how many jobs of
+one organization may run at once in a family is one number in ``GROUP_CAPS``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Tier:
+    """A pool of workers, deployed and scaled on its own."""
+
+    name: str
+    purpose: str
+
+
+TIERS: dict[str, Tier] = {
+    "fast": Tier("fast", "providers with generous rate limits; high concurrency"),
+    "slow": Tier("slow", "providers with tight rate limits; low concurrency"),
+    "maintenance": Tier("maintenance", "routine work that calls no provider: ticks, sweeps"),
+}
+
+#: Provider -> tier (seed 004). The knowledge providers sit where their rate windows put them:
+#: Zendesk and Confluence allow thousands of calls a minute per data source, Scribe 50 a
+#: minute, and a URL crawl is bound by per-host politeness.
+PROVIDER_TIERS: dict[str, str] = {
+    "linear": "fast",
+    "github": "fast",
+    "git": "fast",
+    "gitlab": "fast",
+    "zendesk": "fast",
+    "confluence": "fast",
+    "notion": "slow",
+    "google_drive": "slow",
+    "attio": "slow",
+    "hubspot": "slow",
+    "asana": "slow",
+    "website": "slow",
+    "scribe": "slow",
+    "url_crawl": "slow",
+}
+
+#: Where a provider missing from the table runs.
+DEFAULT_TIER = "slow"
+
+#: Per-organization concurrency cap of each (family, tier) group (seed 004: import 1;
+#: index 5 fast, 2 slow; webhook 5 fast, 2 slow; seed 003: one tenant's ingestion is serial).
+#: A family missing here has no group cap.
+GROUP_CAPS: dict[str, dict[str, int]] = {
+    "super_import": {"fast": 1, "slow": 1},
+    "super_index": {"fast": 5, "slow": 2},
+    "super_webhook": {"fast": 5, "slow": 2},
+    "ingestion": {"fast": 1, "slow": 1, "maintenance": 1},
+}
+
+
+def tier_for_provider(provider: str | None) -> str:
+    """The tier a provider's work runs in; an unknown or absent provider runs in the slow tier."""
+    if provider is None:
+        return DEFAULT_TIER
+    return PROVIDER_TIERS.get(provider.lower(), DEFAULT_TIER)
+
+
+def queue_name(family: str, tier: str) -> str:
+    """Queue names are ``<family>.<tier>``."""
+    if tier not in TIERS:
+        raise ValueError(f"unknown tier {tier!r}; known: {', '.join(TIERS)}")
+    return f"{family}.{tier}"
+
+
+def group_cap(family: str, tier: str) -> int | None:
+    """The per-organization cap of a family in a tier, or None when the family has none."""
+    return GROUP_CAPS.get(family, {}).get(tier)
