@@ -1,0 +1,154 @@
+"""``speedtier up``: the whole platform in one terminal, for local use and the demo.
+
+Redis and PostgreSQL come from the configuration, else from what answers on their default
+ports, else from embedded servers whose data lives under ``SPEEDTIER_DATA_DIR``
+(see :mod:`shared.embedded`). Migrations run, then the API, the scheduler and one worker pool
+per tier run as children of a :class:`~services.supervisor.ProcessGroup`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from types import FrameType
+
+import click
+
+from services.supervisor import ProcessGroup, ProcessSpec
+from shared.config import TIER_NAMES, Settings, load_settings
+from shared.embedded import (
+    EmbeddedServiceError,
+    Mode,
+    ResolvedService,
+    ensure_postgres,
+    ensure_redis,
+)
+
+LABEL = "up"
+# Every line is "<name> | <text>", names padded alike: the group's children and "up" itself.
+_WIDTH = max(
+    len(name) for name in (LABEL, "api", "scheduler", *(f"worker.{t}" for t in TIER_NAMES))
+)
+
+
+def register(main: click.Group) -> None:
+    main.add_command(up)
+
+
+@click.command("up")
+@click.option("--host", default=None, help="API listen address [default: SPEEDTIER_API_HOST].")
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="API port [default: SPEEDTIER_API_PORT].",
+)
+@click.option(
+    "--no-embedded",
+    is_flag=True,
+    help="Never start embedded Redis/PostgreSQL: use REDIS_URL/DATABASE_URL or what answers "
+    "on the default ports, and fail if there is none.",
+)
+@click.option(
+    "--embedded",
+    "force_embedded",
+    is_flag=True,
+    help="Always start the embedded Redis/PostgreSQL, ignoring REDIS_URL/DATABASE_URL and "
+    "whatever answers on the default ports.",
+)
+def up(host: str | None, port: int | None, no_embedded: bool, force_embedded: bool) -> None:
+    """Run the API, the scheduler and a worker per tier, on embedded Redis/PostgreSQL if needed.
+
+    Ctrl-C (or SIGTERM) stops everything: children get SIGTERM and the drain period, embedded
+    servers are shut down last, and their data is kept.
+    """
+    if no_embedded and force_embedded:
+        raise click.UsageError("--embedded and --no-embedded exclude each other")
+    _configure_logging()
+    settings = load_settings()
+    mode: Mode = "external" if no_embedded else "embedded" if force_embedded else "auto"
+    code = run_up(
+        settings, host=host or settings.api_host, port=port or settings.api_port, mode=mode
+    )
+    sys.exit(code)
+
+
+def run_up(settings: Settings, *, host: str, port: int, mode: Mode = "auto") -> int:
+    """Resolve the services, migrate, run the processes until stopped; the exit status."""
+    previous_term = signal.signal(signal.SIGTERM, _interrupt)  # until the group takes over
+    services: list[ResolvedService] = []
+    try:
+        services.append(ensure_redis(settings, mode=mode))
+        services.append(ensure_postgres(settings, mode=mode))
+        redis_service, postgres_service = services
+        _say(f"Redis       {redis_service.describe()}")
+        _say(f"PostgreSQL  {postgres_service.describe()}")
+        _migrate(postgres_service.url)
+        group = ProcessGroup(
+            process_specs(redis_service.url, postgres_service.url, host=host, port=port),
+            grace_seconds=settings.worker_drain_seconds + 5,
+            label=LABEL,
+        )
+        with group.handle_signals():
+            group.start()
+            _say(f"API         http://{host}:{port}  (Ctrl-C stops everything)")
+            return group.wait()
+    except EmbeddedServiceError as exc:
+        _say(f"error: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        _say("interrupted")
+        return 130
+    finally:
+        # Shutting the servers down must not be cut short by a second Ctrl-C.
+        previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            for service in reversed(services):
+                service.stop()
+        finally:
+            signal.signal(signal.SIGINT, previous_int)
+            signal.signal(signal.SIGTERM, previous_term)
+
+
+def process_specs(redis_url: str, database_url: str, *, host: str, port: int) -> list[ProcessSpec]:
+    """The children of ``speedtier up``, each run as ``python -m services.cli ...``."""
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "DATABASE_URL": database_url,
+        "SPEEDTIER_ENV": "development",
+    }
+    cli = [sys.executable, "-m", "services.cli"]
+    specs = [
+        ProcessSpec("api", [*cli, "api", "--host", host, "--port", str(port)], env),
+        ProcessSpec("scheduler", [*cli, "scheduler"], env),
+    ]
+    specs += [
+        ProcessSpec(f"worker.{tier}", [*cli, "worker", "--tier", tier], env) for tier in TIER_NAMES
+    ]
+    return specs
+
+
+def _migrate(database_url: str) -> None:
+    from shared.db.migrate import upgrade  # written alongside; imported only when needed
+
+    _say("running migrations")
+    upgrade(database_url)
+    _say("migrations done")
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _say(text: str) -> None:
+    click.echo(f"{LABEL.ljust(_WIDTH)} | {text}")
+
+
+def _configure_logging() -> None:
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(level=logging.INFO, format=f"{LABEL.ljust(_WIDTH)} | %(message)s")
