@@ -1,0 +1,37 @@
+"""All models; importing this package registers every table on its metadata."""
+
+from shared.db.models.api2 import KnowledgeBaseCrawlTaskUrl
+from shared.db.models.rails import (
+    Conversation,
+    ConversationUpload,
+    DataSource,
+    DocumentChunk,
+    FlipperFeature,
+    FlipperGate,
+    KnowledgeBaseCrawlTask,
+    KnowledgeBaseDocument,
+    KnowledgeBaseDocumentSection,
+    KnowledgeBaseSection,
+    KnowledgeBaseSource,
+    Organization,
+    OrganizationDataSource,
+    PgSearchDocument,
+)
+
+__all__ = [
+    "Conversation",
+    "ConversationUpload",
+    "DataSource",
+    "DocumentChunk",
+    "FlipperFeature",
+    "FlipperGate",
+    "KnowledgeBaseCrawlTask",
+    "KnowledgeBaseCrawlTaskUrl",
+    "KnowledgeBaseDocument",
+    "KnowledgeBaseDocumentSection",
+    "KnowledgeBaseSection",
+    "KnowledgeBaseSource",
+    "Organization",
+    "OrganizationDataSource",
+    "PgSearchDocument",
+]
