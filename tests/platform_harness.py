@@ -213,3 +213,12 @@ def wait_until(
             return
         time.sleep(interval)
     raise AssertionError(f"condition not met within {timeout}s")
+
+
+def register(platform: Any) -> None:
+    """Service-module entry point, so ``bootstrap(services=["tests.platform_harness"])``
+    builds a full platform (real flags in PostgreSQL) with the test families."""
+    _STATE["client"] = redis.Redis.from_url(platform.settings.redis_url)
+    _STATE["ns"] = platform.settings.redis_namespace
+    for family in families().values():
+        platform.add_family(family)

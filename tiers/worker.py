@@ -39,8 +39,6 @@ def serve(
         delayed message may be moved to its queue.
     """
     queues = set(queues)
-    if not queues:
-        raise ValueError("no queues to consume")
     stop = stop or threading.Event()
 
     def request_stop(signum: int, _frame: FrameType | None) -> None:
@@ -51,6 +49,11 @@ def serve(
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
 
+    if not queues:
+        # A tier no registered family uses yet: stay up (the pool is deployed per tier) but idle.
+        log.warning("no registered family uses this tier; idling until stopped")
+        stop.wait()
+        return
     worker = Worker(broker, queues=queues, worker_threads=threads, worker_timeout=poll_ms)
     if prefetch:
         worker.queue_prefetch = prefetch

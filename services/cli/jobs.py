@@ -1,0 +1,73 @@
+"""``speedtier jobs show ID`` and ``speedtier status``: what the queues hold."""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+
+import click
+
+from shared.config import TIER_NAMES
+
+_TIMESTAMPS = ("created_at", "started_at", "finished_at")
+
+
+def _when(value: str | None) -> str:
+    if not value:
+        return "-"
+    return datetime.fromtimestamp(int(value) / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+@click.group("jobs")
+def jobs() -> None:
+    """Inspect jobs."""
+
+
+@jobs.command("show")
+@click.argument("job_id")
+def show(job_id: str) -> None:
+    """Print a job's state, attempts, timestamps and last error."""
+    from services.bootstrap import bootstrap
+
+    platform = bootstrap(component="cli")
+    record = platform.broker.jobs.record(job_id)
+    if record is None:
+        click.echo(f"no job {job_id!r} (never enqueued, or its record expired)", err=True)
+        sys.exit(1)
+    ttl = platform.broker.client.ttl(platform.broker.jobs.record_key(job_id))
+    click.echo(f"job        {job_id}")
+    click.echo(f"state      {record.get('state')}")
+    click.echo(f"family     {record.get('family', '-')}  queue {record.get('queue', '-')}")
+    click.echo(f"org        {record.get('org') or '-'}  group {record.get('group') or '-'}")
+    click.echo(
+        f"attempts   {record.get('attempts', '0')} started, {record.get('failures', '0')} failed"
+    )
+    for field in _TIMESTAMPS:
+        click.echo(f"{field:<10} {_when(record.get(field))}")
+    click.echo(f"last error {record.get('last_error') or '-'}")
+    click.echo(f"expires in {f'{ttl}s' if ttl and ttl > 0 else 'never (live)'}")
+
+
+@click.command("status")
+def status() -> None:
+    """Queue depths per tier: ready and delayed messages, and kill switches."""
+    from services.bootstrap import bootstrap
+
+    platform = bootstrap(component="cli")
+    for tier in TIER_NAMES:
+        queues = platform.registry.queues_of_tier(tier)
+        depths = platform.broker.queue_depths(queues)
+        ready = sum(d[0] for d in depths.values())
+        delayed = sum(d[1] for d in depths.values())
+        click.echo(f"{tier}: {ready} ready, {delayed} delayed")
+        for queue, (queue_ready, queue_delayed) in sorted(depths.items()):
+            click.echo(f"  {queue:<40} {queue_ready:>7} ready {queue_delayed:>7} delayed")
+    flags = sorted({f.pause_flag for f in platform.registry if f.pause_flag})
+    for flag in flags:
+        state = "PAUSED" if platform.flags.is_enabled(flag) else "running"
+        click.echo(f"flag {flag}: {state}")
+
+
+def register(main: click.Group) -> None:
+    main.add_command(jobs)
+    main.add_command(status)
