@@ -1,0 +1,44 @@
+# The two commands: `make run` (the whole system, on embedded Redis/PostgreSQL when none is
+# configured) and `make test` (lint, types, the whole suite on real Redis and PostgreSQL).
+# Both do all set-up on a fresh machine: virtualenv, install, services.
+
+PYTHON ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+PYTEST_ARGS ?=
+
+.PHONY: run test lint typecheck pytest bench services install clean
+
+$(STAMP): setup.cfg pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found (Python 3.11 is required)"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/speedtier up
+
+services:
+	bash scripts/ensure-services.sh
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy
+
+pytest: install services
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test: lint typecheck pytest
+
+bench: install services
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
