@@ -75,6 +75,16 @@ class Settings(BaseSettings):
         2.0, ge=0, validation_alias=_env("SPEEDTIER_FLAG_CACHE_SECONDS")
     )
 
+    provider_urls: dict[str, str] = Field(
+        default_factory=dict, validation_alias=_env("SPEEDTIER_PROVIDER_URLS")
+    )
+    http_timeout_seconds: float = Field(
+        30.0, gt=0, validation_alias=_env("SPEEDTIER_HTTP_TIMEOUT_SECONDS")
+    )
+    crawl_allow_private_networks: bool = Field(
+        False, validation_alias=_env("SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS")
+    )
+
     api_host: str = Field("127.0.0.1", validation_alias=_env("SPEEDTIER_API_HOST"))
     api_port: int = Field(8080, ge=1, le=65535, validation_alias=_env("SPEEDTIER_API_PORT"))
     api_workers: int = Field(2, ge=1, validation_alias=_env("SPEEDTIER_API_WORKERS"))

@@ -1,0 +1,1 @@
+"""Knowledge Library sync (seed 000): sources, documents, chunks and crawls from providers."""

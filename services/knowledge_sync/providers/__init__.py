@@ -1,0 +1,1 @@
+"""Provider clients: one module per provider, all speaking ``base.SourceProvider``."""
