@@ -41,6 +41,7 @@ PROVIDER_TIERS: dict[str, str] = {
     "website": "slow",
     "scribe": "slow",
     "url_crawl": "slow",
+    "url": "slow",
 }
 
 #: Where a provider missing from the table runs.
@@ -54,6 +55,8 @@ GROUP_CAPS: dict[str, dict[str, int]] = {
     "super_index": {"fast": 5, "slow": 2},
     "super_webhook": {"fast": 5, "slow": 2},
     "ingestion": {"fast": 1, "slow": 1, "maintenance": 1},
+    # seed 000's chunk worker: concurrency 4 for the whole family (group_by="global")
+    "kb_document_chunks": {"fast": 4},
 }
 
 

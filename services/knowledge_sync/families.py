@@ -1,0 +1,126 @@
+"""The knowledge sync job families: request kinds, job ids, tiers, windows, pause flag.
+
+Request parameters are what Rails sends (``source_id``, ``document_id``, ``crawl_task_id``,
+``url``...). ``provider`` and ``organization_data_source_id`` are filled in by whoever
+enqueues (the route looks them up for Rails' requests; runs and the tick know them) so the
+router can pick the tier and key the window.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+
+from tiers.families import Family
+from tiers.policies import WindowRule
+
+PAUSE_FLAG = "pause_api2_knowledge_base_sync"
+
+#: Seed 000's provider windows (fixed windows keyed per organization data source).
+SOURCE_WINDOWS = {"notion": WindowRule(4, 60.0), "*": WindowRule(20, 1.0)}
+DOCUMENT_WINDOWS = {
+    "notion": WindowRule(4, 60.0),
+    "scribe": WindowRule(50, 60.0),
+    "*": WindowRule(3000, 60.0),
+}
+#: The chunk worker's queue limiter: 60 jobs a minute (and 4 at once, GROUP_CAPS).
+CHUNK_WINDOWS = {"*": WindowRule(60, 60.0)}
+
+
+class _Routed(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    provider: str | None = Field(None, max_length=64)
+    organization_data_source_id: int | None = Field(None, ge=1)
+
+
+class SourceParams(_Routed):
+    source_id: int = Field(ge=1)
+
+
+class DocumentParams(_Routed):
+    document_id: int = Field(ge=1)
+
+
+class CrawlStartParams(_Routed):
+    crawl_task_id: int = Field(ge=1)
+
+
+class CrawlUrlParams(_Routed):
+    crawl_task_id: int = Field(ge=1)
+    url: HttpUrl
+    parent_url: HttpUrl | None = None
+    depth: int = Field(0, ge=0, le=100)
+
+
+def crawl_url_job_id(crawl_task_id: int, url: str) -> str:
+    """``kb-crawl-url-<task>-<sha256(url)[0:24]>``."""
+    return f"kb-crawl-url-{crawl_task_id}-{hashlib.sha256(url.encode()).hexdigest()[:24]}"
+
+
+def _provider(params: Any) -> str | None:
+    return params.provider  # type: ignore[no-any-return]
+
+
+def _scope(organization_id: int, params: Any) -> str:
+    ods = params.organization_data_source_id
+    return f"ods-{ods}" if ods else f"org-{organization_id}"
+
+
+def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
+    """The five units of seed 000, bound to their actor bodies."""
+    common: dict[str, Any] = {"pause_flag": PAUSE_FLAG, "provider": _provider}
+    return [
+        Family(
+            name="kb_source_sync",
+            kind="sync_source",
+            handler=handlers["sync_source"],
+            params=SourceParams,
+            job_id=lambda _org, p: f"kb-source-sync-{p.source_id}",
+            windows=SOURCE_WINDOWS,
+            window_scope=_scope,
+            **common,
+        ),
+        Family(
+            name="kb_document_sync",
+            kind="sync_document",
+            handler=handlers["sync_document"],
+            params=DocumentParams,
+            job_id=lambda _org, p: f"kb-document-sync-{p.document_id}",
+            windows=DOCUMENT_WINDOWS,
+            window_scope=_scope,
+            **common,
+        ),
+        Family(
+            # One queue, so the seed's limiter (60 a minute, 4 at once) holds for the whole
+            # family: chunking calls the embeddings API, not the source's provider.
+            name="kb_document_chunks",
+            kind="sync_document_chunks",
+            handler=handlers["sync_document_chunks"],
+            params=DocumentParams,
+            job_id=lambda _org, p: f"kb-document-chunks-{p.document_id}",
+            fixed_tier="fast",
+            group_by="global",
+            windows=CHUNK_WINDOWS,
+            pause_flag=PAUSE_FLAG,
+        ),
+        Family(
+            name="kb_crawl_start",
+            kind="start_crawl",
+            handler=handlers["start_crawl"],
+            params=CrawlStartParams,
+            job_id=lambda _org, p: f"kb-crawl-start-{p.crawl_task_id}",
+            **common,
+        ),
+        Family(
+            name="kb_crawl_url",
+            kind="crawl_url",
+            handler=handlers["crawl_url"],
+            params=CrawlUrlParams,
+            job_id=lambda _org, p: crawl_url_job_id(p.crawl_task_id, str(p.url)),
+            **common,
+        ),
+    ]

@@ -1,0 +1,240 @@
+"""The knowledge sync units as plain functions of a session and an organization id.
+
+Each run writes the Rails tables in the caller's transaction and returns its follow-up
+requests; the actor commits first and enqueues after (durable follow-ups), so a retry of a
+unit re-derives the same deterministic child ids from the database instead of trusting a
+provider's "unchanged".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from router.requests import JobRequest
+from services.ingestion.index_writer import remove_document_index, replace_document_index
+from services.knowledge_sync import store
+from services.knowledge_sync.providers.base import SourceConfig, SourceProvider
+from shared.db.models.rails import KnowledgeBaseDocument, KnowledgeBaseSource
+from shared.db.tenant import organization_filter, require_scoped
+from shared.errors import RecordMissing, Unrecoverable
+
+#: ``document_chunks.source_type`` (and ``pg_search_documents.searchable_type``) of synced
+#: documents, as in Rails.
+CHUNK_SOURCE_TYPE = "KnowledgeBaseDocument"
+
+
+@dataclass(frozen=True)
+class SyncContext:
+    """What the runs need besides a session: provider clients and how to reach them.
+
+    Attributes:
+      providers: source type -> client.
+      provider_urls: source type -> base URL, from configuration (wins over the source's
+        ``base_url`` setting and the client's default).
+      default_urls: source type -> the provider's production base URL.
+      timeout: seconds per HTTP request.
+      chunker / embedder: the shared chunk/embed/index component.
+    """
+
+    providers: Mapping[str, SourceProvider]
+    provider_urls: Mapping[str, str]
+    default_urls: Mapping[str, str]
+    timeout: float
+    chunker: Any
+    embedder: Any
+
+    def provider_for(self, source_type: str) -> SourceProvider:
+        provider = self.providers.get(source_type)
+        if provider is None:
+            raise Unrecoverable(f"unknown knowledge base source type {source_type!r}")
+        return provider
+
+    def config_for(
+        self, session: Session, organization_id: int, source: KnowledgeBaseSource
+    ) -> SourceConfig:
+        settings = store.source_settings(session, organization_id, source)
+        base_url = (
+            self.provider_urls.get(source.type)
+            or settings.get("base_url")
+            or self.default_urls.get(source.type, "")
+        )
+        return SourceConfig(
+            source_id=source.id,
+            organization_id=organization_id,
+            source_type=source.type,
+            base_url=str(base_url),
+            settings=settings,
+            timeout=self.timeout,
+        )
+
+
+def _routing(source: KnowledgeBaseSource) -> dict[str, Any]:
+    return {
+        "provider": source.type,
+        "organization_data_source_id": source.organization_data_source_id,
+    }
+
+
+def document_request(
+    kind: str, organization_id: int, document_id: int, source: KnowledgeBaseSource | None
+) -> JobRequest:
+    params: dict[str, Any] = {"document_id": document_id}
+    if source is not None and kind == "sync_document":
+        params.update(_routing(source))
+    return JobRequest(kind, organization_id, params)
+
+
+def source_request(
+    organization_id: int, source_id: int, source_type: str, ods_id: int | None
+) -> JobRequest:
+    return JobRequest(
+        "sync_source",
+        organization_id,
+        {"source_id": source_id, "provider": source_type, "organization_data_source_id": ods_id},
+    )
+
+
+def discard_document(
+    session: Session, organization_id: int, row: KnowledgeBaseDocument, now: datetime
+) -> None:
+    """Discard a document and take it out of retrieval in the same transaction."""
+    row.discarded_at = now
+    row.updated_at = now
+    remove_document_index(
+        session, organization_id=organization_id, source_type=CHUNK_SOURCE_TYPE, source_id=row.id
+    )
+
+
+def run_source_sync(
+    session: Session, ctx: SyncContext, *, organization_id: int, source_id: int, now: datetime
+) -> list[JobRequest]:
+    """List the source, upsert its sections and documents, discard what a complete listing no
+    longer has, and return the follow-ups: a document sync for every kept document the
+    provider must still fetch (never synced, or changed upstream) and a chunk sync for every
+    kept document with content but no chunks."""
+    source = store.live_source(session, organization_id, source_id)
+    provider = ctx.provider_for(source.type)
+    listing = provider.list_source(ctx.config_for(session, organization_id, source))
+
+    sections = store.upsert_sections(session, organization_id, source, listing.sections, now)
+    existing = store.documents_of_source(session, organization_id, source.id)
+    listed: dict[str, Any] = {}
+    for item in listing.documents:
+        row = store.upsert_document(
+            session, organization_id, source, existing.get(item.identifier), item, now
+        )
+        existing[item.identifier] = row
+        listed[item.identifier] = item
+    session.flush()
+    for identifier, item in listed.items():
+        section_ids = [sections[s].id for s in item.section_identifiers if s in sections]
+        store.link_sections(session, organization_id, existing[identifier], section_ids, now)
+
+    if listing.complete:
+        for identifier, row in existing.items():
+            if identifier not in listed and row.discarded_at is None:
+                discard_document(session, organization_id, row, now)
+        store.discard_sections_except(
+            session,
+            organization_id,
+            source.id,
+            set(sections) & {s.identifier for s in listing.sections},
+            now,
+        )
+    store.mark_source_synced(source, now)
+    session.flush()
+
+    follow_ups: list[JobRequest] = []
+    for identifier, row in existing.items():
+        if row.discarded_at is not None:
+            continue
+        item = listed.get(identifier)
+        changed_upstream = (
+            item is not None
+            and item.updated_at is not None
+            and row.last_synced_at is not None
+            and item.updated_at > row.last_synced_at
+        )
+        if provider.fetches_documents and (row.last_synced_at is None or changed_upstream):
+            follow_ups.append(document_request("sync_document", organization_id, row.id, source))
+        elif row.chunks_synced_at is None and row.content:
+            follow_ups.append(
+                document_request("sync_document_chunks", organization_id, row.id, None)
+            )
+    return follow_ups
+
+
+def run_document_sync(
+    session: Session, ctx: SyncContext, *, organization_id: int, document_id: int, now: datetime
+) -> list[JobRequest]:
+    """Fetch one document's content (a provider 404 discards it), then re-read the row and
+    return a chunk sync while it has content and no chunks."""
+    row = require_scoped(
+        session, KnowledgeBaseDocument, document_id, organization_id=organization_id
+    )
+    if row.discarded_at is not None:
+        raise RecordMissing(f"knowledge base document {document_id} is discarded")
+    if row.knowledge_base_source_id is not None:
+        source = store.live_source(session, organization_id, row.knowledge_base_source_id)
+        provider = ctx.provider_for(source.type)
+        fetched = provider.fetch_document(
+            ctx.config_for(session, organization_id, source), row.source_identifier
+        )
+        if fetched is None:
+            discard_document(session, organization_id, row, now)
+            return []
+        store.store_content(row, fetched.title, fetched.content, now)
+        row.url = fetched.url or row.url
+    session.flush()
+    session.refresh(row)
+    if row.discarded_at is None and row.chunks_synced_at is None and row.content:
+        return [document_request("sync_document_chunks", organization_id, row.id, None)]
+    return []
+
+
+def run_document_chunks(
+    session: Session, ctx: SyncContext, *, organization_id: int, document_id: int, now: datetime
+) -> int:
+    """Replace the document's chunks and search row in the caller's transaction; returns the
+    chunk count. ``chunks_synced_at`` is set only if the content indexed is still current."""
+    row = require_scoped(
+        session, KnowledgeBaseDocument, document_id, organization_id=organization_id
+    )
+    if row.discarded_at is not None or not row.content:
+        remove_document_index(
+            session,
+            organization_id=organization_id,
+            source_type=CHUNK_SOURCE_TYPE,
+            source_id=row.id,
+        )
+        if row.discarded_at is not None:
+            raise RecordMissing(f"knowledge base document {document_id} is discarded")
+        row.chunks_synced_at = now
+        return 0
+    indexed_hash = row.content_hash
+    outcome = replace_document_index(
+        session,
+        organization_id=organization_id,
+        source_type=CHUNK_SOURCE_TYPE,
+        source_id=row.id,
+        title=row.title or "",
+        content=row.content,
+        chunker=ctx.chunker,
+        embedder=ctx.embedder,
+    )
+    session.execute(
+        update(KnowledgeBaseDocument)
+        .where(
+            organization_filter(KnowledgeBaseDocument, organization_id),
+            KnowledgeBaseDocument.id == row.id,
+            KnowledgeBaseDocument.content_hash.is_not_distinct_from(indexed_hash),
+        )
+        .values(chunks_synced_at=now)
+    )
+    return int(outcome.chunk_count)

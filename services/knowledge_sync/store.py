@@ -1,0 +1,261 @@
+"""The knowledge sync's SQL: every statement takes and filters on organization_id."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from services.knowledge_sync.providers.base import ListedDocument, ListedSection
+from shared.db.models.rails import (
+    KnowledgeBaseDocument,
+    KnowledgeBaseDocumentSection,
+    KnowledgeBaseSection,
+    KnowledgeBaseSource,
+    OrganizationDataSource,
+)
+from shared.db.tenant import organization_filter, require_scoped, select_scoped
+
+#: Sources the pipeline never syncs (Intercom content comes from elsewhere).
+EXCLUDED_SOURCE_TYPES = ("intercom",)
+
+
+def content_hash(title: str | None, content: str | None) -> str:
+    return hashlib.sha256(f"{title or ''}\0{content or ''}".encode()).hexdigest()
+
+
+def live_source(session: Session, organization_id: int, source_id: int) -> KnowledgeBaseSource:
+    """The source, or RecordMissing when it is missing, discarded or another tenant's."""
+    source = require_scoped(
+        session, KnowledgeBaseSource, source_id, organization_id=organization_id
+    )
+    if source.discarded_at is not None:
+        from shared.errors import RecordMissing
+
+        raise RecordMissing(f"knowledge base source {source_id} is discarded")
+    return source
+
+
+def source_settings(
+    session: Session, organization_id: int, source: KnowledgeBaseSource
+) -> dict[str, Any]:
+    """The organization data source's settings overlaid with the source's own."""
+    merged: dict[str, Any] = {}
+    if source.organization_data_source_id is not None:
+        ods = session.execute(
+            select_scoped(OrganizationDataSource, organization_id=organization_id).where(
+                OrganizationDataSource.id == source.organization_data_source_id
+            )
+        ).scalar_one_or_none()
+        if ods is not None:
+            merged.update(ods.settings or {})
+    merged.update(source.settings or {})
+    return merged
+
+
+def documents_of_source(
+    session: Session, organization_id: int, source_id: int
+) -> dict[str, KnowledgeBaseDocument]:
+    rows = session.execute(
+        select_scoped(KnowledgeBaseDocument, organization_id=organization_id).where(
+            KnowledgeBaseDocument.knowledge_base_source_id == source_id
+        )
+    ).scalars()
+    return {row.source_identifier: row for row in rows}
+
+
+def upsert_sections(
+    session: Session,
+    organization_id: int,
+    source: KnowledgeBaseSource,
+    sections: Sequence[ListedSection],
+    now: datetime,
+) -> dict[str, KnowledgeBaseSection]:
+    """Create or update the listed sections (parents first), reclaiming discarded ones."""
+    existing = {
+        row.source_identifier: row
+        for row in session.execute(
+            select_scoped(KnowledgeBaseSection, organization_id=organization_id).where(
+                KnowledgeBaseSection.knowledge_base_source_id == source.id
+            )
+        ).scalars()
+    }
+    for listed in sections:
+        row = existing.get(listed.identifier)
+        if row is None:
+            row = KnowledgeBaseSection(
+                organization_id=organization_id,
+                knowledge_base_source_id=source.id,
+                source_identifier=listed.identifier,
+                created_at=now,
+            )
+            session.add(row)
+            existing[listed.identifier] = row
+        row.name, row.url, row.locale = listed.name, listed.url, listed.locale
+        row.position = listed.position
+        row.discarded_at = None
+        row.updated_at = now
+    session.flush()
+    for listed in sections:
+        parent = existing.get(listed.parent_identifier) if listed.parent_identifier else None
+        existing[listed.identifier].parent_id = parent.id if parent else None
+    return existing
+
+
+def upsert_document(
+    session: Session,
+    organization_id: int,
+    source: KnowledgeBaseSource,
+    row: KnowledgeBaseDocument | None,
+    listed: ListedDocument,
+    now: datetime,
+) -> KnowledgeBaseDocument:
+    """Create or update one listed document; a discarded one is reclaimed. Content from the
+    listing (when it carries any) is stored, and a change clears ``chunks_synced_at``."""
+    if row is None:
+        row = KnowledgeBaseDocument(
+            organization_id=organization_id,
+            knowledge_base_source_id=source.id,
+            source_type=source.type,
+            source_identifier=listed.identifier,
+            created_at=now,
+        )
+        session.add(row)
+    row.discarded_at = None
+    row.title, row.url, row.locale = listed.title, listed.url, listed.locale
+    row.updated_at = now
+    if listed.content is not None:
+        store_content(row, listed.title, listed.content, now)
+    return row
+
+
+def store_content(
+    row: KnowledgeBaseDocument, title: str | None, content: str, now: datetime
+) -> bool:
+    """Write content; returns whether it changed (a change clears ``chunks_synced_at``)."""
+    digest = content_hash(title, content)
+    changed = digest != row.content_hash
+    row.title, row.content = title, content
+    if changed:
+        row.content_hash = digest
+        row.chunks_synced_at = None
+    row.last_synced_at = now
+    row.updated_at = now
+    return changed
+
+
+def link_sections(
+    session: Session,
+    organization_id: int,
+    document: KnowledgeBaseDocument,
+    section_ids: Iterable[int],
+    now: datetime,
+) -> None:
+    wanted = set(section_ids)
+    current = {
+        link.knowledge_base_section_id: link
+        for link in session.execute(
+            select_scoped(KnowledgeBaseDocumentSection, organization_id=organization_id).where(
+                KnowledgeBaseDocumentSection.knowledge_base_document_id == document.id
+            )
+        ).scalars()
+    }
+    for section_id in wanted - set(current):
+        session.add(
+            KnowledgeBaseDocumentSection(
+                organization_id=organization_id,
+                knowledge_base_document_id=document.id,
+                knowledge_base_section_id=section_id,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+    for section_id in set(current) - wanted:
+        session.delete(current[section_id])
+
+
+def discard_sections_except(
+    session: Session, organization_id: int, source_id: int, keep: set[str], now: datetime
+) -> int:
+    result = session.execute(
+        update(KnowledgeBaseSection)
+        .where(
+            organization_filter(KnowledgeBaseSection, organization_id),
+            KnowledgeBaseSection.knowledge_base_source_id == source_id,
+            KnowledgeBaseSection.discarded_at.is_(None),
+            KnowledgeBaseSection.source_identifier.not_in(keep) if keep else True,
+        )
+        .values(discarded_at=now, updated_at=now)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def mark_source_synced(source: KnowledgeBaseSource, now: datetime) -> None:
+    source.sync_status = "synced"
+    source.last_synced_at = now
+    source.last_sync_error = None
+    source.updated_at = now
+
+
+def mark_source_failed(session: Session, organization_id: int, source_id: int, error: str) -> None:
+    session.execute(
+        update(KnowledgeBaseSource)
+        .where(
+            organization_filter(KnowledgeBaseSource, organization_id),
+            KnowledgeBaseSource.id == source_id,
+        )
+        .values(sync_status="failed", last_sync_error=error[:2000], updated_at=func.now())
+    )
+
+
+def sources_to_scan(
+    session: Session, batch: int = 1000
+) -> Iterable[tuple[int, int, str, int | None]]:
+    """``(organization_id, source_id, type, organization_data_source_id)`` of every live source
+    but the excluded types, across tenants (the daily tick only; runs are tenant-scoped)."""
+    statement = (
+        select(
+            KnowledgeBaseSource.organization_id,
+            KnowledgeBaseSource.id,
+            KnowledgeBaseSource.type,
+            KnowledgeBaseSource.organization_data_source_id,
+        )
+        .where(
+            KnowledgeBaseSource.discarded_at.is_(None),
+            KnowledgeBaseSource.type.not_in(EXCLUDED_SOURCE_TYPES),
+        )
+        .order_by(KnowledgeBaseSource.id)
+        .execution_options(yield_per=batch)
+    )
+    for org, source_id, source_type, ods in session.execute(statement):
+        yield int(org), int(source_id), str(source_type), ods
+
+
+def documents_needing_chunks(session: Session, batch: int = 1000) -> Iterable[tuple[int, int, str]]:
+    """The recovery sweep: kept documents with content but no chunks, across tenants."""
+    statement = (
+        select(
+            KnowledgeBaseDocument.organization_id,
+            KnowledgeBaseDocument.id,
+            KnowledgeBaseDocument.source_type,
+        )
+        .where(*RECOVERY_BACKLOG)
+        .order_by(KnowledgeBaseDocument.id)
+        .execution_options(yield_per=batch)
+    )
+    for org, document_id, source_type in session.execute(statement):
+        yield int(org), int(document_id), str(source_type)
+
+
+#: The seed's recovery-sweep criteria (also what ``speedtier kb check`` counts).
+RECOVERY_BACKLOG = (
+    KnowledgeBaseDocument.discarded_at.is_(None),
+    KnowledgeBaseDocument.chunks_synced_at.is_(None),
+    KnowledgeBaseDocument.content.is_not(None),
+    KnowledgeBaseDocument.content != "",
+    KnowledgeBaseDocument.source_type.not_in(EXCLUDED_SOURCE_TYPES),
+)
