@@ -1,0 +1,445 @@
+"""Zendesk Help Center: brands, categories and nested sections, articles and their translations.
+
+Settings (``SourceConfig.settings``):
+  ``subdomain``, ``email``, ``api_token``: required; requests authenticate with basic auth
+  ``{email}/token:{api_token}`` against ``https://{subdomain}.zendesk.com``.
+  ``brand_ids``: optional; only these brands (a list, or a comma-separated string).
+  ``locales``: optional; only these locales, each one listed for every article (see below).
+
+A listing carries content, so ``fetches_documents`` is False. Identifiers:
+  documents ``<article id>:<locale>``; categories ``category:<id>:<locale>``; sections
+  ``section:<id>:<locale>``. Sections are listed once per locale so that a section's name and
+  path are in the document's language; a section or category without a name in a locale takes
+  the default locale's name. A document's ``section_identifiers`` names its own section only;
+  the path above it follows ``ListedSection.parent_identifier`` (section > section > category).
+
+Locale rule: without ``locales`` a document is listed for every published translation in one of
+the help center's locales. With ``locales`` (kept to those the help center has), every
+published article is listed in each of them; a locale without a published translation takes
+the article's source-locale title and content, under its own identifier ``<id>:<locale>``.
+Draft articles and draft translations are never listed.
+
+Snapshot safety: any failed page of brands, locales, categories, sections or articles raises,
+so the run aborts before anything is removed. A failed translation fetch for one article is
+not raised (except ``Delay`` and credential failures, which concern the whole run): that
+article is left out and the listing comes back with ``complete=False`` and, in
+``kept_identifiers``, the prefix ``"<article id>:"``. The caller keeps every document whose
+identifier starts with a kept prefix and skips the removal pass for the run.
+
+Pagination: every list is requested with cursor pagination (``page[size]``, then
+``links.next`` while ``meta.has_more``); an offset-style answer (``next_page``) is followed too.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from markdownify import markdownify
+
+from services.knowledge_sync.providers.base import (
+    FetchedDocument,
+    ListedDocument,
+    ListedSection,
+    Listing,
+    SourceConfig,
+)
+from shared.errors import Retryable, Unrecoverable
+from shared.http import JsonClient, NotFound
+
+#: Zendesk's largest page for help center lists.
+PAGE_SIZE = 100
+ZENDESK_DOMAIN = "zendesk.com"
+_SUBDOMAIN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
+
+Json = dict[str, Any]
+
+
+def base_url_for(settings: Mapping[str, Any]) -> str:
+    """The account's API root, ``https://{subdomain}.zendesk.com``.
+
+    Raises:
+      Unrecoverable: the subdomain is missing or is not a bare Zendesk subdomain (a value such
+        as ``evil.test/`` must never receive the credentials).
+    """
+    raw = str(settings.get("subdomain") or "").strip().lower()
+    subdomain = raw.removeprefix("https://").removesuffix("/").removesuffix("." + ZENDESK_DOMAIN)
+    if not _SUBDOMAIN.match(subdomain):
+        raise Unrecoverable(f"zendesk: invalid subdomain setting {raw!r}")
+    return f"https://{subdomain}.{ZENDESK_DOMAIN}"
+
+
+def is_zendesk_url(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    return host.endswith("." + ZENDESK_DOMAIN)
+
+
+def document_identifier(article_id: object, locale: str) -> str:
+    return f"{article_id}:{locale}"
+
+
+def kept_prefix(article_id: object) -> str:
+    """The ``kept_identifiers`` entry keeping every locale of an article."""
+    return f"{article_id}:"
+
+
+def parse_document_identifier(identifier: str) -> tuple[str, str]:
+    """``"<article id>:<locale>"`` -> (article id, locale); Unrecoverable when malformed."""
+    article_id, _, locale = identifier.partition(":")
+    if not article_id.isdigit() or not locale:
+        raise Unrecoverable(f"zendesk: malformed document identifier {identifier!r}")
+    return article_id, locale.lower()
+
+
+def html_to_markdown(html: str | None) -> str:
+    """Article body HTML as markdown (ATX headings, ``-`` bullets)."""
+    # The wrapper keeps bs4 from reading a body such as "page.html" as a file name.
+    return markdownify(f"<div>{html or ''}</div>", heading_style="ATX", bullets="-").strip()
+
+
+def _string_list(value: Any) -> list[str]:
+    if value is None or value == "":
+        return []
+    items = value.split(",") if isinstance(value, str) else list(value)
+    return [str(item).strip() for item in items if str(item).strip()]
+
+
+def _timestamp(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value)) if value else None
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class _HelpCenter:
+    """One brand's help center as a run lists it."""
+
+    client: JsonClient
+    locales: tuple[str, ...]
+    default_locale: str
+    fallback: bool
+
+
+class ZendeskProvider:
+    """The Zendesk Help Center client (see the module docstring for the rules).
+
+    Parameters:
+      page_size: items asked for per page (Zendesk allows at most 100).
+    """
+
+    source_types: tuple[str, ...] = ("zendesk",)
+    fetches_documents: bool = False
+
+    def __init__(self, page_size: int = PAGE_SIZE) -> None:
+        self.page_size = page_size
+
+    # -- the SourceProvider interface -------------------------------------------------------
+
+    def list_source(self, config: SourceConfig) -> Listing:
+        """Every published translation and every category and section of the chosen brands."""
+        documents: list[ListedDocument] = []
+        sections: list[ListedSection] = []
+        kept: set[str] = set()
+        for base in self._help_center_bases(config):
+            center = self._open(config, base)
+            try:
+                if not center.locales:
+                    continue
+                sections += self._list_sections(center)
+                for article in self._items(
+                    center.client, "/api/v2/help_center/articles", "articles"
+                ):
+                    if article.get("draft"):
+                        continue
+                    try:
+                        translations = self._translations(center.client, article["id"])
+                    except (Retryable, NotFound):
+                        # Delay and credential failures propagate: they concern the run.
+                        kept.add(kept_prefix(article["id"]))
+                        continue
+                    documents += _article_documents(center, article, translations)
+            finally:
+                center.client.close()
+        return Listing(documents, sections, complete=not kept, kept_identifiers=frozenset(kept))
+
+    def fetch_document(self, config: SourceConfig, identifier: str) -> FetchedDocument | None:
+        """One translation (or its source-locale fallback); None when Zendesk no longer has it
+        published. The article is looked for on the account's host, then on each brand's."""
+        article_id, locale = parse_document_identifier(identifier)
+        requested = {item.lower() for item in _string_list(config.settings.get("locales"))}
+        for base in self._document_bases(config):
+            client = self._client(config, base)
+            try:
+                article = client.get(f"/api/v2/help_center/articles/{article_id}")["article"]
+            except NotFound:
+                continue
+            else:
+                return self._fetch_translation(client, article, locale, locale in requested)
+            finally:
+                client.close()
+        return None
+
+    # -- where to call ------------------------------------------------------------------
+
+    def account_base_url(self, config: SourceConfig) -> str:
+        """The configured override when there is one, else the subdomain's URL."""
+        return (config.base_url or base_url_for(config.settings)).rstrip("/")
+
+    def brand_base_url(self, config: SourceConfig, brand: Json) -> str:
+        """Where a brand's help center answers.
+
+        A brand's own ``brand_url`` when the account is on Zendesk's domain; with a configured
+        override elsewhere (a proxy, a local server) every brand answers at the override.
+        Override to route brands differently.
+        """
+        account = self.account_base_url(config)
+        if not is_zendesk_url(account):
+            return account
+        brand_url = str(brand.get("brand_url") or "")
+        if brand_url.startswith("https://") and is_zendesk_url(brand_url):
+            return brand_url.rstrip("/")
+        return base_url_for({"subdomain": brand.get("subdomain")})
+
+    def _document_bases(self, config: SourceConfig) -> Iterator[str]:
+        """The account's host, then (only if needed) each other help center's."""
+        account = self.account_base_url(config)
+        yield account
+        yield from (base for base in self._help_center_bases(config) if base != account)
+
+    def _help_center_bases(self, config: SourceConfig) -> list[str]:
+        """Distinct base URLs of the enabled help centers among the chosen brands."""
+        wanted = set(_string_list(config.settings.get("brand_ids")))
+        client = self._client(config, self.account_base_url(config))
+        try:
+            brands = list(self._items(client, "/api/v2/brands", "brands"))
+        finally:
+            client.close()
+        bases: list[str] = []
+        for brand in brands:
+            if wanted and str(brand.get("id")) not in wanted:
+                continue
+            if not brand.get("active", True) or not brand.get("has_help_center", True):
+                continue
+            if brand.get("help_center_state", "enabled") != "enabled":
+                continue
+            base = self.brand_base_url(config, brand)
+            if base not in bases:
+                bases.append(base)
+        return bases
+
+    def _client(self, config: SourceConfig, base: str) -> JsonClient:
+        email = str(config.settings.get("email") or "")
+        token = str(config.settings.get("api_token") or "")
+        if not email or not token:
+            raise Unrecoverable("zendesk: settings need email and api_token")
+        credentials = base64.b64encode(f"{email}/token:{token}".encode()).decode("ascii")
+        return JsonClient(
+            base,
+            headers={"Authorization": f"Basic {credentials}", "Accept": "application/json"},
+            timeout=config.timeout,
+        )
+
+    def _open(self, config: SourceConfig, base: str) -> _HelpCenter:
+        client = self._client(config, base)
+        try:
+            answer = client.get("/api/v2/help_center/locales")
+            available = [str(item).lower() for item in answer.get("locales") or []]
+            default = str(answer.get("default_locale") or (available or ["en-us"])[0]).lower()
+        except BaseException:
+            client.close()
+            raise
+        requested = [item.lower() for item in _string_list(config.settings.get("locales"))]
+        if requested:
+            locales = tuple(item for item in dict.fromkeys(requested) if item in available)
+            return _HelpCenter(client, locales, default, fallback=True)
+        return _HelpCenter(client, tuple(available), default, fallback=False)
+
+    # -- pages --------------------------------------------------------------------------
+
+    def _items(self, client: JsonClient, path: str, key: str) -> Iterator[Json]:
+        """Every item of a paginated list; a failed or malformed page raises."""
+        url: str = path
+        params: dict[str, Any] | None = {"page[size]": self.page_size}
+        seen: set[str] = set()
+        while True:
+            body = client.json("GET", url, params=params)
+            items = body.get(key) if isinstance(body, dict) else None
+            if not isinstance(items, list):
+                raise Retryable(f"zendesk: GET {url}: no {key!r} list in the answer")
+            yield from items
+            next_url = _next_page(body)
+            if not next_url:
+                return
+            url, params = _same_origin(client.base_url, next_url), None
+            if url in seen:
+                raise Retryable(f"zendesk: GET {path}: pagination repeats {url}")
+            seen.add(url)
+
+    def _translations(self, client: JsonClient, article_id: object) -> list[Json]:
+        path = f"/api/v2/help_center/articles/{article_id}/translations"
+        return list(self._items(client, path, "translations"))
+
+    def _fetch_translation(
+        self, client: JsonClient, article: Json, locale: str, fallback: bool
+    ) -> FetchedDocument | None:
+        if article.get("draft"):
+            return None
+        translation = _published_translation(client, article["id"], locale)
+        source_locale = str(article.get("source_locale") or article.get("locale") or "").lower()
+        if translation is None and fallback and source_locale != locale:
+            translation = _published_translation(client, article["id"], source_locale)
+        if translation is None:
+            return None
+        return FetchedDocument(
+            title=str(translation.get("title") or ""),
+            content=html_to_markdown(translation.get("body")),
+            url=translation.get("html_url"),
+            updated_at=_timestamp(translation.get("updated_at")),
+        )
+
+    def _list_sections(self, center: _HelpCenter) -> list[ListedSection]:
+        names_in = dict.fromkeys((*center.locales, center.default_locale))
+        categories: dict[str, dict[str, Json]] = {}
+        sections: dict[str, dict[str, Json]] = {}
+        for locale in names_in:
+            for item in self._items(
+                center.client, f"/api/v2/help_center/{locale}/categories", "categories"
+            ):
+                categories.setdefault(str(item["id"]), {})[locale] = item
+            for item in self._items(
+                center.client, f"/api/v2/help_center/{locale}/sections", "sections"
+            ):
+                sections.setdefault(str(item["id"]), {})[locale] = item
+        return _section_tree(categories, sections, center.locales, center.default_locale)
+
+
+def _next_page(body: Json) -> str | None:
+    meta = body.get("meta")
+    if isinstance(meta, dict) and "has_more" in meta:
+        links = body.get("links")
+        following = links.get("next") if isinstance(links, dict) else None
+        return str(following) if meta["has_more"] and following else None
+    following = body.get("next_page")
+    return str(following) if following else None
+
+
+def _same_origin(base_url: str, url: str) -> str:
+    """A next-page URL re-rooted on the client's own scheme and host, so the credentials go
+    only where the source is configured, whatever host the answer names."""
+    base, target = urlsplit(base_url), urlsplit(url)
+    query = f"?{target.query}" if target.query else ""
+    return f"{base.scheme}://{base.netloc}{target.path}{query}"
+
+
+def _published_translation(client: JsonClient, article_id: object, locale: str) -> Json | None:
+    try:
+        answer = client.get(f"/api/v2/help_center/articles/{article_id}/translations/{locale}")
+    except NotFound:
+        return None
+    translation = answer.get("translation") if isinstance(answer, dict) else None
+    if not isinstance(translation, dict) or translation.get("draft"):
+        return None
+    return translation
+
+
+def _article_documents(
+    center: _HelpCenter, article: Json, translations: Sequence[Json]
+) -> list[ListedDocument]:
+    published = {
+        str(item.get("locale") or "").lower(): item
+        for item in translations
+        if not item.get("draft")
+    }
+    source_locale = str(article.get("source_locale") or article.get("locale") or "").lower()
+    section_id = article.get("section_id")
+    documents = []
+    for locale in center.locales:
+        translation = published.get(locale)
+        if translation is None and center.fallback:
+            translation = published.get(source_locale)
+        if translation is None:
+            continue
+        documents.append(
+            ListedDocument(
+                identifier=document_identifier(article["id"], locale),
+                title=str(translation.get("title") or ""),
+                url=translation.get("html_url") or article.get("html_url"),
+                locale=locale,
+                updated_at=_timestamp(translation.get("updated_at")),
+                content=html_to_markdown(translation.get("body")),
+                section_identifiers=(f"section:{section_id}:{locale}",) if section_id else (),
+            )
+        )
+    return documents
+
+
+def _localized(versions: Mapping[str, Json], locale: str, default_locale: str) -> Json:
+    """The item in ``locale``, else in the default locale, else in any locale listed."""
+    return versions.get(locale) or versions.get(default_locale) or next(iter(versions.values()))
+
+
+def _section_tree(
+    categories: Mapping[str, Mapping[str, Json]],
+    sections: Mapping[str, Mapping[str, Json]],
+    locales: Sequence[str],
+    default_locale: str,
+) -> list[ListedSection]:
+    """Categories then sections, parents before children, once per locale.
+
+    A section's parent is its parent section, or its category at the top; a parent Zendesk did
+    not list (a restricted one) leaves the section at the root rather than dangling.
+    """
+    parents: dict[str, str | None] = {}
+    for section_id, versions in sections.items():
+        item = next(iter(versions.values()))
+        parent, category = item.get("parent_section_id"), item.get("category_id")
+        if parent is not None and str(parent) in sections:
+            parents[section_id] = f"section:{parent}"
+        elif category is not None and str(category) in categories:
+            parents[section_id] = f"category:{category}"
+        else:
+            parents[section_id] = None
+
+    def depth(section_id: str) -> int:
+        steps, seen = 0, {section_id}
+        parent = parents.get(section_id)
+        while parent is not None and parent.startswith("section:"):
+            steps += 1
+            parent_id = parent.removeprefix("section:")
+            if parent_id in seen:
+                raise Unrecoverable(f"zendesk: section {section_id} is its own ancestor")
+            seen.add(parent_id)
+            parent = parents.get(parent_id)
+        return steps
+
+    listed: list[ListedSection] = []
+    for locale in locales:
+        for category_id, versions in categories.items():
+            item = _localized(versions, locale, default_locale)
+            listed.append(_listed(f"category:{category_id}", item, None, locale))
+        for section_id in sorted(sections, key=depth):
+            item = _localized(sections[section_id], locale, default_locale)
+            parent = parents[section_id]
+            listed.append(
+                _listed(
+                    f"section:{section_id}", item, f"{parent}:{locale}" if parent else None, locale
+                )
+            )
+    return listed
+
+
+def _listed(key: str, item: Json, parent: str | None, locale: str) -> ListedSection:
+    return ListedSection(
+        identifier=f"{key}:{locale}",
+        name=str(item.get("name") or ""),
+        parent_identifier=parent,
+        url=item.get("html_url"),
+        locale=locale,
+        position=int(item.get("position") or 0),
+    )

@@ -1,0 +1,480 @@
+"""A local HTTP server speaking the Zendesk Help Center API, failures included.
+
+It serves brands, help center locales, categories, nested sections, articles (drafts too) and
+their translations, checks basic auth (``{email}/token:{api_token}``, else 401), and paginates
+like Zendesk: cursor pagination (``page[size]``, ``page[after]``, ``meta.has_more``,
+``links.next``) when ``page[size]`` is asked for, offset pagination (``page``, ``per_page``,
+``next_page``) otherwise or when ``cursor_pagination`` is off. Pages hold at most
+``page_size`` items, whatever the client asks.
+
+Brands share the server's host, so a brand other than the default one answers under the
+path prefix ``/brand/<id>``, which is also its ``brand_url``.
+
+Failures are injected per path (and page) with :meth:`FakeZendesk.fail`; see :class:`Kind`.
+
+    fake = FakeZendesk(sample_help_center())
+    with fake as base_url:
+        fake.fail_articles(Kind.SERVER_ERROR, page="later")
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import sys
+import threading
+from dataclasses import dataclass, field
+from enum import Enum
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+EMAIL = "agent@example.com"
+API_TOKEN = "token-123"
+UPDATED_AT = "2026-09-01T10:00:00Z"
+
+
+class Kind(Enum):
+    """What an injected failure answers."""
+
+    NOT_FOUND = "404"
+    UNAUTHORIZED = "401"
+    RATE_LIMITED = "429 with Retry-After"
+    RATE_LIMITED_BARE = "429 without Retry-After"
+    SERVER_ERROR = "500"
+    TRUNCATED = "truncated JSON (Content-Length larger than the body)"
+    INVALID_JSON = "invalid JSON"
+    SLOW = "slow (answers after slow_seconds)"
+
+
+@dataclass
+class Translation:
+    locale: str
+    title: str
+    body: str
+    draft: bool = False
+
+
+@dataclass
+class Article:
+    id: int
+    section_id: int
+    source_locale: str
+    translations: list[Translation]
+    draft: bool = False
+
+
+@dataclass
+class Category:
+    id: int
+    names: dict[str, str]
+    position: int = 0
+
+
+@dataclass
+class Section:
+    id: int
+    category_id: int
+    names: dict[str, str]
+    parent_section_id: int | None = None
+    position: int = 0
+
+
+@dataclass
+class HelpCenter:
+    default_locale: str
+    locales: list[str]
+    categories: list[Category] = field(default_factory=list)
+    sections: list[Section] = field(default_factory=list)
+    articles: list[Article] = field(default_factory=list)
+
+
+@dataclass
+class Brand:
+    id: int
+    name: str
+    subdomain: str
+    help_center_state: str = "enabled"
+    has_help_center: bool = True
+    active: bool = True
+
+
+@dataclass
+class Failure:
+    path: str
+    kind: Kind
+    page: int | str | None = None
+    times: int | None = None
+    retry_after: int = 30
+
+    def matches(self, path: str, page: int) -> bool:
+        if self.path != path or self.times == 0:
+            return False
+        if self.page == "first":
+            return page == 1
+        if self.page == "later":
+            return page > 1
+        return self.page is None or self.page == page
+
+
+def sample_help_center(extra_articles: int = 6) -> HelpCenter:
+    """en-us (default), fr and de; three levels of sections under "Getting started"; a draft
+    article, a draft translation, an article written in French, and ``extra_articles`` plain
+    English ones (ids from 104)."""
+    articles = [
+        Article(
+            100,
+            12,
+            "en-us",
+            [
+                Translation(
+                    "en-us",
+                    "Enable two-factor",
+                    '<h2>Steps</h2><p>Open <a href="https://acme.test/settings">settings</a>'
+                    " and press <strong>Enable</strong>.</p><ul><li>Scan the code</li>"
+                    "<li>Type the number</li></ul>",
+                ),
+                Translation(
+                    "fr", "Activer la double authentification", "<p>Ouvrez les réglages.</p>"
+                ),
+            ],
+        ),
+        Article(
+            101, 20, "en-us", [Translation("en-us", "Unreleased pricing", "<p>x</p>")], draft=True
+        ),
+        Article(
+            102,
+            10,
+            "en-us",
+            [
+                Translation("en-us", "Change your email", "<p>Go to your profile.</p>"),
+                Translation("fr", "Changer votre e-mail", "<p>Brouillon</p>", draft=True),
+            ],
+        ),
+        Article(103, 20, "fr", [Translation("fr", "Télécharger une facture", "<p>Cliquez.</p>")]),
+    ]
+    articles += [
+        Article(n, 10, "en-us", [Translation("en-us", f"Article {n}", f"<p>Body {n}</p>")])
+        for n in range(104, 104 + extra_articles)
+    ]
+    return HelpCenter(
+        default_locale="en-us",
+        locales=["en-us", "fr", "de"],
+        categories=[
+            Category(1, {"en-us": "Getting started", "fr": "Premiers pas"}, position=1),
+            Category(2, {"en-us": "Billing"}, position=2),
+        ],
+        sections=[
+            Section(12, 1, {"en-us": "Two-factor", "fr": "Double authentification"}, 11),
+            Section(11, 1, {"en-us": "Passwords"}, 10),
+            Section(10, 1, {"en-us": "Accounts", "fr": "Comptes"}),
+            Section(20, 2, {"en-us": "Invoices", "fr": "Factures"}),
+        ],
+        articles=articles,
+    )
+
+
+class FakeZendesk:
+    """The server's state; entering it starts the server and gives its base URL.
+
+    Parameters:
+      help_center: the default brand's help center.
+      page_size: the largest page served.
+      cursor_pagination: False answers every list with offset pagination.
+      slow_seconds: how long a ``Kind.SLOW`` answer waits.
+    """
+
+    def __init__(
+        self,
+        help_center: HelpCenter,
+        *,
+        brands: list[Brand] | None = None,
+        page_size: int = 3,
+        cursor_pagination: bool = True,
+        slow_seconds: float = 2.0,
+        email: str = EMAIL,
+        api_token: str = API_TOKEN,
+    ) -> None:
+        self.brands = brands or [Brand(1, "Acme", "acme")]
+        self.help_centers: dict[int, HelpCenter] = {self.brands[0].id: help_center}
+        self.page_size = page_size
+        self.cursor_pagination = cursor_pagination
+        self.slow_seconds = slow_seconds
+        self.authorization = "Basic " + base64.b64encode(
+            f"{email}/token:{api_token}".encode()
+        ).decode("ascii")
+        self.failures: list[Failure] = []
+        self.requests: list[str] = []
+        self.base_url = ""
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._server: _Server | None = None
+
+    # -- setup ---------------------------------------------------------------------------
+
+    def add_brand(self, brand: Brand, help_center: HelpCenter | None = None) -> None:
+        self.brands.append(brand)
+        if help_center is not None:
+            self.help_centers[brand.id] = help_center
+
+    def brand_url(self, brand: Brand) -> str:
+        if brand.id == self.brands[0].id:
+            return self.base_url
+        return f"{self.base_url}/brand/{brand.id}"
+
+    def fail(
+        self,
+        path: str,
+        kind: Kind,
+        *,
+        page: int | str | None = None,
+        times: int | None = None,
+        retry_after: int = 30,
+    ) -> None:
+        """Answer ``path`` (no query) with ``kind``: on every page, on ``"first"``,
+        ``"later"`` or a page number; ``times`` times or for good."""
+        with self._lock:
+            self.failures.append(Failure(path, kind, page, times, retry_after))
+
+    def fail_articles(self, kind: Kind, *, page: int | str | None = "first") -> None:
+        self.fail("/api/v2/help_center/articles", kind, page=page)
+
+    def fail_translations(self, article_id: int, kind: Kind) -> None:
+        self.fail(f"/api/v2/help_center/articles/{article_id}/translations", kind)
+
+    def requested(self, path: str) -> list[str]:
+        """The requests (path and query) made to ``path``."""
+        with self._lock:
+            return [r for r in self.requests if r.split("?")[0] == path]
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def __enter__(self) -> str:
+        handler = type("Handler", (_Handler,), {"fake": self})
+        self._server = _Server(("127.0.0.1", 0), handler)
+        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
+        return self.base_url
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopping.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    # -- answering -----------------------------------------------------------------------
+
+    def answer(self, path: str, query: dict[str, str]) -> tuple[int, Any]:
+        help_center, prefix, path = self._route(path)
+        if help_center is None:
+            return 404, {"error": "RecordNotFound"}
+        if path == "/api/v2/brands":
+            brands = [self._brand_json(b) for b in self.brands]
+            return 200, self._page(brands, "brands", prefix + path, query)
+        if path == "/api/v2/help_center/locales":
+            return 200, {
+                "locales": help_center.locales,
+                "default_locale": help_center.default_locale,
+            }
+        parts = path.removeprefix("/api/v2/help_center/").split("/")
+        if len(parts) == 2 and parts[1] in ("categories", "sections", "articles"):
+            items = self._localized(help_center, parts[0], parts[1])
+            return 200, self._page(items, parts[1], prefix + path, query)
+        if parts[0] != "articles":
+            return 404, {"error": "RecordNotFound"}
+        if len(parts) == 1:
+            items = [self._article_json(a) for a in help_center.articles]
+            return 200, self._page(items, "articles", prefix + path, query)
+        article = next((a for a in help_center.articles if str(a.id) == parts[1]), None)
+        if article is None:
+            return 404, {"error": "RecordNotFound"}
+        if len(parts) == 2:
+            return 200, {"article": self._article_json(article)}
+        translations = [self._translation_json(article, t) for t in article.translations]
+        if len(parts) == 3 and parts[2] == "translations":
+            return 200, self._page(translations, "translations", prefix + path, query)
+        if len(parts) == 4 and parts[2] == "translations":
+            found = next((t for t in translations if t["locale"] == parts[3]), None)
+            return (200, {"translation": found}) if found else (404, {"error": "RecordNotFound"})
+        return 404, {"error": "RecordNotFound"}
+
+    def failure_for(self, path: str, query: dict[str, str]) -> Failure | None:
+        page = self._page_number(query)
+        with self._lock:
+            for failure in self.failures:
+                if failure.matches(path, page):
+                    if failure.times is not None:
+                        failure.times -= 1
+                    return failure
+        return None
+
+    def _route(self, path: str) -> tuple[HelpCenter | None, str, str]:
+        """The help center a path addresses, the brand prefix, and the path under it."""
+        match = re.match(r"^(/brand/(\d+))(/.*)$", path)
+        if match is None:
+            return self.help_centers.get(self.brands[0].id), "", path
+        return self.help_centers.get(int(match.group(2))), match.group(1), match.group(3)
+
+    def _size(self, query: dict[str, str]) -> int:
+        asked = query.get("page[size]") or query.get("per_page") or self.page_size
+        return max(1, min(int(asked), self.page_size))
+
+    def _page_number(self, query: dict[str, str]) -> int:
+        if "page[after]" in query:
+            return int(json.loads(base64.urlsafe_b64decode(query["page[after]"]))["page"])
+        return int(query.get("page", 1))
+
+    def _page(
+        self, items: list[dict[str, Any]], key: str, path: str, query: dict[str, str]
+    ) -> dict[str, Any]:
+        size, number = self._size(query), self._page_number(query)
+        chunk = items[(number - 1) * size : number * size]
+        more = number * size < len(items)
+        url = f"{self.base_url}{path}"
+        if self.cursor_pagination and "page[size]" in query:
+            cursor = base64.urlsafe_b64encode(json.dumps({"page": number + 1}).encode()).decode()
+            following = f"{url}?{urlencode({'page[size]': size, 'page[after]': cursor})}"
+            return {
+                key: chunk,
+                "meta": {"has_more": more, "after_cursor": cursor if more else None},
+                "links": {"next": following if more else None},
+            }
+        following = f"{url}?{urlencode({'page': number + 1, 'per_page': size})}"
+        return {
+            key: chunk,
+            "next_page": following if more else None,
+            "page": number,
+            "per_page": size,
+            "count": len(items),
+        }
+
+    def _brand_json(self, brand: Brand) -> dict[str, Any]:
+        return {
+            "id": brand.id,
+            "name": brand.name,
+            "subdomain": brand.subdomain,
+            "brand_url": self.brand_url(brand),
+            "has_help_center": brand.has_help_center,
+            "help_center_state": brand.help_center_state,
+            "active": brand.active,
+        }
+
+    def _localized(self, center: HelpCenter, locale: str, kind: str) -> list[dict[str, Any]]:
+        """A locale's list: only the items with a name (or translation) in that locale."""
+        if kind == "articles":
+            return [
+                self._translation_json(a, t)
+                for a in center.articles
+                for t in a.translations
+                if t.locale == locale
+            ]
+        items: list[Category] | list[Section] = (
+            center.categories if kind == "categories" else center.sections
+        )
+        listed = []
+        for item in items:
+            if locale not in item.names:
+                continue
+            body: dict[str, Any] = {
+                "id": item.id,
+                "name": item.names[locale],
+                "locale": locale,
+                "source_locale": center.default_locale,
+                "position": item.position,
+                "html_url": f"https://help.acme.test/hc/{locale}/{kind}/{item.id}",
+            }
+            if isinstance(item, Section):
+                body["category_id"] = item.category_id
+                body["parent_section_id"] = item.parent_section_id
+            listed.append(body)
+        return listed
+
+    def _article_json(self, article: Article) -> dict[str, Any]:
+        source = next(t for t in article.translations if t.locale == article.source_locale)
+        return {
+            **self._translation_json(article, source),
+            "id": article.id,
+            "draft": article.draft,
+        }
+
+    def _translation_json(self, article: Article, translation: Translation) -> dict[str, Any]:
+        return {
+            "id": article.id * 100 + article.translations.index(translation),
+            "source_id": article.id,
+            "source_type": "Article",
+            "section_id": article.section_id,
+            "source_locale": article.source_locale,
+            "locale": translation.locale,
+            "title": translation.title,
+            "body": translation.body,
+            "draft": translation.draft or article.draft,
+            "html_url": f"https://help.acme.test/hc/{translation.locale}/articles/{article.id}",
+            "updated_at": UPDATED_AT,
+        }
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that timed out and hung up is part of the test, not a server fault.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    fake: FakeZendesk
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        fake = self.fake
+        parts = urlsplit(self.path)
+        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        with fake._lock:
+            fake.requests.append(self.path)
+        if self.headers.get("Authorization") != fake.authorization:
+            self._send(401, {"error": "Couldn't authenticate you"})
+            return
+        failure = fake.failure_for(parts.path, query)
+        if failure is None:
+            self._send(*fake.answer(parts.path, query))
+            return
+        kind = failure.kind
+        if kind is Kind.SLOW:
+            fake._stopping.wait(fake.slow_seconds)
+            self._send(*fake.answer(parts.path, query))
+        elif kind is Kind.RATE_LIMITED:
+            self._send(429, {"error": "TooManyRequests"}, {"Retry-After": str(failure.retry_after)})
+        elif kind in (Kind.NOT_FOUND, Kind.UNAUTHORIZED, Kind.RATE_LIMITED_BARE, Kind.SERVER_ERROR):
+            status = int(kind.value.split()[0])
+            self._send(status, {"error": kind.name})
+        else:
+            _, body = fake.answer(parts.path, query)
+            raw = json.dumps(body).encode()
+            if kind is Kind.TRUNCATED:
+                self._send_raw(200, raw[: len(raw) // 2], length=len(raw))
+            else:
+                self._send_raw(200, raw[: len(raw) // 2])
+
+    def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        self._send_raw(status, json.dumps(body).encode(), headers=headers)
+
+    def _send_raw(
+        self,
+        status: int,
+        raw: bytes,
+        *,
+        length: int | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+            self.send_header("Content-Length", str(len(raw) if length is None else length))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(raw)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
