@@ -9,6 +9,7 @@ import click
 _COMMAND_MODULES = (
     "services.cli.db",
     "services.cli.api",
+    "services.cli.health",
     "services.cli.worker",
     "services.cli.scheduler",
     "services.cli.jobs",

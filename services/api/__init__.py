@@ -1,0 +1,83 @@
+"""The internal API: a Flask app the main application calls to hand work to the platform.
+
+``create_app`` assembles it: the platform's own blueprints (health, ``/internal/jobs``, the
+OpenAPI document) plus every blueprint a service registered with
+``platform.add_blueprint``. Nothing connects at import time.
+
+Authentication: every ``/internal`` route needs ``Authorization: Bearer
+<INTERNAL_API_TOKEN>``. Outside development and test the app refuses to start without the
+token. In development or test without a token the ``/internal`` routes are open and a
+warning says so at start-up; with a token set they require it in every environment.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Flask
+
+from services.api import health, jobs_routes, openapi
+from services.api.auth import install_bearer_auth
+from services.api.context import attach_platform
+from services.api.errors import register_error_handlers
+from services.bootstrap import Platform, bootstrap
+from shared.config import Settings, load_settings
+
+log = logging.getLogger(__name__)
+
+PLATFORM_BLUEPRINTS = (health.blueprint, jobs_routes.blueprint, openapi.blueprint)
+
+
+class MissingToken(RuntimeError):
+    """INTERNAL_API_TOKEN is required outside development and test."""
+
+
+def api_token(settings: Settings) -> str | None:
+    """The bearer token the app requires, or None when it may run open (development, test).
+
+    Raises:
+      MissingToken: outside development and test without ``INTERNAL_API_TOKEN``.
+    """
+    secret = settings.internal_api_token
+    token = secret.get_secret_value().strip() if secret is not None else ""
+    if token:
+        return token
+    if not settings.is_development:
+        raise MissingToken(
+            f"INTERNAL_API_TOKEN is not set; the internal API will not start in "
+            f"{settings.environment} without it"
+        )
+    return None
+
+
+def create_app(platform: Platform | None = None, settings: Settings | None = None) -> Flask:
+    """Build the internal API.
+
+    Parameters:
+      platform: the assembled platform; built with :func:`services.bootstrap.bootstrap`
+        from ``settings`` when not given.
+      settings: used when ``platform`` is None; defaults to the environment.
+
+    Raises:
+      MissingToken: outside development and test without ``INTERNAL_API_TOKEN``.
+    """
+    settings = platform.settings if platform is not None else settings or load_settings()
+    token = api_token(settings)  # before bootstrap: refuse to start before connecting
+    if platform is None:
+        platform = bootstrap(settings, component="api")
+    if token is None:
+        log.warning(
+            "INTERNAL_API_TOKEN is not set: /internal routes are OPEN to anyone who can reach "
+            "this port (allowed only because SPEEDTIER_ENV=%s)",
+            settings.environment,
+        )
+
+    app = Flask(__name__, static_folder=None)
+    app.config["MAX_CONTENT_LENGTH"] = settings.api_max_body_bytes
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    attach_platform(app, platform)
+    install_bearer_auth(app, token)
+    register_error_handlers(app)
+    for blueprint in (*PLATFORM_BLUEPRINTS, *platform.blueprints):
+        app.register_blueprint(blueprint)
+    return app

@@ -1,0 +1,66 @@
+"""Bearer-token check for every ``/internal`` route.
+
+The check runs for the whole ``/internal`` path space, not per blueprint, so a service
+blueprint cannot forget it and an unknown ``/internal`` path answers 401 (not 404) to a
+caller without the token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+
+from flask import Flask, Response, request
+
+from services.api.errors import error_response
+
+log = logging.getLogger(__name__)
+
+PROTECTED_PREFIX = "/internal"
+REALM = "speedtier-internal"
+
+
+def is_protected(path: str) -> bool:
+    return path == PROTECTED_PREFIX or path.startswith(PROTECTED_PREFIX + "/")
+
+
+def _presented_token() -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def token_matches(presented: str, expected: str) -> bool:
+    """Constant-time comparison, so response timing reveals nothing about the token."""
+    return hmac.compare_digest(presented.encode(), expected.encode())
+
+
+def unauthorized(reason: str) -> Response:
+    response = error_response(401, "unauthorized", message=reason)
+    challenge = f'Bearer realm="{REALM}"'
+    if reason != "missing bearer token":
+        challenge += ', error="invalid_token"'
+    response.headers["WWW-Authenticate"] = challenge
+    return response
+
+
+def install_bearer_auth(app: Flask, token: str | None) -> None:
+    """Require ``Authorization: Bearer <token>`` on ``/internal`` paths of ``app``.
+
+    With ``token`` None (allowed in development and test only, see
+    :func:`services.api.create_app`) the routes are open.
+    """
+
+    @app.before_request
+    def require_bearer_token() -> Response | None:
+        if token is None or not is_protected(request.path):
+            return None
+        presented = _presented_token()
+        if presented is None:
+            return unauthorized("missing bearer token")
+        if not token_matches(presented, token):
+            log.warning("rejected a wrong bearer token for %s %s", request.method, request.path)
+            return unauthorized("invalid bearer token")
+        return None

@@ -1,0 +1,122 @@
+"""Every error the internal API answers, as JSON.
+
+==========================================  ======  =========================================
+cause                                       status  body
+==========================================  ======  =========================================
+``ValidationFailed`` (bad JSON, types,      400     ``{"error": "invalid_request",
+missing fields, unknown kinds)                       "fields": {path: message}}``
+body over ``SPEEDTIER_API_MAX_BODY_BYTES``  413     ``{"error": "payload_too_large", ...}``
+no route                                    404     ``{"error": "not_found"}``
+route without that method                   405     ``{"error": "method_not_allowed"}``
+``QueueUnavailable``, Redis unreachable     503     ``{"error": "queue_unavailable"}``
+anything else                               500     ``{"error": "internal_error"}``
+==========================================  ======  =========================================
+
+Unexpected exceptions are handled through the 500 handler, not an ``Exception`` handler, so
+Flask still signals them (and Sentry's Flask integration still reports them).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import redis
+from flask import Flask, Response, current_app, jsonify
+from pydantic import ValidationError
+from werkzeug.exceptions import HTTPException, InternalServerError, RequestEntityTooLarge
+
+from shared.errors import QueueUnavailable, ValidationFailed
+
+log = logging.getLogger(__name__)
+
+#: Seconds a client should wait before retrying after a 503.
+RETRY_AFTER_SECONDS = 5
+
+#: Redis failures that mean "the queue cannot take work now", raised outside the router
+#: (which already turns connection errors into QueueUnavailable).
+REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    redis.exceptions.ReadOnlyError,
+)
+
+
+def field_path(location: tuple[int | str, ...]) -> str:
+    """A pydantic error location as a field path: ``("requests", 0, "kind")`` ->
+    ``requests[0].kind``; the body as a whole is ``body``."""
+    path = ""
+    for part in location:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or "body"
+
+
+def validation_failed(error: ValidationError) -> ValidationFailed:
+    """A pydantic error as the ValidationFailed the 400 handler answers."""
+    fields: dict[str, str] = {}
+    for item in error.errors(include_url=False):
+        fields.setdefault(field_path(item["loc"]), item["msg"])
+    return ValidationFailed(fields)
+
+
+def error_response(status: int, error: str, **fields: Any) -> Response:
+    """A JSON error body ``{"error": error, **fields}`` with ``status``."""
+    response = jsonify({"error": error, **fields})
+    response.status_code = status
+    return response
+
+
+def invalid_request(fields: dict[str, str]) -> Response:
+    return error_response(400, "invalid_request", fields=fields)
+
+
+def _validation_failed(exc: ValidationFailed) -> Response:
+    return invalid_request(exc.errors)
+
+
+def _queue_unavailable(exc: Exception) -> Response:
+    log.warning("queue unavailable, answering 503: %s", exc)
+    response = error_response(
+        503, "queue_unavailable", message="Redis did not accept the work; nothing was enqueued."
+    )
+    response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
+def _too_large(exc: RequestEntityTooLarge) -> Response:
+    limit = current_app.config.get("MAX_CONTENT_LENGTH")
+    return error_response(
+        413, "payload_too_large", message=f"the body is over {limit} bytes", limit_bytes=limit
+    )
+
+
+def _http_error(exc: HTTPException) -> Response:
+    """Werkzeug's HTML errors as JSON; a 400 names the body as the bad field."""
+    status = exc.code or 500
+    if status == 400:
+        return invalid_request({"body": exc.description or "bad request"})
+    response = error_response(status, _snake(exc.name), message=exc.description)
+    for header, value in exc.get_headers():
+        if header.lower() not in ("content-type", "content-length"):
+            response.headers[header] = value
+    return response
+
+
+def _internal_error(exc: InternalServerError) -> Response:
+    # Flask has already logged the original exception and signalled it.
+    return error_response(500, "internal_error")
+
+
+def _snake(name: str) -> str:
+    return name.lower().replace(" ", "_").replace("-", "_")
+
+
+def register_error_handlers(app: Flask) -> None:
+    """Answer every error of ``app`` in JSON."""
+    app.register_error_handler(ValidationFailed, _validation_failed)
+    app.register_error_handler(QueueUnavailable, _queue_unavailable)
+    for error in REDIS_UNAVAILABLE:
+        app.register_error_handler(error, _queue_unavailable)
+    app.register_error_handler(RequestEntityTooLarge, _too_large)
+    app.register_error_handler(InternalServerError, _internal_error)
+    app.register_error_handler(HTTPException, _http_error)

@@ -1,0 +1,67 @@
+"""Platform routes under ``/internal/jobs``: enqueue any registered kind, look a job up."""
+
+from __future__ import annotations
+
+from flask import Blueprint, jsonify, request
+from flask.typing import ResponseReturnValue
+from pydantic import ValidationError
+
+from services.api.context import current_platform
+from services.api.enqueue import describe_enqueue, enqueue_requests
+from services.api.errors import error_response, validation_failed
+from services.api.openapi import describe
+from services.api.schemas import ErrorBody, JobQuery, JobRecord
+
+blueprint = Blueprint("jobs", __name__, url_prefix="/internal/jobs")
+
+
+@blueprint.post("/enqueue")
+@describe_enqueue("Enqueue jobs of any registered kind")
+def enqueue() -> ResponseReturnValue:
+    return enqueue_requests()
+
+
+@blueprint.get("/<job_id>")
+@describe(
+    "A job's record",
+    description="Finished jobs are kept for their family's retention (24 h by default).",
+    query=JobQuery,
+    responses={
+        200: ("The job's current record.", JobRecord),
+        404: ("No such job, or one of another organization.", ErrorBody),
+        503: ("Redis is unreachable.", ErrorBody),
+    },
+)
+def show(job_id: str) -> ResponseReturnValue:
+    try:
+        query = JobQuery.model_validate(request.args.to_dict())
+    except ValidationError as exc:
+        raise validation_failed(exc) from None
+    record = job_record(job_id, current_platform().broker.jobs.record(job_id))
+    if record is None or query.organization_id not in (None, record.organization_id):
+        return error_response(404, "not_found", message=f"no job {job_id!r}")
+    return jsonify(record.model_dump(mode="json"))
+
+
+def job_record(job_id: str, raw: dict[str, str] | None) -> JobRecord | None:
+    """The job store's string hash as a typed record."""
+    if raw is None:
+        return None
+
+    def number(key: str) -> int | None:
+        value = raw.get(key, "")
+        return int(value) if value.lstrip("-").isdigit() else None
+
+    return JobRecord(
+        job_id=job_id,
+        state=raw.get("state", "unknown"),
+        family=raw.get("family") or None,
+        queue=raw.get("queue") or None,
+        organization_id=number("org"),
+        attempts=number("attempts") or 0,
+        failures=number("failures") or 0,
+        created_at_ms=number("created_at"),
+        started_at_ms=number("started_at"),
+        finished_at_ms=number("finished_at"),
+        last_error=raw.get("last_error") or None,
+    )

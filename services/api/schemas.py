@@ -1,0 +1,105 @@
+"""Request and response bodies of the internal API.
+
+The same models validate requests and describe them in the OpenAPI document, so the two
+cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+#: Requests accepted in one call; the body limit (SPEEDTIER_API_MAX_BODY_BYTES) also applies.
+MAX_REQUESTS_PER_CALL = 1000
+
+OrganizationId = Annotated[StrictInt, Field(ge=1)]
+
+
+class EnqueueItem(BaseModel):
+    """One unit of work: its kind, its organization, and the kind's own parameters as
+    further fields of the same object."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kind: StrictStr = Field(min_length=1, max_length=200, examples=["sync_document"])
+    organization_id: OrganizationId | None = Field(
+        description="The tenant the work belongs to; null only for platform kinds (ticks)."
+    )
+
+    def params(self) -> dict[str, object]:
+        """The kind's parameters: every field but ``kind`` and ``organization_id``."""
+        return dict(self.model_extra or {})
+
+
+class EnqueueBody(BaseModel):
+    """``POST .../enqueue``: a batch accepted whole or not at all."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requests: list[EnqueueItem] = Field(min_length=1, max_length=MAX_REQUESTS_PER_CALL)
+
+
+class EnqueuedJob(BaseModel):
+    job_id: str
+    outcome: Literal["added", "replaced", "deduplicated"] = Field(
+        description="added: new id; replaced: a finished id runs again; deduplicated: the id "
+        "is already waiting, delayed or running (or kept after finishing) so nothing changed."
+    )
+    queue: str
+    kind: str
+
+
+class EnqueueAccepted(BaseModel):
+    """202: every request is durably in Redis."""
+
+    jobs: list[EnqueuedJob]
+
+
+class JobQuery(BaseModel):
+    organization_id: int | None = Field(
+        None,
+        ge=1,
+        description="When given, a job of another organization answers 404 like an unknown id.",
+    )
+
+
+class JobRecord(BaseModel):
+    job_id: str
+    state: str = Field(
+        description="waiting, parked, delayed, active, completed, failed, record_missing, skipped"
+    )
+    family: str | None = None
+    queue: str | None = None
+    organization_id: int | None = None
+    attempts: int = 0
+    failures: int = 0
+    created_at_ms: int | None = None
+    started_at_ms: int | None = None
+    finished_at_ms: int | None = None
+    last_error: str | None = None
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(examples=["unauthorized", "queue_unavailable", "not_found"])
+    message: str | None = None
+
+
+class InvalidRequestBody(BaseModel):
+    """400: nothing was changed; ``fields`` maps each bad field's path to its message."""
+
+    error: Literal["invalid_request"] = "invalid_request"
+    fields: dict[str, str] = Field(
+        examples=[{"requests[0].organization_id": "Input should be a valid integer"}]
+    )
+
+
+class Liveness(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "not_ready"]
+    checks: dict[str, Literal["ok", "unreachable"]] = Field(
+        examples=[{"redis": "ok", "postgresql": "unreachable"}]
+    )

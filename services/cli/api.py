@@ -1,0 +1,72 @@
+"""``speedtier api``: the internal API under gunicorn."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from flask import Flask
+from gunicorn.app.base import BaseApplication
+
+from services.api import MissingToken, api_token, create_app
+from shared.config import load_settings
+
+#: Seconds a worker gets to finish its requests after SIGTERM (under the chart's 30 s).
+GRACEFUL_TIMEOUT_SECONDS = 25
+#: Seconds of silence after which gunicorn restarts a worker.
+WORKER_TIMEOUT_SECONDS = 30
+THREADS_PER_WORKER = 4
+
+
+class ApiServer(BaseApplication):  # type: ignore[misc]
+    """gunicorn, configured in code; each worker builds its own app (and platform)."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.options = options
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self.options.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Flask:
+        return create_app()
+
+
+def server_options(host: str, port: int, workers: int, log_level: str) -> dict[str, Any]:
+    return {
+        "bind": f"{host}:{port}",
+        "workers": workers,
+        "worker_class": "gthread",
+        "threads": THREADS_PER_WORKER,
+        "graceful_timeout": GRACEFUL_TIMEOUT_SECONDS,
+        "timeout": WORKER_TIMEOUT_SECONDS,
+        "accesslog": "-",
+        "errorlog": "-",
+        "loglevel": log_level.lower(),
+        "proc_name": "speedtier-api",
+    }
+
+
+@click.command("api")
+@click.option("--host", help="Listen address [default: SPEEDTIER_API_HOST].")
+@click.option("--port", type=click.IntRange(1, 65535), help="[default: SPEEDTIER_API_PORT]")
+@click.option("--workers", type=click.IntRange(min=1), help="[default: SPEEDTIER_API_WORKERS]")
+def api(host: str | None, port: int | None, workers: int | None) -> None:
+    """Serve the internal API with gunicorn until SIGTERM (then drain for 25 s)."""
+    settings = load_settings()
+    try:
+        api_token(settings)  # fail here, clearly, rather than in every worker
+    except MissingToken as exc:
+        raise click.ClickException(str(exc)) from None
+    options = server_options(
+        host or settings.api_host,
+        port or settings.api_port,
+        workers or settings.api_workers,
+        settings.log_level,
+    )
+    ApiServer(options).run()
+
+
+def register(main: click.Group) -> None:
+    main.add_command(api)

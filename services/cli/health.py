@@ -1,0 +1,34 @@
+"""``speedtier ready``: the readiness probe of workers and the scheduler."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from services.health import CHECK_TIMEOUT_SECONDS, check_readiness, is_ready
+from shared.config import load_settings
+
+
+@click.command("ready")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=CHECK_TIMEOUT_SECONDS,
+    show_default=True,
+    help="Seconds each check may take.",
+)
+def ready(timeout: float) -> None:
+    """Exit 0 when Redis and PostgreSQL answer, 1 (naming what failed) otherwise."""
+    checks = check_readiness(load_settings(), timeout=timeout)
+    for name, error in checks.items():
+        if error is None:
+            click.echo(f"{name}: ok")
+        else:
+            click.echo(f"{name}: unreachable: {error}", err=True)
+    if not is_ready(checks):
+        sys.exit(1)
+
+
+def register(main: click.Group) -> None:
+    main.add_command(ready)

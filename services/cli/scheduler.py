@@ -1,0 +1,102 @@
+"""``speedtier scheduler``, ``speedtier ticks`` and ``speedtier tick NAME``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import click
+
+from services.bootstrap import Platform, bootstrap
+from services.scheduler import TickScheduler, next_fire_time, utc_now
+from services.ticks import Tick
+
+
+@click.command("scheduler")
+def scheduler() -> None:
+    """Emit every tick on its UTC cron schedule until SIGTERM (safe to run twice: a leader
+    lock lets one replica emit, and slot ids make a double emission run once)."""
+    platform = bootstrap(component="scheduler")
+    try:
+        TickScheduler(platform).run()
+    finally:
+        platform.close()
+
+
+def _paused(platform: Platform, tick: Tick) -> str:
+    if not tick.pause_flag:
+        return "no"
+    try:
+        return "YES" if platform.flags.is_enabled(tick.pause_flag) else "no"
+    except Exception as exc:  # the table still lists the schedule when PostgreSQL is down
+        return f"? ({type(exc).__name__})"
+
+
+def schedule_rows(platform: Platform, now: datetime) -> list[tuple[str, ...]]:
+    """One row per tick: name, cron, next fire time (UTC), pause flag, paused?, description."""
+    rows: list[tuple[str, ...]] = []
+    for tick in sorted(platform.ticks, key=lambda t: t.name):
+        fire = next_fire_time(tick.cron, now)
+        rows.append(
+            (
+                tick.name,
+                tick.cron,
+                fire.strftime("%Y-%m-%d %H:%M UTC") if fire else "never",
+                tick.pause_flag or "-",
+                _paused(platform, tick),
+                tick.description,
+            )
+        )
+    return rows
+
+
+def format_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in (header, *rows)
+    )
+
+
+@click.command("ticks")
+def ticks() -> None:
+    """List the ticks with their next fire time (UTC) and pause state."""
+    platform = bootstrap(component="cli")
+    try:
+        header = ("NAME", "CRON", "NEXT (UTC)", "PAUSE FLAG", "PAUSED", "DESCRIPTION")
+        click.echo(format_table(header, schedule_rows(platform, utc_now())))
+    finally:
+        platform.close()
+
+
+def manual_slot(now: datetime) -> str:
+    """The slot id of a manual run: ``manual-2026-11-29T01:02:03Z``."""
+    return "manual-" + now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@click.command("tick")
+@click.argument("name")
+def tick(name: str) -> None:
+    """Run tick NAME now, in this process (the manual re-drive), unless it is paused."""
+    platform = bootstrap(component="cli")
+    try:
+        try:
+            chosen = platform.tick(name)
+        except KeyError as exc:
+            raise click.ClickException(str(exc.args[0])) from None
+        if chosen.pause_flag and platform.flags.is_enabled(chosen.pause_flag):
+            raise click.ClickException(
+                f"tick {name} is paused by flag {chosen.pause_flag}; "
+                f"lower the flag (speedtier resume) before re-driving it"
+            )
+        slot = manual_slot(utc_now())
+        click.echo(f"{name} {slot}: running")
+        summary = chosen.run(slot)
+        click.echo(f"{name} {slot}: done {summary}")
+    finally:
+        platform.close()
+
+
+def register(main: click.Group) -> None:
+    main.add_command(scheduler)
+    main.add_command(ticks)
+    main.add_command(tick)

@@ -1,0 +1,86 @@
+"""Readiness: can this process reach Redis and PostgreSQL right now?
+
+One check serves the API's ``/readyz`` and the ``speedtier ready`` probe of workers and the
+scheduler. Each check opens its own short-lived connection with a short timeout, so a hung
+server fails the probe instead of hanging it, and the answer does not depend on a pool that
+still holds connections from before an outage.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import psycopg
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from shared.config import Settings
+
+if TYPE_CHECKING:
+    from services.bootstrap import Platform
+
+#: Seconds each dependency gets to answer (libpq rounds connect timeouts below 2 up to 2).
+CHECK_TIMEOUT_SECONDS = 2.0
+
+Readiness = dict[str, str | None]
+
+
+def check_readiness(
+    source: Platform | Settings, *, timeout: float = CHECK_TIMEOUT_SECONDS
+) -> Readiness:
+    """Ping Redis and run ``SELECT 1`` on PostgreSQL.
+
+    Parameters:
+      source: a platform or bare settings (``speedtier ready`` needs no platform).
+      timeout: seconds each check may take.
+
+    Returns:
+      ``{"redis": None | error, "postgresql": None | error}``; None means reachable.
+    """
+    settings = source if isinstance(source, Settings) else source.settings
+    return {
+        "redis": _check_redis(settings.redis_url, timeout),
+        "postgresql": _check_postgresql(settings.database_url, timeout),
+    }
+
+
+def is_ready(readiness: Readiness) -> bool:
+    return all(error is None for error in readiness.values())
+
+
+def _check_redis(url: str | None, timeout: float) -> str | None:
+    if not url:
+        return "REDIS_URL is not set"
+    client = redis.Redis.from_url(
+        url,
+        socket_connect_timeout=timeout,
+        socket_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),
+    )
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        client.close()
+    return None
+
+
+def _check_postgresql(url: str | None, timeout: float) -> str | None:
+    if not url:
+        return "DATABASE_URL is not set"
+    try:
+        conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+        with psycopg.connect(
+            conninfo,
+            connect_timeout=max(2, round(timeout)),
+            options=f"-c statement_timeout={int(timeout * 1000)}",
+            application_name="speedtier-readiness",
+        ) as connection:
+            connection.execute("SELECT 1")
+    except (psycopg.Error, ArgumentError, ValueError) as exc:
+        return f"{type(exc).__name__}: {str(exc).strip()}"
+    return None
