@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,8 +12,10 @@ from dramatiq.message import Message
 
 from router.registry import Registry
 from router.requests import JobRequest, RoutedJob, route_all
-from shared.errors import QueueUnavailable
+from shared.errors import QueueUnavailable, ValidationFailed
 from tiers.broker import TierBroker
+
+log = logging.getLogger(__name__)
 
 #: Requests per pipelined round trip.
 BATCH_SIZE = 500
@@ -94,3 +97,44 @@ class Router:
                 for r, job in zip(results, batch, strict=True)
             )
         return answers
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What a tick's fan-out did: each accepted answer and each refused request's error."""
+
+    accepted: list[Enqueued]
+    failed: list[tuple[JobRequest, str]]
+
+    def summary(self) -> dict[str, int]:
+        counts = {"added": 0, "replaced": 0, "deduplicated": 0, "failed": len(self.failed)}
+        for answer in self.accepted:
+            counts[answer.outcome] = counts.get(answer.outcome, 0) + 1
+        return counts
+
+
+def enqueue_settled(router: Router, requests: Sequence[JobRequest]) -> Settled:
+    """Enqueue every request on its own account (the seeds' ``Promise.allSettled``): a batch
+    is tried whole first, and when it fails each of its requests is tried alone, so one bad
+    request or a passing Redis error costs only that request."""
+    accepted: list[Enqueued] = []
+    failed: list[tuple[JobRequest, str]] = []
+    for start in range(0, len(requests), BATCH_SIZE):
+        batch = list(requests[start : start + BATCH_SIZE])
+        try:
+            accepted.extend(router.enqueue_many(batch))
+            continue
+        except (ValidationFailed, QueueUnavailable):
+            pass
+        for request in batch:
+            try:
+                accepted.append(router.enqueue(request))
+            except (ValidationFailed, QueueUnavailable) as exc:
+                log.warning(
+                    "could not enqueue %s for organization %s: %s",
+                    request.kind,
+                    request.organization_id,
+                    exc,
+                )
+                failed.append((request, str(exc)))
+    return Settled(accepted, failed)

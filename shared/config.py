@@ -85,6 +85,29 @@ class Settings(BaseSettings):
         False, validation_alias=_env("SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS")
     )
 
+    embedder: Literal["hashing", "openai"] = Field(
+        "hashing", validation_alias=_env("SPEEDTIER_EMBEDDER")
+    )
+    embedding_api_url: str = Field(
+        "https://api.openai.com/v1", validation_alias=_env("SPEEDTIER_EMBEDDING_API_URL")
+    )
+    embedding_api_key: SecretStr | None = Field(
+        None, validation_alias=_env("SPEEDTIER_EMBEDDING_API_KEY")
+    )
+    embedding_model: str = Field(
+        "text-embedding-3-small", validation_alias=_env("SPEEDTIER_EMBEDDING_MODEL")
+    )
+    embedding_dimensions: int | None = Field(
+        None, ge=1, validation_alias=_env("SPEEDTIER_EMBEDDING_DIMENSIONS")
+    )
+    embedding_batch_size: int = Field(
+        64, ge=1, le=2048, validation_alias=_env("SPEEDTIER_EMBEDDING_BATCH_SIZE")
+    )
+    embedding_rate: str | None = Field(None, validation_alias=_env("SPEEDTIER_EMBEDDING_RATE"))
+    embedding_api_project: str | None = Field(
+        None, validation_alias=_env("SPEEDTIER_EMBEDDING_API_PROJECT")
+    )
+
     api_host: str = Field("127.0.0.1", validation_alias=_env("SPEEDTIER_API_HOST"))
     api_port: int = Field(8080, ge=1, le=65535, validation_alias=_env("SPEEDTIER_API_PORT"))
     api_workers: int = Field(2, ge=1, validation_alias=_env("SPEEDTIER_API_WORKERS"))
@@ -97,6 +120,13 @@ class Settings(BaseSettings):
     scheduler_lock_seconds: float = Field(
         30.0, gt=0, validation_alias=_env("SPEEDTIER_SCHEDULER_LOCK_SECONDS")
     )
+
+    @field_validator("embedding_rate")
+    @classmethod
+    def _embedding_rate_is_a_rate(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_rate(value, field="SPEEDTIER_EMBEDDING_RATE")
+        return value
 
     @field_validator("windows")
     @classmethod

@@ -15,6 +15,7 @@ _COMMAND_MODULES = (
     "services.cli.jobs",
     "services.cli.flags",
     "services.cli.up",
+    "services.knowledge_sync.cli",
 )
 
 

@@ -223,6 +223,22 @@ SPEEDTIER_API_WORKERS: {{ $c.apiWorkers | int | quote }}
 SPEEDTIER_API_MAX_BODY_BYTES: {{ $c.apiMaxBodyBytes | int64 | quote }}
 SPEEDTIER_SCHEDULER_MISFIRE_GRACE_SECONDS: {{ $c.schedulerMisfireGraceSeconds | int | quote }}
 SPEEDTIER_SCHEDULER_LOCK_SECONDS: {{ $c.schedulerLockSeconds | toString | quote }}
+SPEEDTIER_PROVIDER_URLS: {{ $c.providerUrls | default dict | toJson | quote }}
+SPEEDTIER_HTTP_TIMEOUT_SECONDS: {{ $c.httpTimeoutSeconds | toString | quote }}
+SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS: {{ $c.crawlAllowPrivateNetworks | toString | quote }}
+SPEEDTIER_EMBEDDER: {{ $c.embedder | quote }}
+SPEEDTIER_EMBEDDING_API_URL: {{ $c.embeddingApiUrl | quote }}
+SPEEDTIER_EMBEDDING_MODEL: {{ $c.embeddingModel | quote }}
+SPEEDTIER_EMBEDDING_BATCH_SIZE: {{ $c.embeddingBatchSize | int | quote }}
+{{- with $c.embeddingDimensions }}
+SPEEDTIER_EMBEDDING_DIMENSIONS: {{ . | int | quote }}
+{{- end }}
+{{- with $c.embeddingRate }}
+SPEEDTIER_EMBEDDING_RATE: {{ . | quote }}
+{{- end }}
+{{- with $c.embeddingApiProject }}
+SPEEDTIER_EMBEDDING_API_PROJECT: {{ . | quote }}
+{{- end }}
 {{- range $name, $tier := .Values.tiers }}
 {{- $t := include "speedtier.tier" (dict "root" $ "name" $name "tier" $tier) | fromYaml }}
 {{- if $t.enabled }}
@@ -237,7 +253,7 @@ SPEEDTIER_SCHEDULER_LOCK_SECONDS: {{ $c.schedulerLockSeconds | toString | quote 
 
 {{- define "speedtier.secretData" -}}
 {{- $s := .Values.secrets }}
-{{- range $key, $value := dict "REDIS_URL" $s.redisUrl "DATABASE_URL" $s.databaseUrl "INTERNAL_API_TOKEN" $s.internalApiToken "SENTRY_DSN" $s.sentryDsn }}
+{{- range $key, $value := dict "REDIS_URL" $s.redisUrl "DATABASE_URL" $s.databaseUrl "INTERNAL_API_TOKEN" $s.internalApiToken "SENTRY_DSN" $s.sentryDsn "SPEEDTIER_EMBEDDING_API_KEY" $s.embeddingApiKey }}
 {{- if $value }}
 {{ $key }}: {{ $value | toString | b64enc | quote }}
 {{- end }}

@@ -1,0 +1,118 @@
+"""``speedtier kb``: the knowledge sync's manual re-drive and validation checks."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from sqlalchemy import func, or_, select
+
+from router.requests import JobRequest
+from services.knowledge_sync import store
+from services.knowledge_sync.families import PAUSE_FLAG
+from shared.db.engine import session_scope
+from shared.db.models.rails import (
+    KnowledgeBaseCrawlTask,
+    KnowledgeBaseDocument,
+    KnowledgeBaseSource,
+)
+
+_UNIT_MODELS = {
+    "sync_source": (KnowledgeBaseSource, "source_id"),
+    "sync_document": (KnowledgeBaseDocument, "document_id"),
+    "sync_document_chunks": (KnowledgeBaseDocument, "document_id"),
+    "start_crawl": (KnowledgeBaseCrawlTask, "crawl_task_id"),
+}
+
+
+@click.group("kb")
+def kb() -> None:
+    """Knowledge Library sync: re-drive and check."""
+
+
+@kb.command("tick")
+def tick() -> None:
+    """Run the daily scan now (every source, plus the recovery sweep)."""
+    from services.bootstrap import bootstrap
+
+    platform = bootstrap(component="cli")
+    if platform.flags.is_enabled(PAUSE_FLAG):
+        raise click.ClickException(f"{PAUSE_FLAG} is on: resume it first")
+    summary = platform.tick("kb-sync").run("manual")
+    click.echo(f"enqueued: {summary}")
+
+
+@kb.command("enqueue")
+@click.argument("kind", type=click.Choice(sorted(_UNIT_MODELS)))
+@click.argument("record_id", type=click.IntRange(min=1))
+def enqueue(kind: str, record_id: int) -> None:
+    """Enqueue one unit for the record RECORD_ID (its organization is looked up)."""
+    from services.bootstrap import bootstrap
+
+    platform = bootstrap(component="cli")
+    model, field = _UNIT_MODELS[kind]
+    with session_scope(platform.sessions) as session:
+        row = session.get(model, record_id)
+        if row is None:
+            raise click.ClickException(f"no {model.__tablename__} row {record_id}")
+        params: dict[str, object] = {field: record_id}
+        if isinstance(row, KnowledgeBaseSource):
+            params.update(
+                provider=row.type, organization_data_source_id=row.organization_data_source_id
+            )
+        organization_id = int(row.organization_id)
+    answer = platform.router.enqueue(JobRequest(kind, organization_id, params))
+    click.echo(f"{answer.job_id}: {answer.outcome} on {answer.queue}")
+
+
+@kb.command("check")
+def check() -> None:
+    """Run the seed's validation queries and print pass or fail for each."""
+    from services.bootstrap import bootstrap
+
+    platform = bootstrap(component="cli")
+    failed = False
+    with session_scope(platform.sessions) as session:
+        backlog = session.scalar(
+            select(func.count()).select_from(KnowledgeBaseDocument).where(*store.RECOVERY_BACKLOG)
+        )
+        failing = session.execute(
+            select(
+                KnowledgeBaseSource.id,
+                KnowledgeBaseSource.organization_id,
+                KnowledgeBaseSource.type,
+                KnowledgeBaseSource.sync_status,
+                KnowledgeBaseSource.last_synced_at,
+            )
+            .where(
+                KnowledgeBaseSource.type.not_in(store.EXCLUDED_SOURCE_TYPES),
+                KnowledgeBaseSource.discarded_at.is_(None),
+                or_(
+                    KnowledgeBaseSource.sync_status == "failed",
+                    KnowledgeBaseSource.last_synced_at
+                    < func.now() - func.make_interval(0, 0, 0, 2),
+                ),
+            )
+            .order_by(KnowledgeBaseSource.last_synced_at.asc().nulls_first())
+            .limit(50)
+        ).all()
+    verdict = "pass" if backlog == 0 else "fail"
+    failed |= backlog != 0
+    click.echo(f"[{verdict}] recovery-sweep backlog (content but no chunks): {backlog}")
+    verdict = "pass" if not failing else "fail"
+    failed |= bool(failing)
+    click.echo(f"[{verdict}] sources still failing after the daily scan: {len(failing)}")
+    for row in failing:
+        click.echo(
+            f"       source {row.id} org {row.organization_id} {row.type}"
+            f" {row.sync_status} last synced {row.last_synced_at}"
+        )
+    paused = platform.flags.is_enabled(PAUSE_FLAG)
+    state = "on" if paused else "off"
+    click.echo(f"[{'fail' if paused else 'pass'}] {PAUSE_FLAG} is {state} (expected off)")
+    failed |= paused
+    sys.exit(1 if failed else 0)
+
+
+def register(main: click.Group) -> None:
+    main.add_command(kb)

@@ -1,0 +1,48 @@
+"""The daily knowledge sync tick (01:00 UTC): re-scan every source and sweep documents that
+have content but no chunks."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from router.enqueue import Router, enqueue_settled
+from services.knowledge_sync import store
+from services.knowledge_sync.families import PAUSE_FLAG
+from services.knowledge_sync.runs import document_request, source_request
+from services.ticks import Tick
+from shared.db.engine import session_scope
+
+log = logging.getLogger(__name__)
+
+
+def scan_requests(session: Session) -> list[Any]:
+    """Every live source but Intercom, then the recovery sweep's documents."""
+    requests = [
+        source_request(org, source_id, source_type, ods)
+        for org, source_id, source_type, ods in store.sources_to_scan(session)
+    ]
+    requests += [
+        document_request("sync_document_chunks", org, document_id, None)
+        for org, document_id, _type in store.documents_needing_chunks(session)
+    ]
+    return requests
+
+
+def daily_sync_tick(sessions: sessionmaker[Session], router: Router) -> Tick:
+    def run(slot: str) -> dict[str, int]:
+        with session_scope(sessions) as session:
+            requests = scan_requests(session)
+        summary = enqueue_settled(router, requests).summary()
+        log.info("knowledge-base-sync scan %s done: %s", slot, summary)
+        return summary
+
+    return Tick(
+        name="kb-sync",
+        cron="0 1 * * *",
+        run=run,
+        pause_flag=PAUSE_FLAG,
+        description="re-scan every knowledge source and sweep documents with content but no chunks",
+    )
