@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from router.enqueue import Router
 from router.registry import Registry
 from services.ticks import Tick, tick_family
+from shared import runtime_file
 from shared.config import Settings, load_settings, parse_rate
 from shared.db.engine import make_engine, make_session_factory
 from shared.errors import Delay, Paused, RecordMissing, Unrecoverable
@@ -105,6 +106,14 @@ def bootstrap(
       broker_options: passed to :class:`TierBroker` (tests shorten timeouts).
     """
     settings = settings or load_settings()
+    running = runtime_file.read(settings.data_dir)
+    if running and not (settings.redis_url and settings.database_url):
+        settings = settings.model_copy(
+            update={
+                "redis_url": settings.redis_url or running["redis_url"],
+                "database_url": settings.database_url or running["database_url"],
+            }
+        )
     if not settings.redis_url:
         raise RuntimeError("REDIS_URL is not set (speedtier up starts an embedded Redis)")
     if not settings.database_url:

@@ -8,6 +8,7 @@ runs once.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,6 +20,7 @@ from tiers.families import Family
 from tiers.policies import RetryPolicy
 
 SLOT_FORMAT = "%Y-%m-%dT%H:%MZ"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,8 @@ class TickParams(BaseModel):
 def tick_family(tick: Tick) -> Family:
     """The job family a tick's emissions run as."""
 
-    def handler(slot: str) -> Any:
-        return tick.run(slot)
+    def handler(slot: str) -> None:
+        log.info("tick %s slot %s: %s", tick.name, slot, tick.run(slot))
 
     handler.__name__ = tick.family_name
     return Family(

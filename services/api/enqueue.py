@@ -62,9 +62,18 @@ def parse_enqueue_body(raw: bytes, kinds: Collection[str] | None = None) -> list
     return [JobRequest(item.kind, item.organization_id, item.params()) for item in body.requests]
 
 
-def enqueue_requests(kinds: Collection[str] | None = None) -> ResponseReturnValue:
+#: A service's hook that completes requests before routing (e.g. looks up each record's
+#: provider so the router can pick its tier); it must keep order and count.
+Prepare = Callable[[list[JobRequest]], list[JobRequest]]
+
+
+def enqueue_requests(
+    kinds: Collection[str] | None = None, prepare: Prepare | None = None
+) -> ResponseReturnValue:
     """The body of an enqueue view: parse the request, enqueue through the router, 202."""
     requests = parse_enqueue_body(request.get_data(cache=False), kinds)
+    if prepare is not None:
+        requests = prepare(requests)
     jobs = current_platform().router.enqueue_many(requests)
     answer = EnqueueAccepted(jobs=[EnqueuedJob.model_validate(asdict(job)) for job in jobs])
     return jsonify(answer.model_dump(mode="json")), 202
@@ -84,15 +93,20 @@ def describe_enqueue(summary: str, kinds: Collection[str] | None = None) -> Call
 
 
 def enqueue_blueprint(
-    name: str, url_prefix: str, kinds: Collection[str], summary: str
+    name: str,
+    url_prefix: str,
+    kinds: Collection[str],
+    summary: str,
+    prepare: Prepare | None = None,
 ) -> Blueprint:
-    """A blueprint with one route, ``POST <url_prefix>/enqueue``, accepting ``kinds``."""
+    """A blueprint with one route, ``POST <url_prefix>/enqueue``, accepting ``kinds``
+    (completed by ``prepare`` before routing, when given)."""
     blueprint = Blueprint(name, __name__, url_prefix=url_prefix)
     accepted = frozenset(kinds)
 
     @blueprint.post("/enqueue")
     @describe_enqueue(summary, accepted)
     def enqueue() -> ResponseReturnValue:
-        return enqueue_requests(accepted)
+        return enqueue_requests(accepted, prepare)
 
     return blueprint

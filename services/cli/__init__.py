@@ -26,13 +26,7 @@ def main() -> None:
 
 def _register() -> None:
     for name in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
-        module.register(main)
+        importlib.import_module(name).register(main)
 
 
 _register()

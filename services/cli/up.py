@@ -17,6 +17,7 @@ from types import FrameType
 import click
 
 from services.supervisor import ProcessGroup, ProcessSpec
+from shared import runtime_file
 from shared.config import TIER_NAMES, Settings, load_settings
 from shared.embedded import (
     EmbeddedServiceError,
@@ -93,7 +94,11 @@ def run_up(settings: Settings, *, host: str, port: int, mode: Mode = "auto") -> 
         )
         with group.handle_signals():
             group.start()
+            runtime_file.write(
+                settings.data_dir, redis_url=redis_service.url, database_url=postgres_service.url
+            )
             _say(f"API         http://{host}:{port}  (Ctrl-C stops everything)")
+            _say("other speedtier commands run from this folder use these services")
             return group.wait()
     except EmbeddedServiceError as exc:
         _say(f"error: {exc}")
@@ -102,6 +107,7 @@ def run_up(settings: Settings, *, host: str, port: int, mode: Mode = "auto") -> 
         _say("interrupted")
         return 130
     finally:
+        runtime_file.remove(settings.data_dir)
         # Shutting the servers down must not be cut short by a second Ctrl-C.
         previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -65,6 +65,10 @@ def _provider(params: Any) -> str | None:
     return params.provider  # type: ignore[no-any-return]
 
 
+def _crawler(_params: Any) -> str:
+    return "url_crawl"
+
+
 def _scope(organization_id: int, params: Any) -> str:
     ods = params.organization_data_source_id
     return f"ods-{ods}" if ods else f"org-{organization_id}"
@@ -113,7 +117,8 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
             handler=handlers["start_crawl"],
             params=CrawlStartParams,
             job_id=lambda _org, p: f"kb-crawl-start-{p.crawl_task_id}",
-            **common,
+            provider=_crawler,
+            pause_flag=PAUSE_FLAG,
         ),
         Family(
             name="kb_crawl_url",
@@ -121,6 +126,7 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
             handler=handlers["crawl_url"],
             params=CrawlUrlParams,
             job_id=lambda _org, p: crawl_url_job_id(p.crawl_task_id, str(p.url)),
-            **common,
+            provider=_crawler,
+            pause_flag=PAUSE_FLAG,
         ),
     ]

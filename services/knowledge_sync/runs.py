@@ -8,7 +8,7 @@ provider's "unchanged".
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from router.requests import JobRequest
 from services.ingestion.index_writer import remove_document_index, replace_document_index
 from services.knowledge_sync import store
-from services.knowledge_sync.providers.base import SourceConfig, SourceProvider
+from services.knowledge_sync.providers.base import LeaveUntouched, SourceConfig, SourceProvider
 from shared.db.models.rails import KnowledgeBaseDocument, KnowledgeBaseSource
 from shared.db.tenant import organization_filter, require_scoped
 from shared.errors import RecordMissing, Unrecoverable
@@ -37,14 +37,14 @@ class SyncContext:
       providers: source type -> client.
       provider_urls: source type -> base URL, from configuration (wins over the source's
         ``base_url`` setting and the client's default).
-      default_urls: source type -> the provider's production base URL.
+      default_url: ``(source type, settings) -> the provider's production base URL``.
       timeout: seconds per HTTP request.
       chunker / embedder: the shared chunk/embed/index component.
     """
 
     providers: Mapping[str, SourceProvider]
     provider_urls: Mapping[str, str]
-    default_urls: Mapping[str, str]
+    default_url: Callable[[str, Mapping[str, Any]], str]
     timeout: float
     chunker: Any
     embedder: Any
@@ -62,7 +62,7 @@ class SyncContext:
         base_url = (
             self.provider_urls.get(source.type)
             or settings.get("base_url")
-            or self.default_urls.get(source.type, "")
+            or self.default_url(source.type, settings)
         )
         return SourceConfig(
             source_id=source.id,
@@ -183,9 +183,12 @@ def run_document_sync(
     if row.knowledge_base_source_id is not None:
         source = store.live_source(session, organization_id, row.knowledge_base_source_id)
         provider = ctx.provider_for(source.type)
-        fetched = provider.fetch_document(
-            ctx.config_for(session, organization_id, source), row.source_identifier
-        )
+        try:
+            fetched = provider.fetch_document(
+                ctx.config_for(session, organization_id, source), row.source_identifier
+            )
+        except LeaveUntouched:
+            return []
         if fetched is None:
             discard_document(session, organization_id, row, now)
             return []

@@ -14,6 +14,11 @@ from datetime import datetime
 from typing import Any, Protocol
 
 
+class LeaveUntouched(Exception):
+    """The provider will not read this document by design (e.g. a Scribe source connected with
+    a session token): the run completes and changes nothing."""
+
+
 @dataclass(frozen=True)
 class SourceConfig:
     """One source as a provider client sees it.

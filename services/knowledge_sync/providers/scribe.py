@@ -24,7 +24,7 @@ Session-token sources
   browser-session connection) is not synced natively, and nothing of it may change:
   ``list_source`` returns an empty *incomplete* listing without any request, so nothing is
   removed and no document is re-fetched; ``fetch_document`` raises
-  :class:`SessionTokenSource` (an ``Unrecoverable``) rather than return None (which would
+  :class:`SessionTokenSource` (a ``LeaveUntouched``) rather than return None (which would
   discard the document) or content (which would replace it). A run that checks
   :func:`uses_session_token` first, or catches :class:`SessionTokenSource`, completes
   the unit as a no-op.
@@ -41,6 +41,7 @@ from typing import Any
 
 from services.knowledge_sync.providers.base import (
     FetchedDocument,
+    LeaveUntouched,
     ListedDocument,
     Listing,
     SourceConfig,
@@ -53,7 +54,7 @@ PAGE_LIMIT = 100
 QUOTED_KINDS = {"tip": "Tip", "alert": "Alert", "note": "Note"}
 
 
-class SessionTokenSource(Unrecoverable):
+class SessionTokenSource(LeaveUntouched):
     """The source is connected with a session token, which the native sync leaves alone."""
 
 
