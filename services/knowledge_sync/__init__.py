@@ -1,1 +1,52 @@
 """Knowledge Library sync (seed 000): sources, documents, chunks and crawls from providers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from services.bootstrap import Platform
+
+
+def register(platform: Platform) -> None:
+    """Families, the daily tick and the enqueue route Rails calls."""
+    from services.ingestion.chunking import Chunker
+    from services.ingestion.embedders import embedder_from_settings
+    from services.knowledge_sync import routes
+    from services.knowledge_sync.actors import build_handlers
+    from services.knowledge_sync.crawling import CrawlContext
+    from services.knowledge_sync.families import families
+    from services.knowledge_sync.providers.registry import PROVIDERS, default_base_url
+    from services.knowledge_sync.providers.url_crawl import (
+        HostPoliteness,
+        RobotsCache,
+        page_fetcher,
+    )
+    from services.knowledge_sync.runs import SyncContext
+    from services.knowledge_sync.ticks import daily_sync_tick
+    from tiers.rate_window import RateWindows
+
+    settings = platform.settings
+    windows = RateWindows(platform.broker.client, settings.redis_namespace)
+    sync = SyncContext(
+        providers=PROVIDERS,
+        provider_urls=settings.provider_urls,
+        default_url=default_base_url,
+        timeout=settings.http_timeout_seconds,
+        chunker=Chunker(),
+        embedder=embedder_from_settings(settings, windows=windows),
+    )
+    allow_private = settings.crawl_allow_private_networks
+    crawl = CrawlContext(
+        fetch=page_fetcher(
+            allow_private=allow_private,
+            timeout=settings.http_timeout_seconds,
+            robots=RobotsCache(allow_private=allow_private, timeout=settings.http_timeout_seconds),
+            politeness=HostPoliteness(windows),
+        )
+    )
+    handlers = build_handlers(platform.sessions, platform.router, sync, crawl)
+    for family in families(handlers):
+        platform.add_family(family)
+    platform.add_tick(daily_sync_tick(platform.sessions, platform.router))
+    platform.add_blueprint(routes.blueprint())

@@ -17,7 +17,8 @@ from shared.db.models.rails import (
     KnowledgeBaseSource,
 )
 
-_UNIT_MODELS = {
+_UnitModel = type[KnowledgeBaseSource] | type[KnowledgeBaseDocument] | type[KnowledgeBaseCrawlTask]
+_UNIT_MODELS: dict[str, tuple[_UnitModel, str]] = {
     "sync_source": (KnowledgeBaseSource, "source_id"),
     "sync_document": (KnowledgeBaseDocument, "document_id"),
     "sync_document_chunks": (KnowledgeBaseDocument, "document_id"),
@@ -60,7 +61,7 @@ def enqueue(kind: str, record_id: int) -> None:
             params.update(
                 provider=row.type, organization_data_source_id=row.organization_data_source_id
             )
-        organization_id = int(row.organization_id)
+        organization_id = int(getattr(row, "organization_id"))  # noqa: B009 - every unit model has it
     answer = platform.router.enqueue(JobRequest(kind, organization_id, params))
     click.echo(f"{answer.job_id}: {answer.outcome} on {answer.queue}")
 

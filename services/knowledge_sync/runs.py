@@ -19,7 +19,13 @@ from sqlalchemy.orm import Session
 from router.requests import JobRequest
 from services.ingestion.index_writer import remove_document_index, replace_document_index
 from services.knowledge_sync import store
-from services.knowledge_sync.providers.base import LeaveUntouched, SourceConfig, SourceProvider
+from services.knowledge_sync.crawling import CRAWLED_SOURCE_TYPES, plan_source_crawl
+from services.knowledge_sync.providers.base import (
+    LeaveUntouched,
+    ListedDocument,
+    SourceConfig,
+    SourceProvider,
+)
 from shared.db.models.rails import KnowledgeBaseDocument, KnowledgeBaseSource
 from shared.db.tenant import organization_filter, require_scoped
 from shared.errors import RecordMissing, Unrecoverable
@@ -119,12 +125,14 @@ def run_source_sync(
     provider must still fetch (never synced, or changed upstream) and a chunk sync for every
     kept document with content but no chunks."""
     source = store.live_source(session, organization_id, source_id)
+    if source.type in CRAWLED_SOURCE_TYPES:
+        return plan_source_crawl(session, organization_id, source, now)
     provider = ctx.provider_for(source.type)
     listing = provider.list_source(ctx.config_for(session, organization_id, source))
 
     sections = store.upsert_sections(session, organization_id, source, listing.sections, now)
     existing = store.documents_of_source(session, organization_id, source.id)
-    listed: dict[str, Any] = {}
+    listed: dict[str, ListedDocument] = {}
     for item in listing.documents:
         row = store.upsert_document(
             session, organization_id, source, existing.get(item.identifier), item, now
@@ -154,12 +162,12 @@ def run_source_sync(
     for identifier, row in existing.items():
         if row.discarded_at is not None:
             continue
-        item = listed.get(identifier)
+        seen = listed.get(identifier)
         changed_upstream = (
-            item is not None
-            and item.updated_at is not None
+            seen is not None
+            and seen.updated_at is not None
             and row.last_synced_at is not None
-            and item.updated_at > row.last_synced_at
+            and seen.updated_at > row.last_synced_at
         )
         if provider.fetches_documents and (row.last_synced_at is None or changed_upstream):
             follow_ups.append(document_request("sync_document", organization_id, row.id, source))

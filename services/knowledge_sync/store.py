@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, tuple_, update
+from sqlalchemy import func, select, true, tuple_, update
 from sqlalchemy.orm import Session
 
 from services.knowledge_sync.providers.base import ListedDocument, ListedSection
@@ -187,7 +187,7 @@ def discard_sections_except(
             organization_filter(KnowledgeBaseSection, organization_id),
             KnowledgeBaseSection.knowledge_base_source_id == source_id,
             KnowledgeBaseSection.discarded_at.is_(None),
-            KnowledgeBaseSection.source_identifier.not_in(keep) if keep else True,
+            KnowledgeBaseSection.source_identifier.not_in(keep) if keep else true(),
         )
         .values(discarded_at=now, updated_at=now)
     )

@@ -1,0 +1,104 @@
+"""Thin actor bodies: open a unit of work, run, commit, then enqueue the follow-ups."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from router.enqueue import Router
+from router.requests import JobRequest
+from services.knowledge_sync import runs, store
+from services.knowledge_sync.crawling import CrawlContext, crawl_url, start_crawl
+from shared.db.engine import session_scope
+from shared.errors import Delay, RecordMissing
+
+log = logging.getLogger(__name__)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def build_handlers(
+    sessions: sessionmaker[Session], router: Router, ctx: runs.SyncContext, crawl: CrawlContext
+) -> dict[str, Callable[..., Any]]:
+    """The five actor bodies, bound to their dependencies."""
+
+    def follow(requests: Sequence[JobRequest]) -> None:
+        # Writes are committed: a failed enqueue fails the unit and its retry re-derives
+        # the same child ids.
+        if requests:
+            router.enqueue_many(requests)
+
+    def sync_source(organization_id: int, source_id: int, **_routing: Any) -> None:
+        try:
+            with session_scope(sessions) as session:
+                follow_ups = runs.run_source_sync(
+                    session, ctx, organization_id=organization_id, source_id=source_id, now=_now()
+                )
+                session.commit()
+        except (Delay, RecordMissing):
+            raise
+        except Exception as exc:
+            with session_scope(sessions) as session:
+                store.mark_source_failed(
+                    session, organization_id, source_id, f"{type(exc).__name__}: {exc}"
+                )
+                session.commit()
+            raise
+        follow(follow_ups)
+
+    def sync_document(organization_id: int, document_id: int, **_routing: Any) -> None:
+        with session_scope(sessions) as session:
+            follow_ups = runs.run_document_sync(
+                session, ctx, organization_id=organization_id, document_id=document_id, now=_now()
+            )
+            session.commit()
+        follow(follow_ups)
+
+    def sync_document_chunks(organization_id: int, document_id: int, **_routing: Any) -> None:
+        with session_scope(sessions) as session:
+            runs.run_document_chunks(
+                session, ctx, organization_id=organization_id, document_id=document_id, now=_now()
+            )
+            session.commit()
+
+    def start_crawl_handler(organization_id: int, crawl_task_id: int, **_routing: Any) -> None:
+        follow(
+            start_crawl(
+                sessions, crawl, organization_id=organization_id, crawl_task_id=crawl_task_id
+            )
+        )
+
+    def crawl_url_handler(
+        organization_id: int,
+        crawl_task_id: int,
+        url: str,
+        depth: int = 0,
+        parent_url: str | None = None,
+        **_routing: Any,
+    ) -> None:
+        follow_ups, failure = crawl_url(
+            sessions,
+            crawl,
+            organization_id=organization_id,
+            crawl_task_id=crawl_task_id,
+            url=url,
+            depth=depth,
+            now=_now(),
+        )
+        follow(follow_ups)
+        if failure is not None:
+            raise failure  # counted in the ledger already; the job records how it ended
+
+    return {
+        "sync_source": sync_source,
+        "sync_document": sync_document,
+        "sync_document_chunks": sync_document_chunks,
+        "start_crawl": start_crawl_handler,
+        "crawl_url": crawl_url_handler,
+    }

@@ -1,0 +1,156 @@
+"""Crawl units on the platform: start_crawl and crawl_url, and URL sources' daily sync.
+
+The decisions live in ``crawl.py`` and ``crawl_ledger.py``; this module binds them to a
+session, the page fetcher and the job's attempt, commits, and hands back the follow-ups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from router.requests import JobRequest
+from services.knowledge_sync import crawl_ledger, store
+from services.knowledge_sync.crawl import crawl_url_step
+from services.knowledge_sync.providers.url_crawl import CrawledPage
+from shared.db.engine import session_scope
+from shared.db.models.rails import (
+    KnowledgeBaseCrawlTask,
+    KnowledgeBaseDocument,
+    KnowledgeBaseSource,
+)
+from shared.db.tenant import require_scoped, select_scoped
+from shared.errors import Unrecoverable
+from tiers.attempts import current_attempt
+from tiers.policies import DEFAULT_RETRY, RetryPolicy
+
+#: Sources whose documents come from crawling their root URL.
+CRAWLED_SOURCE_TYPES = ("url", "website")
+ACTIVE_TASK_STATES = ("pending", "running")
+
+
+@dataclass(frozen=True)
+class CrawlContext:
+    """The page fetcher (robots, politeness and SSRF guard bound in) and the crawl_url
+    family's retry policy, which says when an attempt is the last."""
+
+    fetch: Callable[[str], CrawledPage]
+    retry: RetryPolicy = DEFAULT_RETRY
+
+
+def plan_source_crawl(
+    session: Session, organization_id: int, source: KnowledgeBaseSource, now: datetime
+) -> list[JobRequest]:
+    """A URL source's sync: continue its unfinished crawl task, or open a new one on the
+    source's root URL, and start it."""
+    task = session.execute(
+        select_scoped(KnowledgeBaseCrawlTask, organization_id=organization_id)
+        .where(
+            KnowledgeBaseCrawlTask.knowledge_base_source_id == source.id,
+            KnowledgeBaseCrawlTask.status.in_(ACTIVE_TASK_STATES),
+        )
+        .order_by(KnowledgeBaseCrawlTask.id.desc())
+        .limit(1)
+    ).scalar_one_or_none()
+    if task is None:
+        root = source.settings.get("url") or source.settings.get("root_url")
+        if not root:
+            raise Unrecoverable(f"url source {source.id} has no url setting")
+        task = KnowledgeBaseCrawlTask(
+            organization_id=organization_id,
+            knowledge_base_source_id=source.id,
+            root_url=str(root),
+            max_depth=int(source.settings.get("max_depth", 3)),
+            max_urls=int(source.settings.get("max_urls", 200)),
+            created_at=now,
+            updated_at=now,
+        )
+        session.add(task)
+        session.flush()
+    store.mark_source_synced(source, now)
+    return [JobRequest("start_crawl", organization_id, {"crawl_task_id": task.id})]
+
+
+def _store_page(
+    session: Session, organization_id: int, crawl_task_id: int, page: CrawledPage, now: datetime
+) -> KnowledgeBaseDocument:
+    """Upsert the crawled page as a document of the task's source."""
+    task = require_scoped(
+        session, KnowledgeBaseCrawlTask, crawl_task_id, organization_id=organization_id
+    )
+    source = store.live_source(session, organization_id, task.knowledge_base_source_id)
+    row = session.execute(
+        select_scoped(KnowledgeBaseDocument, organization_id=organization_id).where(
+            KnowledgeBaseDocument.knowledge_base_source_id == source.id,
+            KnowledgeBaseDocument.source_identifier == page.final_url,
+        )
+    ).scalar_one_or_none()
+    if row is None:
+        row = KnowledgeBaseDocument(
+            organization_id=organization_id,
+            knowledge_base_source_id=source.id,
+            source_type=source.type,
+            source_identifier=page.final_url,
+            created_at=now,
+        )
+        session.add(row)
+    row.discarded_at = None
+    row.url = page.final_url
+    store.store_content(row, page.title or page.final_url, page.markdown, now)
+    session.flush()
+    return row
+
+
+def start_crawl(
+    sessions: sessionmaker[Session],
+    crawl: CrawlContext,
+    *,
+    organization_id: int,
+    crawl_task_id: int,
+) -> list[JobRequest]:
+    with session_scope(sessions) as session:
+        roots = crawl_ledger.start(
+            session, organization_id=organization_id, crawl_task_id=crawl_task_id
+        )
+        session.commit()
+    return [root.job_request() for root in roots]
+
+
+def crawl_url(
+    sessions: sessionmaker[Session],
+    crawl: CrawlContext,
+    *,
+    organization_id: int,
+    crawl_task_id: int,
+    url: str,
+    depth: int,
+    now: datetime,
+) -> tuple[list[JobRequest], Exception | None]:
+    """Run one crawl_url unit and commit; returns the follow-ups (the claimed children and
+    the page's chunk sync) and the failure that finished the URL without content, if any,
+    for the caller to raise once the follow-ups are enqueued."""
+    stored: list[KnowledgeBaseDocument] = []
+    with session_scope(sessions) as session:
+        result = crawl_url_step(
+            session,
+            organization_id=organization_id,
+            crawl_task_id=crawl_task_id,
+            url=url,
+            depth=depth,
+            fetch=crawl.fetch,
+            final_attempt=current_attempt(crawl.retry).is_final,
+            store_page=lambda page: stored.append(
+                _store_page(session, organization_id, crawl_task_id, page, now)
+            ),
+        )
+        needs_chunks = [row.id for row in stored if row.chunks_synced_at is None and row.content]
+        session.commit()
+    follow_ups = [child.job_request() for child in result.children]
+    follow_ups += [
+        JobRequest("sync_document_chunks", organization_id, {"document_id": document_id})
+        for document_id in needs_chunks
+    ]
+    return follow_ups, result.failure
