@@ -29,28 +29,32 @@ DOCUMENT_WINDOWS = {
 #: The chunk worker's queue limiter: 60 jobs a minute (and 4 at once, GROUP_CAPS).
 CHUNK_WINDOWS = {"*": WindowRule(60, 60.0)}
 
+#: Rails ids are PostgreSQL bigints: a larger id can name no record, and would fail every
+#: attempt of its job with a database error instead of being refused with a 400.
+MAX_ID = 2**63 - 1
+
 
 class _Routed(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     provider: str | None = Field(None, max_length=64)
-    organization_data_source_id: int | None = Field(None, ge=1)
+    organization_data_source_id: int | None = Field(None, ge=1, le=MAX_ID)
 
 
 class SourceParams(_Routed):
-    source_id: int = Field(ge=1)
+    source_id: int = Field(ge=1, le=MAX_ID)
 
 
 class DocumentParams(_Routed):
-    document_id: int = Field(ge=1)
+    document_id: int = Field(ge=1, le=MAX_ID)
 
 
 class CrawlStartParams(_Routed):
-    crawl_task_id: int = Field(ge=1)
+    crawl_task_id: int = Field(ge=1, le=MAX_ID)
 
 
 class CrawlUrlParams(_Routed):
-    crawl_task_id: int = Field(ge=1)
+    crawl_task_id: int = Field(ge=1, le=MAX_ID)
     url: HttpUrl
     parent_url: HttpUrl | None = None
     depth: int = Field(0, ge=0, le=100)
