@@ -109,8 +109,11 @@ def source_request(
 def discard_document(
     session: Session, organization_id: int, row: KnowledgeBaseDocument, now: datetime
 ) -> None:
-    """Discard a document and take it out of retrieval in the same transaction."""
+    """Discard a document and take it out of retrieval in the same transaction. Its chunks
+    are gone, so ``chunks_synced_at`` is cleared: a document reclaimed later is chunked again
+    (by its source run's follow-ups or the recovery sweep) instead of staying unsearchable."""
     row.discarded_at = now
+    row.chunks_synced_at = None
     row.updated_at = now
     remove_document_index(
         session, organization_id=organization_id, source_type=CHUNK_SOURCE_TYPE, source_id=row.id
