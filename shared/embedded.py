@@ -182,7 +182,14 @@ def ensure_postgres(
     if mode != "embedded":
         user = os.environ.get("PGUSER", POSTGRES_SUPERUSER)
         try:
-            _create_database(LOCALHOST, DEFAULT_POSTGRES_PORT, user, database, timeout=2)
+            usable = _create_database(
+                LOCALHOST,
+                DEFAULT_POSTGRES_PORT,
+                user,
+                database,
+                timeout=2,
+                require_vector=mode == "auto",
+            )
         except psycopg.Error as exc:
             problem = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             if mode == "external":
@@ -195,6 +202,17 @@ def ensure_postgres(
                 "no usable PostgreSQL on %s:%s (%s)", LOCALHOST, DEFAULT_POSTGRES_PORT, problem
             )
         else:
+            if not usable:
+                # Retrieval wants pgvector: prefer the embedded server, which has it.
+                logger.info(
+                    "not using the PostgreSQL on %s:%s (no pgvector); starting the embedded one",
+                    LOCALHOST,
+                    DEFAULT_POSTGRES_PORT,
+                )
+                service = start_embedded_postgres(
+                    _service_dir(settings, "postgres"), port=port, database=database
+                )
+                return ResolvedService("postgres", service.url, Origin.EMBEDDED, service)
             url = f"postgresql://{user}@{LOCALHOST}:{DEFAULT_POSTGRES_PORT}/{database}"
             logger.info(
                 "DATABASE_URL is not set; using the PostgreSQL that answers on %s:%s, database %r "
@@ -557,20 +575,28 @@ def _dsn(host: str, port: int, user: str, dbname: str, timeout: int) -> str:
     )
 
 
-def _create_database(host: str, port: int, user: str, database: str, *, timeout: int) -> None:
-    """Connect to the server and create ``database`` unless it exists."""
+def _create_database(
+    host: str, port: int, user: str, database: str, *, timeout: int, require_vector: bool = False
+) -> bool:
+    """Connect to the server and create ``database`` unless it exists; returns whether the
+    server is usable. With ``require_vector``, a server without pgvector is not: it is left
+    untouched and False returned."""
     with psycopg.connect(_dsn(host, port, user, "postgres", timeout), autocommit=True) as conn:
+        has_vector = (
+            conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone()
+            is not None
+        )
+        if not has_vector:
+            logger.warning("PostgreSQL on %s:%s has no pgvector extension available", host, port)
+            if require_vector:
+                return False
         exists = conn.execute(
             "SELECT 1 FROM pg_database WHERE datname = %s", (database,)
         ).fetchone()
         if exists is None:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
             logger.info("created database %r on %s:%s", database, host, port)
-        available = conn.execute(
-            "SELECT 1 FROM pg_available_extensions WHERE name = 'vector'"
-        ).fetchone()
-        if available is None:
-            logger.warning("PostgreSQL on %s:%s has no pgvector extension available", host, port)
+        return True
 
 
 # -- shared helpers ---------------------------------------------------------------------------

@@ -238,3 +238,30 @@ def test_what_answers_on_the_default_ports_is_used(settings: Settings) -> None:
         admin = postgres_service.url.rsplit("/", 1)[0] + "/postgres"
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{database}"')
+
+
+def test_auto_mode_uses_the_default_port_postgres_only_when_it_has_pgvector(
+    settings: Settings, started: Callable[[ResolvedService], ResolvedService]
+) -> None:
+    try:
+        with psycopg.connect(
+            "postgresql://postgres@127.0.0.1:5432/postgres", connect_timeout=2
+        ) as c:
+            has_vector = (
+                c.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone()
+                is not None
+            )
+    except psycopg.OperationalError:
+        pytest.skip("nothing answers on 127.0.0.1:5432")
+    database = f"speedtier_test_{uuid.uuid4().hex[:8]}"
+    service = started(ensure_postgres(settings, mode="auto", port=0, database=database))
+    if has_vector:
+        assert service.origin is Origin.DEFAULT_PORT
+        admin = service.url.rsplit("/", 1)[0] + "/postgres"
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{database}"')
+    else:
+        # retrieval needs pgvector: the embedded server, which has it, is started instead
+        assert service.origin is Origin.EMBEDDED
+        with psycopg.connect(service.url) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
