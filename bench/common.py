@@ -1,0 +1,488 @@
+"""Shared helpers: Redis namespaces and command counts, pools of spawned worker processes with
+counters in shared memory, percentiles, result files and markdown.
+
+Only the standard library, redis and dramatiq are imported here: the raw Dramatiq worker of
+the throughput benchmark imports this module and must not load the platform.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import multiprocessing
+import os
+import platform
+import re
+import signal
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis
+from dramatiq.middleware import Middleware
+
+#: Benchmarks use their own Redis database; every run uses a fresh key namespace in it.
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+LOG_DIR = RESULTS_DIR / "logs"
+_LOG_LINE = re.compile(r"^\S+ \S+ (?P<level>[A-Z]+) (?P<logger>\S+): (?P<message>.*)$")
+#: Every connection a benchmark opens is named ``bench-...`` (CLIENT SETNAME), so traffic from
+#: other clients of the same Redis server (which would skew INFO commandstats) can be spotted.
+CLIENT_PREFIX = "bench"
+
+
+# -- Redis -------------------------------------------------------------------------------------
+
+
+def interrupt_on_sigterm() -> None:
+    """Turn SIGTERM into KeyboardInterrupt, so a stopped run still stops its worker processes
+    and deletes its Redis keys (the ``finally`` blocks run)."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def tagged_url(url: str, name: str) -> str:
+    """``url`` with ``client_name`` set, so every connection of its pool is named."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "client_name"]
+    query.append(("client_name", f"{CLIENT_PREFIX}-{name}"))
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def connect(url: str, name: str = "driver") -> redis.Redis:
+    return redis.Redis.from_url(tagged_url(url, name))
+
+
+def new_namespace(name: str) -> str:
+    return f"bench-{name}-{uuid.uuid4().hex[:8]}"
+
+
+def delete_namespace(client: redis.Redis, namespace: str) -> int:
+    """Delete every key of a namespace; returns how many were deleted."""
+    deleted = 0
+    batch: list[bytes] = []
+    for key in client.scan_iter(match=f"{namespace}:*", count=2000):
+        batch.append(key)
+        if len(batch) >= 1000:
+            deleted += int(client.unlink(*batch))
+            batch.clear()
+    if batch:
+        deleted += int(client.unlink(*batch))
+    return deleted
+
+
+#: Commands the benchmark driver itself sends while measuring (INFO, CLIENT LIST/SETNAME).
+_OWN_COMMANDS = ("info", "client|")
+
+
+def command_calls(client: redis.Redis) -> dict[str, int]:
+    """``INFO commandstats`` as ``command -> calls`` (server-wide, scripts' inner calls
+    included: an EVALSHA counts once as ``evalsha`` and once per command it runs)."""
+    stats = client.info("commandstats")
+    return {
+        name.removeprefix("cmdstat_"): int(value["calls"])
+        for name, value in stats.items()
+        if isinstance(value, dict)
+    }
+
+
+def command_delta(before: Mapping[str, int], after: Mapping[str, int]) -> dict[str, int]:
+    delta = {
+        name: calls - before.get(name, 0)
+        for name, calls in after.items()
+        if not name.startswith(_OWN_COMMANDS)
+    }
+    return dict(sorted(((k, v) for k, v in delta.items() if v), key=lambda kv: -kv[1]))
+
+
+def commands_per_job(delta: Mapping[str, int], jobs: int) -> dict[str, Any]:
+    """Totals of a commandstats delta, per job: every call, the round trips that ran a
+    script (``evalsha``/``eval``), and each command."""
+    total = sum(delta.values())
+    scripts = delta.get("evalsha", 0) + delta.get("eval", 0)
+    return {
+        "calls": total,
+        "calls_per_job": round(total / jobs, 2),
+        "script_calls_per_job": round(scripts / jobs, 2),
+        "per_command_per_job": {k: round(v / jobs, 3) for k, v in delta.items()},
+    }
+
+
+def foreign_clients(client: redis.Redis, active_within: float) -> list[str]:
+    """Clients of this Redis server that are not ours and ran a command in the last
+    ``active_within`` seconds: their commands are in the commandstats deltas too."""
+    found = []
+    for entry in client.client_list():
+        name = entry.get("name", "")
+        if name.startswith(CLIENT_PREFIX):
+            continue
+        if int(entry.get("idle", 0)) <= math.ceil(active_within):
+            found.append(f"{entry.get('addr')} db={entry.get('db')} cmd={entry.get('cmd')}")
+    return found
+
+
+# -- worker processes --------------------------------------------------------------------------
+
+#: Per worker process, one slot of these doubles in shared memory.
+FIELDS = (
+    "ready",  # 1 once the broker is built and the process waits for the start signal
+    "started_at",  # epoch seconds just before the Dramatiq worker started
+    "delivered",  # messages handed to a worker thread (before_process_message, first hook)
+    "completed",  # runs that returned (after_process_message without exception)
+    "delayed",  # runs ended by a Delay (provider window full, or the handler's own)
+    "failed",  # runs ended by any other exception
+    "failed_window",  # ... of which the exception names the provider window (or a 429)
+    "skipped",  # messages dropped before the actor (stale copy, parked at claim, ...)
+    "acked",  # messages acknowledged (after_ack)
+    "last_ack_at",  # epoch seconds of the latest ack
+)
+FIELD = {name: i for i, name in enumerate(FIELDS)}
+
+
+def _is_delay(exception: BaseException) -> bool:
+    outcome = getattr(exception, "outcome", exception)  # tiers' Held wraps the outcome
+    return type(outcome).__name__ == "Delay"
+
+
+class Counters(Middleware):
+    """Counts deliveries and outcomes of one worker process into its shared-memory slot.
+
+    Added first to the middleware list, so ``before_process_message`` sees every delivery,
+    including the ones a later middleware stops, and the ``after_*`` hooks (which Dramatiq
+    calls in reverse order) run after every other middleware is done with the message.
+    """
+
+    def __init__(self, shared: Any, slot: int) -> None:
+        self.shared = shared
+        self.base = slot * len(FIELDS)
+        self.lock = threading.Lock()
+
+    def _add(self, field: str, stamp: str | None = None) -> None:
+        with self.lock:
+            self.shared[self.base + FIELD[field]] += 1
+            if stamp:
+                self.shared[self.base + FIELD[stamp]] = time.time()
+
+    def before_process_message(self, broker: Any, message: Any) -> None:
+        self._add("delivered")
+
+    def after_process_message(
+        self,
+        broker: Any,
+        message: Any,
+        *,
+        result: Any = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        if exception is None:
+            self._add("completed")
+        elif _is_delay(exception):
+            self._add("delayed")
+        else:
+            self._add("failed")
+            text = str(getattr(exception, "outcome", exception))
+            if "window" in text or "429" in text:
+                self._add("failed_window")
+
+    def after_skip_message(self, broker: Any, message: Any) -> None:
+        self._add("skipped")
+
+    def after_ack(self, broker: Any, message: Any) -> None:
+        self._add("acked", stamp="last_ack_at")
+
+
+def wait_for_go(shared: Any, slot: int, go: Any) -> None:
+    """In a worker process: report ready, wait for the pool's start signal, stamp the start."""
+    base = slot * len(FIELDS)
+    shared[base + FIELD["ready"]] = 1
+    go.wait()
+    shared[base + FIELD["started_at"]] = time.time()
+
+
+def stop_event_from(stop: Any) -> threading.Event:
+    """A threading.Event set once the pool's (multiprocessing) stop event is set."""
+    event = threading.Event()
+
+    def relay() -> None:
+        stop.wait()
+        event.set()
+
+    threading.Thread(target=relay, name="bench-stop", daemon=True).start()
+    return event
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time a process has used so far."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_seconds() -> float:
+    """CPU time the whole machine has been busy (all processes, all cores), from /proc/stat."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def redis_cpu_seconds(client: redis.Redis) -> float:
+    """User + system CPU time the Redis server has used so far (all its clients)."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+def read_status_kib(pid: int, field: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith(f"{field}:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _child(target: Callable[..., None], log_path: str, *args: Any) -> None:
+    """Entry of a worker process: log warnings and errors to ``log_path``, run ``target``."""
+    logging.basicConfig(
+        filename=log_path,
+        level=logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    target(*args)
+
+
+class WorkerPool:
+    """Worker processes started with multiprocessing's ``spawn`` method.
+
+    ``target(slot, shared, go, stop, *args)`` builds its broker, calls :func:`wait_for_go`,
+    runs a Dramatiq worker until ``stop`` is set, then stops it (drain) and returns. The
+    processes' warnings and errors go to ``bench/results/logs/<name>-<slot>.log``.
+    """
+
+    def __init__(
+        self, target: Callable[..., None], args: Sequence[Any], processes: int, name: str
+    ) -> None:
+        self.context = multiprocessing.get_context("spawn")
+        self.shared = self.context.Array("d", processes * len(FIELDS), lock=False)
+        self.go_event = self.context.Event()
+        self.stop_event = self.context.Event()
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        self.logs = [LOG_DIR / f"{name}-{slot}.log" for slot in range(processes)]
+        for log in self.logs:
+            log.unlink(missing_ok=True)
+        self.processes = [
+            self.context.Process(
+                target=_child,
+                args=(target, str(log), slot, self.shared, self.go_event, self.stop_event, *args),
+                name=f"bench-worker-{slot}",
+                daemon=True,
+            )
+            for slot, log in enumerate(self.logs)
+        ]
+
+    def log_summary(self) -> dict[str, Any]:
+        """Records the worker processes logged, by level, and the most frequent messages."""
+        levels: Counter[str] = Counter()
+        messages: Counter[str] = Counter()
+        for log in self.logs:
+            if not log.exists():
+                continue
+            for line in log.read_text(errors="replace").splitlines():
+                match = _LOG_LINE.match(line)
+                if match:
+                    levels[match["level"]] += 1
+                    head = re.sub(r"\(.*\)|[0-9a-f-]{36}|\d+(\.\d+)?", "…", match["message"])
+                    messages[f"{match['level']} {match['logger']}: {head[:90]}"] += 1
+        return {
+            "files": [str(log) for log in self.logs],
+            "by_level": dict(levels),
+            "top_messages": dict(messages.most_common(5)),
+        }
+
+    def start(self, timeout: float = 120.0) -> None:
+        """Spawn the processes and wait until each one is ready to start its worker."""
+        for process in self.processes:
+            process.start()
+        deadline = time.monotonic() + timeout
+        while self.total("ready") < len(self.processes):
+            for process in self.processes:
+                if not process.is_alive():
+                    raise RuntimeError(f"{process.name} exited early ({process.exitcode})")
+            if time.monotonic() > deadline:
+                raise RuntimeError("worker processes did not get ready in time")
+            time.sleep(0.01)
+
+    def go(self) -> float:
+        """Start every worker at once; returns the time the signal was given."""
+        now = time.time()
+        self.go_event.set()
+        return now
+
+    def values(self, field: str) -> list[float]:
+        offset = FIELD[field]
+        return [self.shared[slot * len(FIELDS) + offset] for slot in range(len(self.processes))]
+
+    def total(self, field: str) -> float:
+        return sum(self.values(field))
+
+    def counters(self) -> dict[str, float]:
+        return {name: self.total(name) for name in FIELDS if name not in ("ready",)}
+
+    def wait_for(
+        self, predicate: Callable[[], bool], timeout: float, interval: float = 0.005
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"condition not met within {timeout:.0f}s: {self.counters()}")
+            for process in self.processes:
+                if not process.is_alive():
+                    raise RuntimeError(f"{process.name} exited ({process.exitcode})")
+            time.sleep(interval)
+
+    def cpu_seconds(self) -> float:
+        """CPU time used by all worker processes so far."""
+        return sum(cpu_seconds(p.pid) or 0.0 for p in self.processes if p.pid is not None)
+
+    def memory_mib(self) -> list[dict[str, float | None]]:
+        """Per process: peak resident set (VmHWM) and current resident set (VmRSS), MiB."""
+        rows = []
+        for process in self.processes:
+            assert process.pid is not None
+            hwm = read_status_kib(process.pid, "VmHWM")
+            rss = read_status_kib(process.pid, "VmRSS")
+            rows.append(
+                {
+                    "pid": process.pid,
+                    "peak_rss_mib": round(hwm / 1024, 1) if hwm else None,
+                    "rss_mib": round(rss / 1024, 1) if rss else None,
+                }
+            )
+        return rows
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        self.stop_event.set()
+        self.go_event.set()  # a process still waiting to start exits at once
+        deadline = time.monotonic() + timeout
+        started = [process for process in self.processes if process.pid is not None]
+        for process in started:
+            process.join(max(0.1, deadline - time.monotonic()))
+        for process in started:
+            if process.is_alive():
+                process.terminate()
+                process.join(5)
+            if process.is_alive():
+                process.kill()
+                process.join(5)
+
+    def __enter__(self) -> WorkerPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+# -- numbers -----------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) by linear interpolation between closest ranks."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def rnd(value: float, digits: int = 3) -> float:
+    return round(value, digits)
+
+
+# -- results -----------------------------------------------------------------------------------
+
+
+def machine(client: redis.Redis) -> dict[str, Any]:
+    import dramatiq
+
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "dramatiq": dramatiq.__version__,
+        "redis_py": redis.__version__,
+        "redis_server": client.info("server").get("redis_version"),
+    }
+
+
+def write_result(name: str, result: Mapping[str, Any]) -> Path:
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2, sort_keys=False) + "\n")
+    return path
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    lines = [
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join("---" for _ in headers) + "|",
+    ]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def log_note(logs: Mapping[str, Any]) -> str | None:
+    """A line about what the worker processes logged at WARNING and above, if anything."""
+    if not logs["by_level"]:
+        return None
+    levels = ", ".join(f"{n:,} {level}" for level, n in sorted(logs["by_level"].items()))
+    top = "; ".join(f"{n:,} x `{m}`" for m, n in list(logs["top_messages"].items())[:2])
+    return f"Worker logs: {levels} (most frequent: {top})."
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+class TraceReader:
+    """Reads the ``<namespace>:trace`` list the traced handlers append to, incrementally."""
+
+    def __init__(self, client: redis.Redis, namespace: str) -> None:
+        self.client = client
+        self.key = f"{namespace}:trace"
+        self.events: list[dict[str, Any]] = []
+
+    def poll(self) -> list[dict[str, Any]]:
+        """Fetch the events appended since the last poll; returns every event so far."""
+        raw = self.client.lrange(self.key, len(self.events), -1)
+        self.events.extend(json.loads(item) for item in raw)
+        return self.events
+
+    def of(self, event: str, items: set[str] | None = None) -> list[dict[str, Any]]:
+        return [
+            e for e in self.events if e["ev"] == event and (items is None or e["item"] in items)
+        ]

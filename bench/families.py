@@ -1,0 +1,183 @@
+"""The benchmark families, their handlers, the platform broker and its worker process.
+
+Like ``tests/platform_harness.py``: everything here is importable by spawned worker processes.
+Handlers that the benchmarks time write ``start``/``end`` records to the Redis list
+``<namespace>:trace``; the throughput no-op handler does nothing at all.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import dramatiq
+import redis
+from pydantic import BaseModel
+
+from bench.common import Counters, connect, stop_event_from, tagged_url, wait_for_go
+from router.enqueue import Router
+from router.registry import Registry
+from shared.errors import Delay, Paused, RecordMissing, Unrecoverable
+from tiers.broker import TierBroker
+from tiers.families import Family
+from tiers.policies import RetryPolicy, WindowRule
+from tiers.stack import build_broker
+from tiers.worker import serve
+
+_STATE: dict[str, Any] = {}
+
+#: How long one simulated document sync takes in the throttle storm.
+SYNC_SECONDS = 0.25
+#: The Notion-style window of the throttle storm, scaled to 4 starts a second.
+NOTION_WINDOW = WindowRule(4, 1.0)
+
+
+class NoopParams(BaseModel):
+    item: str
+
+
+class WorkParams(BaseModel):
+    item: str
+    sleep: float = 0.0
+
+
+class SyncParams(BaseModel):
+    document: str
+    data_source: str
+
+
+def _trace(event: str, **fields: Any) -> None:
+    client: redis.Redis = _STATE["client"]
+    client.rpush(f"{_STATE['ns']}:trace", json.dumps({"ev": event, "t": time.time(), **fields}))
+
+
+def noop(organization_id: int, item: str) -> None:
+    """The throughput benchmark's job: nothing."""
+
+
+def work(organization_id: int, item: str, sleep: float) -> None:
+    """The fairness benchmark's job: sleep, traced."""
+    _trace("start", org=organization_id, item=item)
+    time.sleep(sleep)
+    _trace("end", org=organization_id, item=item)
+
+
+def sync_document(organization_id: int, document: str, data_source: str) -> None:
+    """The throttle storm's job: one provider document sync, traced."""
+    _trace("start", org=organization_id, item=document)
+    time.sleep(SYNC_SECONDS)
+    _trace("end", org=organization_id, item=document)
+
+
+def families() -> dict[str, Family]:
+    return {
+        f.name: f
+        for f in (
+            Family(
+                name="b_noop",
+                kind="bench_noop",
+                handler=noop,
+                params=NoopParams,
+                job_id=lambda o, p: f"noop-{p.item}",
+                fixed_tier="fast",
+            ),
+            Family(
+                name="b_fair",
+                kind="bench_fair",
+                handler=work,
+                params=WorkParams,
+                job_id=lambda o, p: f"fair-{o}-{p.item}",
+                fixed_tier="fast",
+                group_caps={"fast": 2},
+            ),
+            Family(
+                name="b_sync",
+                kind="bench_sync_document",
+                handler=sync_document,
+                params=SyncParams,
+                job_id=lambda o, p: f"sync-{o}-{p.document}",
+                provider=lambda p: "notion",
+                window_scope=lambda o, p: f"{o}:{p.data_source}",
+                windows={"notion": NOTION_WINDOW},
+                retry=RetryPolicy(max_attempts=3, base_seconds=1.0),
+            ),
+        )
+    }
+
+
+EXPECTED = (Delay, Paused, RecordMissing, Unrecoverable)
+
+
+def make_broker(
+    redis_url: str,
+    namespace: str,
+    *,
+    counters: Counters | None = None,
+    name: str = "tier",
+) -> tuple[TierBroker, dict[str, Family]]:
+    """The platform broker (``tiers.stack.build_broker``, production defaults) with every
+    benchmark family's actor and queues declared as ``services.bootstrap`` does."""
+    fams = families()
+    broker, _slots = build_broker(
+        redis_url=tagged_url(redis_url, name),
+        namespace=namespace,
+        families=fams,
+        is_enabled=lambda flag: False,
+    )
+    if counters is not None:
+        broker.add_middleware(counters, before=type(broker.middleware[0]))
+    for family in fams.values():
+        dramatiq.Actor(
+            family.handler,
+            broker=broker,
+            actor_name=family.name,
+            queue_name=family.queues()[0],
+            priority=0,
+            options={"time_limit": int(family.time_limit_seconds * 1000), "throws": EXPECTED},
+        )
+        for queue in family.queues():
+            broker.declare_queue(queue)
+    return broker, fams
+
+
+def make_router(broker: TierBroker, fams: Mapping[str, Family]) -> Router:
+    registry = Registry()
+    for family in fams.values():
+        registry.add(family)
+    return Router(registry, broker)
+
+
+def worker_main(
+    slot: int,
+    shared: Any,
+    go: Any,
+    stop: Any,
+    redis_url: str,
+    namespace: str,
+    queues: Sequence[str],
+    threads: int,
+    prefetch: int,
+    poll_ms: int,
+) -> None:
+    """A platform worker process: ``tiers.worker.serve`` over ``queues``."""
+    broker, _fams = make_broker(
+        redis_url, namespace, counters=Counters(shared, slot), name=f"tier-worker-{slot}"
+    )
+    _STATE["client"] = connect(redis_url, f"tier-trace-{slot}")
+    _STATE["ns"] = namespace
+    stopping = stop_event_from(stop)
+    wait_for_go(shared, slot, go)
+    if stopping.is_set():
+        return
+    serve(
+        broker,
+        queues,
+        threads=threads,
+        prefetch=prefetch,
+        poll_ms=poll_ms,
+        drain_seconds=10,
+        stop=stopping,
+    )
+    broker.close()
