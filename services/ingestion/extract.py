@@ -1,0 +1,409 @@
+"""Turn an uploaded document's bytes into text, or fail with a short reason a user can act on.
+
+:func:`extract` reads PDF (pypdf), DOCX (python-docx, as markdown), HTML (the URL crawl's
+extractor, as markdown), Markdown and plain text. The type comes from the bytes first (a PDF
+header, a ZIP holding ``word/document.xml``), then the declared content type, then the file
+name's extension; a declared type the bytes contradict is unsupported.
+
+Every failure is :class:`ExtractionFailed`, an ``Unrecoverable`` (the same bytes fail the
+same way on every attempt), whose ``reason`` starts with one of the seed's buckets:
+``zero-byte file``, ``content over 10 MB``, ``unsupported content type``, ``truncated or
+unreadable file`` and ``no extractable text``; a few add a hint in parentheses.
+
+Memory: the input is never copied (pypdf and python-docx read it through a ``BytesIO``,
+which shares its buffer); text is decoded once, and normalising it builds at most one more
+string, none when it is already clean. HTML costs more: the crawl's extractor builds a parse
+tree and renders markdown from it.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os.path
+import re
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from io import BytesIO
+
+import docx
+from charset_normalizer import from_bytes
+from docx.table import Table
+from docx.text.paragraph import Paragraph
+from pypdf import PasswordType, PdfReader
+
+from services.knowledge_sync.providers.url_crawl import extract_html
+from shared.errors import Unrecoverable
+
+MAX_BYTES = 10 * 1024 * 1024
+
+PDF = "application/pdf"
+DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+HTML = "text/html"
+MARKDOWN = "text/markdown"
+TEXT = "text/plain"
+
+ZERO_BYTES = "zero-byte file"
+UNSUPPORTED = "unsupported content type"
+UNREADABLE = "truncated or unreadable file"
+PASSWORD_PROTECTED = "truncated or unreadable file (password-protected PDF)"
+NO_TEXT = "no extractable text"
+NO_PDF_TEXT = "no extractable text (scanned PDF? OCR found nothing)"
+
+_DECLARED = {
+    "application/pdf": PDF,
+    "application/x-pdf": PDF,
+    DOCX: DOCX,
+    "text/html": HTML,
+    "application/xhtml+xml": HTML,
+    "text/markdown": MARKDOWN,
+    "text/x-markdown": MARKDOWN,
+    "text/plain": TEXT,
+}
+# Declared types that say nothing about the content: the extension decides.
+_GENERIC = frozenset({"", "application/octet-stream", "binary/octet-stream", "application/unknown"})
+_EXTENSIONS = {
+    ".pdf": PDF,
+    ".docx": DOCX,
+    ".html": HTML,
+    ".htm": HTML,
+    ".xhtml": HTML,
+    ".md": MARKDOWN,
+    ".markdown": MARKDOWN,
+    ".txt": TEXT,
+    ".text": TEXT,
+}
+
+_ZIP_MAGIC = b"PK\x03\x04"
+_DOCX_PART = "word/document.xml"
+_DOCX_MAIN_TYPE = b"wordprocessingml.document.main+xml"
+# A DOCX that unpacks to more than this is treated as a ZIP bomb.
+_MAX_UNPACKED_FACTOR = 16
+# Acrobat accepts a PDF header within the first 1024 bytes and %%EOF within the last 1024;
+# browsers look for an HTML page's <meta charset> in its first 1024 bytes.
+_HEAD_BYTES = 1024
+# UTF-32 before UTF-16: the UTF-32-LE BOM starts with the UTF-16-LE one.
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+_DETECTION_SAMPLE = 256 * 1024
+# What charset-normalizer may answer: legacy encodings people actually save text in. Left
+# to all its candidates it reads short Western text as hp_roman8, mac_iceland or cp775.
+_LEGACY_ENCODINGS = [
+    "cp1252", "cp1250", "cp1251", "cp1253", "cp1254", "cp1255", "cp1256", "cp1257", "cp1258",
+    "koi8_r", "koi8_u", "cp874", "cp932", "euc_jp", "iso2022_jp", "gb18030", "big5", "cp949",
+    "euc_kr", "shift_jis", "tis_620",
+]  # fmt: skip
+# On short Western text charset-normalizer scores cp1250 or cp1257 as high as, or a little
+# higher than, cp1252 (a superset of latin-1's printable range) and picks them, turning
+# "niño" into "niňo". cp1252 is by far the likeliest legacy encoding: it wins when it
+# scores within these margins of the best.
+_CP1252_CHAOS_SLACK = 0.15
+_CP1252_COHERENCE_SLACK = 0.1
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
+_HTML_START = re.compile(rb"\s*(?:<!--.*?-->\s*)*<(?:!doctype\s+html|html)[\s>]", re.I | re.S)
+_TRAILING_SPACE = re.compile(r"[^\S\n]+$", re.MULTILINE)
+_BLANK_LINES = re.compile(r"\n{3,}")
+_FIRST_HEADING = re.compile(r"^#[ \t]+(.+)$", re.MULTILINE)
+_HEADING_STYLE = re.compile(r"heading ([1-9])\b", re.I)
+
+
+class ExtractionFailed(Unrecoverable):
+    """The document cannot be turned into text; ``reason`` is short and user-facing."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """A document's text.
+
+    Attributes:
+      text: the content, markdown for DOCX and HTML; whitespace normalised, never empty.
+      title: from the document's metadata (or its first ``#`` heading), when it has one.
+      detected_type: the media type the content was read as (``application/pdf``, ...).
+    """
+
+    text: str
+    title: str | None
+    detected_type: str
+
+
+def extract(
+    data: bytes,
+    *,
+    content_type: str | None,
+    filename: str | None,
+    max_bytes: int = MAX_BYTES,
+) -> Extracted:
+    """The text of an uploaded document.
+
+    Parameters:
+      data: the document's bytes.
+      content_type: the declared media type, parameters allowed (``text/plain; charset=...``).
+      filename: the uploaded file's name; its extension is used when the type is unknown.
+      max_bytes: a larger input, or a longer text, is refused.
+
+    Returns:
+      The normalised text, the title and the detected media type.
+
+    Raises:
+      ExtractionFailed: with one of the module's reasons.
+    """
+    if not data:
+        raise ExtractionFailed(ZERO_BYTES)
+    if len(data) > max_bytes:
+        raise ExtractionFailed(_over_limit(max_bytes))
+    media_type, charset = _parse_content_type(content_type)
+    kind = _detect(data, media_type, filename)
+    title: str | None
+    if kind == PDF:
+        title, text = _read_pdf(data)
+    elif kind == DOCX:
+        title, text = _read_docx(data)
+    elif kind == HTML:
+        title, text, _ = extract_html(_decode(data, charset, html=True), "")
+    else:
+        text = _decode(data, charset, html=False)
+        title = _first_heading(text) if kind == MARKDOWN else None
+    text = _normalise(text)
+    if not text:
+        raise ExtractionFailed(NO_PDF_TEXT if kind == PDF else NO_TEXT)
+    if len(text) > max_bytes:
+        raise ExtractionFailed(_over_limit(max_bytes))
+    return Extracted(text, title, kind)
+
+
+# -- type detection ------------------------------------------------------------------------
+
+
+def _over_limit(max_bytes: int) -> str:
+    mib = 1024 * 1024
+    size = f"{max_bytes // mib} MB" if max_bytes % mib == 0 else f"{max_bytes} bytes"
+    return f"content over {size}"
+
+
+def _parse_content_type(content_type: str | None) -> tuple[str, str | None]:
+    media_type, *params = (content_type or "").split(";")
+    charset = None
+    for param in params:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset" and value.strip():
+            charset = value.strip().strip("\"'")
+    return media_type.strip().lower(), charset
+
+
+def _detect(data: bytes, media_type: str, filename: str | None) -> str:
+    """The media type to read ``data`` as: the bytes' magic, else the declaration (which the
+    bytes must not contradict), else HTML or text by the look of the bytes."""
+    if data.startswith(b"%PDF-"):
+        return PDF
+    declared = _declared_kind(media_type, filename)
+    if data.startswith(_ZIP_MAGIC):
+        return _sniff_zip(data, declared_docx=declared == DOCX)
+    if declared == PDF:
+        if data.find(b"%PDF-", 0, _HEAD_BYTES) >= 0:
+            return PDF
+        raise ExtractionFailed(UNSUPPORTED)
+    if declared == DOCX:
+        raise ExtractionFailed(UNSUPPORTED)
+    if declared is not None:
+        return declared
+    return HTML if _HTML_START.match(data, 0, _HEAD_BYTES) else TEXT
+
+
+def _declared_kind(media_type: str, filename: str | None) -> str | None:
+    """What the content type, else the extension, says; None when neither says anything."""
+    if media_type not in _GENERIC:
+        if media_type in _DECLARED:
+            return _DECLARED[media_type]
+        if media_type.startswith("text/"):
+            return TEXT
+        raise ExtractionFailed(UNSUPPORTED)
+    extension = os.path.splitext(filename or "")[1].lower()
+    return _EXTENSIONS.get(extension)
+
+
+def _sniff_zip(data: bytes, *, declared_docx: bool) -> str:
+    """DOCX when the ZIP is a WordprocessingML document; other ZIPs are unsupported."""
+    try:
+        with zipfile.ZipFile(BytesIO(data)) as archive:
+            infos = archive.infolist()
+            names = {info.filename for info in infos}
+            if _DOCX_PART not in names:
+                raise ExtractionFailed(UNSUPPORTED)
+            # Checked here while the archive is open: python-docx unpacks every part.
+            if sum(info.file_size for info in infos) > _MAX_UNPACKED_FACTOR * MAX_BYTES:
+                raise ExtractionFailed(UNREADABLE)
+            content_types = archive.read("[Content_Types].xml")
+    except (zipfile.BadZipFile, KeyError, EOFError, OSError, RuntimeError, ValueError) as exc:
+        # A truncated ZIP has no central directory, but its local headers name its parts.
+        if declared_docx or _DOCX_PART.encode() in data:
+            raise ExtractionFailed(UNREADABLE) from exc
+        raise ExtractionFailed(UNSUPPORTED) from exc
+    if _DOCX_MAIN_TYPE not in content_types:  # a macro-enabled document or a template
+        raise ExtractionFailed(UNSUPPORTED)
+    return DOCX
+
+
+# -- readers -------------------------------------------------------------------------------
+
+
+@contextmanager
+def _reading() -> Iterator[None]:
+    """Parser errors become ``truncated or unreadable file``.
+
+    A parser fed untrusted bytes can fail in any way (``KeyError``, ``IndexError``, its own
+    errors); none of them would go away on a retry.
+    """
+    try:
+        yield
+    except (ExtractionFailed, MemoryError):
+        raise
+    except Exception as exc:
+        raise ExtractionFailed(UNREADABLE) from exc
+
+
+def _read_pdf(data: bytes) -> tuple[str | None, str]:
+    if data.rfind(b"%%EOF", max(0, len(data) - _HEAD_BYTES)) < 0:
+        raise ExtractionFailed(UNREADABLE)
+    with _reading():
+        # An encrypted PDF opens when its user password is empty (owner-only restrictions).
+        reader = PdfReader(BytesIO(data))
+        if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
+            raise ExtractionFailed(PASSWORD_PROTECTED)
+        text = "\n\n".join(page.extract_text() for page in reader.pages)
+        metadata = reader.metadata
+        title = _clean(metadata.title if metadata is not None else None)
+    return title, text
+
+
+def _read_docx(data: bytes) -> tuple[str | None, str]:
+    with _reading():
+        document = docx.Document(BytesIO(data))
+        blocks = [_block_markdown(block) for block in document.iter_inner_content()]
+        title = _clean(document.core_properties.title)
+    text = "\n\n".join(block for block in blocks if block)
+    return title or _first_heading(text), text
+
+
+def _block_markdown(block: Paragraph | Table) -> str:
+    if isinstance(block, Table):
+        return _table_markdown(block)
+    text = block.text.strip()
+    style = block.style.name if block.style is not None else None
+    if not text or not style:
+        return text
+    heading = _HEADING_STYLE.match(style)
+    if heading is not None or style == "Title":
+        level = min(int(heading.group(1)), 6) if heading is not None else 1
+        return "#" * level + " " + " ".join(text.split())
+    if style.startswith("List Bullet"):
+        return "- " + text
+    if style.startswith("List Number"):
+        return "1. " + text
+    return text
+
+
+def _table_markdown(table: Table) -> str:
+    rows = [
+        [" ".join(cell.text.split()).replace("|", "\\|") for cell in row.cells]
+        for row in table.rows
+    ]
+    rows = [row for row in rows if any(row)]
+    if not rows:
+        return ""
+    lines = ["| " + " | ".join(row) + " |" for row in rows]
+    lines.insert(1, "|" + " --- |" * len(rows[0]))
+    return "\n".join(lines)
+
+
+# -- text ----------------------------------------------------------------------------------
+
+
+def _decode(data: bytes, charset: str | None, *, html: bool) -> str:
+    """Text from bytes: a BOM, else UTF-8, else the declared charset (or an HTML page's
+    ``<meta charset>``), else what charset-normalizer detects. NUL bytes mean binary."""
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            try:
+                return data.decode(encoding)
+            except UnicodeDecodeError as exc:
+                raise ExtractionFailed(UNREADABLE) from exc
+    if b"\x00" in data:
+        raise ExtractionFailed(UNSUPPORTED)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        first_invalid = exc.start
+    hint = charset or (_meta_charset(data) if html else None)
+    if hint is not None and _codec_name(hint) not in (None, "utf-8"):
+        try:
+            return data.decode(hint)
+        except UnicodeDecodeError:
+            pass
+    detected = _detect_encoding(data, first_invalid)
+    if detected is None:
+        raise ExtractionFailed(UNSUPPORTED)
+    return data.decode(detected, errors="replace")
+
+
+def _codec_name(name: str) -> str | None:
+    try:
+        return codecs.lookup(name).name
+    except LookupError:
+        return None
+
+
+def _meta_charset(data: bytes) -> str | None:
+    match = _META_CHARSET.search(data, 0, _HEAD_BYTES)
+    return match.group(1).decode("ascii") if match is not None else None
+
+
+def _detect_encoding(data: bytes, first_invalid: int) -> str | None:
+    """The legacy encoding of ``data``, judged on a sample around its first non-UTF-8 byte
+    (charset-normalizer decodes what it is given once per candidate encoding)."""
+    sample = data
+    if len(data) > _DETECTION_SAMPLE:
+        # Cut at line ends: no multibyte encoding uses 0x0A inside a character.
+        low = max(0, first_invalid - _DETECTION_SAMPLE // 2)
+        newline = data.find(b"\n", low, first_invalid)
+        start = newline + 1 if newline >= 0 else low
+        end = data.rfind(b"\n", start, start + _DETECTION_SAMPLE)
+        sample = data[start : end + 1 if end >= 0 else start + _DETECTION_SAMPLE]
+    matches = from_bytes(sample, cp_isolation=_LEGACY_ENCODINGS)
+    best = matches.best()
+    if best is None:
+        return None
+    for match in matches:
+        if (
+            match.encoding == "cp1252"
+            and match.chaos <= best.chaos + _CP1252_CHAOS_SLACK
+            and match.coherence >= best.coherence - _CP1252_COHERENCE_SLACK
+        ):
+            return "cp1252"
+    return best.encoding
+
+
+def _normalise(text: str) -> str:
+    """Unix line ends, no trailing spaces, at most one blank line in a row, stripped."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = _TRAILING_SPACE.sub("", text)
+    return _BLANK_LINES.sub("\n\n", text).strip()
+
+
+def _first_heading(text: str) -> str | None:
+    match = _FIRST_HEADING.search(text)
+    return _clean(match.group(1)) if match is not None else None
+
+
+def _clean(text: str | None) -> str | None:
+    cleaned = " ".join((text or "").split())
+    return cleaned or None
