@@ -17,6 +17,7 @@ unexpected exception)
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 
 class JobError(Exception):
@@ -41,12 +42,16 @@ class Delay(JobError):
     Parameters:
       until: epoch seconds at which the job should run again.
       reason: a short word for logs and the job record (``window``, ``retry-after``, ...).
+      carry: message options the delayed delivery carries (a window reservation).
     """
 
-    def __init__(self, until: float, reason: str = "delay") -> None:
+    def __init__(
+        self, until: float, reason: str = "delay", carry: Mapping[str, str] | None = None
+    ) -> None:
         super().__init__(f"{reason}: delayed until {until:.3f}")
         self.until = until
         self.reason = reason
+        self.carry = dict(carry or {})
 
     @classmethod
     def after(cls, seconds: float, reason: str = "delay") -> Delay:

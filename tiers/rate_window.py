@@ -3,11 +3,29 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from importlib import resources
 
 import redis
 
 from tiers.policies import WindowRule
+
+#: How far ahead (in windows) a throttled start may be reserved.
+MAX_WINDOWS_AHEAD = 10_000
+
+
+@dataclass(frozen=True)
+class Admission:
+    """The answer of :meth:`RateWindows.reserve`.
+
+    ``admitted``: start now. Otherwise start at ``start_at`` (epoch seconds), holding the
+    reservation ``reserved_index`` when one was made (None: nothing was free far enough
+    ahead; try again then).
+    """
+
+    admitted: bool
+    start_at: float
+    reserved_index: int | None
 
 
 class RateWindows:
@@ -19,8 +37,9 @@ class RateWindows:
 
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         self.namespace = namespace
-        source = (resources.files("tiers") / "lua" / "window.lua").read_text()
-        self._script = client.register_script(source)
+        lua = resources.files("tiers") / "lua"
+        self._script = client.register_script((lua / "window.lua").read_text())
+        self._reserve = client.register_script((lua / "window_reserve.lua").read_text())
 
     def key(self, *scope: str) -> str:
         return ":".join((self.namespace, "window", *scope))
@@ -32,3 +51,34 @@ class RateWindows:
         period_ms = max(1, int(rule.period_seconds * 1000))
         reply = int(self._script(keys=[key], args=[rule.limit, period_ms, now_ms]))
         return None if reply == 0 else reply / 1000.0
+
+    def reserve(
+        self,
+        key: str,
+        rule: WindowRule,
+        *,
+        reserved_index: int | None = None,
+        now: float | None = None,
+    ) -> Admission:
+        """Take one start now, or reserve one in the first future window with room.
+
+        ``reserved_index`` is a reservation an earlier call made for this start: in its
+        window the start is admitted without counting again (it was counted when reserved);
+        a reservation whose window has passed is forgotten and the start counted anew.
+        """
+        now_ms = int((time.time() if now is None else now) * 1000)
+        period_ms = max(1, int(rule.period_seconds * 1000))
+        code, index = self._reserve(
+            keys=[key],
+            args=[
+                rule.limit,
+                period_ms,
+                now_ms,
+                -1 if reserved_index is None else reserved_index,
+                MAX_WINDOWS_AHEAD,
+            ],
+        )
+        code, index = int(code), int(index)
+        if code == 0:
+            return Admission(True, now_ms / 1000.0, None)
+        return Admission(False, index * period_ms / 1000.0, index if code == 1 else None)

@@ -74,3 +74,50 @@ def test_window_shared_by_two_worker_processes_admits_exactly_its_limit(
     assert len(starts) == 23
     for i in range(23):
         assert broker.jobs.record(f"window-{i}")["failures"] == "0"  # type: ignore[index]
+
+
+def test_a_full_window_reserves_a_start_in_the_first_window_with_room(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    windows = RateWindows(redis_client, namespace)
+    rule = WindowRule(2, 10.0)
+    key = windows.key("f", "notion", "1")
+    now = 1_000_005.0
+    # Given a full current window
+    assert windows.reserve(key, rule, now=now).admitted
+    assert windows.reserve(key, rule, now=now).admitted
+    # Then the next four starts are reserved two per future window, in order
+    later = [windows.reserve(key, rule, now=now) for _ in range(4)]
+    assert [a.admitted for a in later] == [False] * 4
+    assert [a.reserved_index for a in later] == [100_001, 100_001, 100_002, 100_002]
+    assert [a.start_at for a in later] == [1_000_010.0, 1_000_010.0, 1_000_020.0, 1_000_020.0]
+    # When a reserved start arrives in its window, it is admitted without counting again
+    assert windows.reserve(key, rule, reserved_index=100_001, now=1_000_011.0).admitted
+    # and a fresh start in that window finds it full (both of its starts are reserved)
+    fresh = windows.reserve(key, rule, now=1_000_011.0)
+    assert not fresh.admitted and fresh.reserved_index == 100_003
+    # A reservation whose window has passed is forgotten and the start counted anew
+    stale = windows.reserve(key, rule, reserved_index=100_001, now=1_000_031.0)
+    assert stale.admitted
+
+
+def test_throttled_jobs_are_delayed_once_each_to_their_reserved_window(
+    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
+) -> None:
+    # Given 15 jobs under a 5-per-second window
+    router.enqueue_many(
+        [JobRequest("t_window", 9, {"item": f"r{i}", "provider": "notion"}) for i in range(15)]
+    )
+    with h.running_worker(broker, threads=4):
+        h.wait_until(
+            lambda: all(h.state(broker, f"window-r{i}") == "completed" for i in range(15)),
+            timeout=30,
+        )
+    starts = [e for e in h.trace(redis_client, namespace) if e["ev"] == "start"]
+    # Then each ran once, at most 5 per window, and none was delivered more than twice
+    # (refused once with a reservation, then run): no thundering herd at each window's end
+    assert len(starts) == 15
+    assert max(Counter(math.floor(e["t"]) for e in starts).values()) <= 5
+    deliveries = [int(broker.jobs.record(f"window-r{i}")["attempts"]) for i in range(15)]  # type: ignore[index]
+    assert max(deliveries) <= 2, deliveries
+    assert deliveries.count(1) >= 5

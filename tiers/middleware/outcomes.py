@@ -81,7 +81,7 @@ class Outcomes(Middleware):
             message.fail()
         elif isinstance(exception, Delay):
             state = "delayed"
-            next_message = self._again_at(message, exception.until, failures)
+            next_message = self._again_at(message, exception.until, failures, exception.carry)
         else:
             failures += 1
             if failures >= policy.max_attempts:
@@ -114,12 +114,14 @@ class Outcomes(Middleware):
             log.warning("job %s was superseded while it ran", message.options["st_job"])
 
     @staticmethod
-    def _again_at(message: Any, until: float, failures: int) -> Any:
-        return message.copy(
-            queue_name=dq_name(q_name(message.queue_name)),
-            options={
-                "redis_message_id": str(uuid4()),
-                "eta": int(until * 1000),
-                "st_failures": failures,
-            },
-        )
+    def _again_at(
+        message: Any, until: float, failures: int, carry: Mapping[str, str] | None = None
+    ) -> Any:
+        options = {
+            "redis_message_id": str(uuid4()),
+            "eta": int(until * 1000),
+            "st_failures": failures,
+            "st_wres": None,  # a window reservation is good for one delivery only
+            **(carry or {}),
+        }
+        return message.copy(queue_name=dq_name(q_name(message.queue_name)), options=options)

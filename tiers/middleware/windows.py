@@ -18,8 +18,11 @@ from tiers.rate_window import RateWindows
 
 class ProviderWindows(Middleware):
     """Take one start from the job's window, keyed ``window:<family>:<provider>:<scope>``
-    like the retired throttle keys; when full, raise :class:`Delay` to the window's end plus
-    a jitter of up to ``jitter`` of the period, so waiting jobs do not all wake at once.
+    like the retired throttle keys. When the window is full the job reserves a start in the
+    first future window with room and is delayed to that window's start (once; the
+    reservation rides on the message). Only when nothing is free within
+    ``MAX_WINDOWS_AHEAD`` windows is it delayed to the next window with a jitter of up to
+    ``jitter`` of the period.
 
     Parameters:
       families: actor name -> family.
@@ -49,11 +52,19 @@ class ProviderWindows(Middleware):
             return
         scope = message.options.get("st_scope") or "*"
         key = self.windows.key(family.name, (provider or "*").lower(), str(scope))
+        held = message.options.get("st_wres") or ""
+        held_key, _, held_index = held.rpartition("#")
+        reserved = int(held_index) if held_key == key and held_index.isdigit() else None
         try:
-            window_end = self.windows.acquire(key, rule)
+            admission = self.windows.reserve(key, rule, reserved_index=reserved)
         except Exception as exc:
             # An unchecked window could let a storm through: retry under the policy instead.
             raise Held(Retryable(f"window {key} unreadable: {exc}")) from exc
-        if window_end is not None:
-            spread = random.uniform(0, self.jitter * rule.period_seconds)
-            raise Held(Delay(window_end + spread, reason="window"))
+        if admission.admitted:
+            return
+        if admission.reserved_index is not None:
+            # Its own start is counted in that window: wake exactly then, once.
+            carry = {"st_wres": f"{key}#{admission.reserved_index}"}
+            raise Held(Delay(admission.start_at, reason="window", carry=carry))
+        spread = random.uniform(0, self.jitter * rule.period_seconds)
+        raise Held(Delay(admission.start_at + spread, reason="window"))
