@@ -29,7 +29,11 @@ from tiers.policies import WindowRule
 from tiers.stack import build_broker
 
 #: Service packages, each exposing ``register(context: ServiceContext)``.
-SERVICE_MODULES: tuple[str, ...] = ("services.maintenance", "services.knowledge_sync")
+SERVICE_MODULES: tuple[str, ...] = (
+    "services.maintenance",
+    "services.knowledge_sync",
+    "services.ingestion",
+)
 
 #: Outcomes Dramatiq should log at info level, not as unhandled errors.
 EXPECTED = (Delay, Paused, RecordMissing, Unrecoverable)

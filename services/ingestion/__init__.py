@@ -1,2 +1,64 @@
 """Knowledge-base ingestion and retrieval (seed 003), and the chunk/embed/index component
 that knowledge_sync's chunk step shares."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from services.bootstrap import Platform
+
+
+def recrawl_interval_seconds(settings: object) -> float:
+    """``SPEEDTIER_RECRAWL_INTERVAL_SECONDS`` (default a day), never under an hour."""
+    from services.ingestion.fetching import (
+        DEFAULT_RECRAWL_INTERVAL_SECONDS,
+        MIN_RECRAWL_INTERVAL_SECONDS,
+    )
+
+    configured = getattr(settings, "recrawl_interval_seconds", None)
+    seconds = float(configured or DEFAULT_RECRAWL_INTERVAL_SECONDS)
+    return max(seconds, MIN_RECRAWL_INTERVAL_SECONDS)
+
+
+def register(platform: Platform) -> None:
+    """The ingestion and refresh families and the sweep and refresh ticks."""
+    from services.ingestion.actors import IngestionContext, build_handlers
+    from services.ingestion.chunking import Chunker
+    from services.ingestion.embedders import embedder_from_settings
+    from services.ingestion.families import families
+    from services.ingestion.ticks import (
+        DEFAULT_TENANT_SLICE,
+        DEFAULT_TICK_LIMIT,
+        SweepBounds,
+        ingestion_refresh_tick,
+        ingestion_sweep_tick,
+    )
+    from services.knowledge_sync.providers.url_crawl import RobotsCache, page_fetcher
+    from tiers.rate_window import RateWindows
+
+    settings = platform.settings
+    windows = RateWindows(platform.broker.client, settings.redis_namespace)
+    allow_private = settings.crawl_allow_private_networks
+    timeout = settings.http_timeout_seconds
+    recrawl = recrawl_interval_seconds(settings)
+    ctx = IngestionContext(
+        chunker=Chunker(),
+        embedder=embedder_from_settings(settings, windows=windows),
+        # No per-host politeness window: a document's pages are fetched one after another,
+        # and a window's Delay would restart a multi-page document from its first page.
+        fetch=page_fetcher(
+            allow_private=allow_private,
+            timeout=timeout,
+            robots=RobotsCache(allow_private=allow_private, timeout=timeout),
+        ),
+        recrawl_interval_seconds=recrawl,
+    )
+    bounds = SweepBounds(
+        limit=int(getattr(settings, "ingestion_tick_limit", None) or DEFAULT_TICK_LIMIT),
+        tenant_slice=int(getattr(settings, "ingestion_tenant_slice", None) or DEFAULT_TENANT_SLICE),
+    )
+    for family in families(build_handlers(platform.sessions, platform.router, ctx)):
+        platform.add_family(family)
+    platform.add_tick(ingestion_sweep_tick(platform.sessions, platform.router, bounds))
+    platform.add_tick(ingestion_refresh_tick(platform.sessions, platform.router, bounds, recrawl))

@@ -18,6 +18,7 @@ import shared.db.models  # noqa: F401  (registers every table on the metadata)
 from shared.db.base import API2_SCHEMA, Api2Base, RailsBase
 from shared.db.engine import make_engine
 from shared.db.migrate import VERSION_TABLE, VERSION_TABLE_SCHEMA
+from shared.db.vector import compare_type, include_object
 
 config = context.config
 target_metadata = [RailsBase.metadata, Api2Base.metadata]
@@ -38,6 +39,11 @@ def _configure(**options: Any) -> None:
         version_table_schema=VERSION_TABLE_SCHEMA,
         include_schemas=True,
         include_name=include_name,
+        # kb_chunks.embedding is vector(dims) with an HNSW index where the server has
+        # pgvector and float8[] without one: the migration picks, the model serves both, so
+        # autogenerate must accept either type and not ask to drop the pgvector-only index.
+        include_object=include_object,
+        compare_type=compare_type,
         compare_server_default=True,
         **options,
     )

@@ -1,6 +1,14 @@
 """All models; importing this package registers every table on its metadata."""
 
 from shared.db.models.api2 import KnowledgeBaseCrawlTaskUrl
+from shared.db.models.ingestion import (
+    IngestionApiKey,
+    KbChunk,
+    KbDocument,
+    KbDocumentVersion,
+    KnowledgeBase,
+    UsageEvent,
+)
 from shared.db.models.rails import (
     Conversation,
     ConversationUpload,
@@ -25,6 +33,11 @@ __all__ = [
     "DocumentChunk",
     "FlipperFeature",
     "FlipperGate",
+    "IngestionApiKey",
+    "KbChunk",
+    "KbDocument",
+    "KbDocumentVersion",
+    "KnowledgeBase",
     "KnowledgeBaseCrawlTask",
     "KnowledgeBaseCrawlTaskUrl",
     "KnowledgeBaseDocument",
@@ -34,4 +47,5 @@ __all__ = [
     "Organization",
     "OrganizationDataSource",
     "PgSearchDocument",
+    "UsageEvent",
 ]

@@ -1,0 +1,69 @@
+"""Thin actor bodies: run the pipeline in its units of work, then enqueue follow-ups."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from router.enqueue import Router
+from services.ingestion import pipeline, refresh
+from services.ingestion.embedders import Embedder
+from services.ingestion.families import INGEST_KIND, INGEST_RETRY, REFRESH_KIND, ingest_request
+from services.ingestion.fetching import PageFetch
+from services.ingestion.index_writer import DocumentChunker
+from shared.db.engine import session_scope
+from tiers.attempts import current_attempt
+
+
+@dataclass(frozen=True)
+class IngestionContext:
+    """What the jobs need besides a session: the chunk/embed component, a page fetcher
+    (SSRF-guarded) and the recrawl interval."""
+
+    chunker: DocumentChunker
+    embedder: Embedder
+    fetch: PageFetch
+    recrawl_interval_seconds: float
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def build_handlers(
+    sessions: sessionmaker[Session], router: Router, ctx: IngestionContext
+) -> dict[str, Callable[..., Any]]:
+    """The two actor bodies, bound to their dependencies."""
+
+    def ingest_document(organization_id: int, document_id: int, **_routing: Any) -> None:
+        pipeline.run_ingestion(
+            sessions,
+            organization_id=organization_id,
+            document_id=document_id,
+            chunker=ctx.chunker,
+            embedder=ctx.embedder,
+            final_attempt=current_attempt(INGEST_RETRY).is_final,
+            now=_now(),
+            fetch=ctx.fetch,
+            recrawl_interval_seconds=ctx.recrawl_interval_seconds,
+        )
+
+    def refresh_document(organization_id: int, document_id: int, **_routing: Any) -> None:
+        with session_scope(sessions) as session:
+            outcome = refresh.refresh_document(
+                session,
+                organization_id=organization_id,
+                document_id=document_id,
+                fetch=ctx.fetch,
+                now=_now(),
+                recrawl_interval_seconds=ctx.recrawl_interval_seconds,
+            )
+            session.commit()
+        if outcome.result == "changed":  # committed first: a failed enqueue is swept later
+            router.enqueue(ingest_request(organization_id, document_id))
+
+    return {INGEST_KIND: ingest_document, REFRESH_KIND: refresh_document}

@@ -1,0 +1,150 @@
+"""URL documents: fetching their pages, and when to fetch them again.
+
+:func:`fetch_url_source` turns a URL (and, with a crawl depth, the same-host pages it links
+to) into the markdown a URL document stores as its source bytes, through the URL crawl's
+SSRF-guarded fetcher. Its failures are sorted the way a document shows them: terminal
+(:class:`FetchFailed`: unreachable, redirecting off-host, over 10 MB, unsupported,
+disallowed) or transient (:class:`TransientFailure`, retried; on the last attempt it fails
+the document as ``unreachable or redirecting URL``).
+
+:func:`refresh_interval_seconds` and :func:`next_refresh_time` are the freshness clock's
+arithmetic: the recrawl interval (daily by default, hourly at the soonest) or the base's
+refresh schedule when sooner, doubled per consecutive failure, capped at a week.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from urllib.parse import urlsplit
+
+from services.knowledge_sync.providers.url_crawl import CrawledPage, Disallowed
+from shared.db.models.ingestion import MAX_SOURCE_BYTES
+from shared.errors import Delay, Retryable, Unrecoverable
+
+log = logging.getLogger(__name__)
+
+PageFetch = Callable[[str], CrawledPage]
+
+UNREACHABLE = "unreachable or redirecting URL"
+DISALLOWED = "URL disallowed by robots.txt"
+OVERSIZE = "content over 10 MB"
+UNSUPPORTED = "unsupported content type"
+#: The type of the source bytes a URL document stores (the crawler's markdown); a restored
+#: version's text is stored the same way.
+MARKDOWN_CONTENT_TYPE = "text/markdown; charset=utf-8"
+#: Pages one URL document may gather by following same-host links (``crawl_depth`` > 0).
+MAX_CRAWL_PAGES = 20
+
+#: How often URL documents are re-fetched by default (daily), and the soonest allowed.
+DEFAULT_RECRAWL_INTERVAL_SECONDS = 86_400.0
+MIN_RECRAWL_INTERVAL_SECONDS = 3600.0
+REFRESH_INTERVALS = {"hourly": 3600.0, "daily": 86_400.0, "weekly": 604_800.0}
+#: The longest a failing source waits between refreshes, whatever its failure count.
+MAX_REFRESH_BACKOFF_SECONDS = 7 * 86_400.0
+
+
+class FetchFailed(Exception):
+    """A URL document's page cannot be had (terminal); ``reason`` is user-facing."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class TransientFailure(Retryable):
+    """A retryable failure that, on the last attempt, fails the document with ``reason``."""
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def _host(url: str) -> str:
+    return (urlsplit(url).hostname or "").lower()
+
+
+def _page_text(page: CrawledPage) -> str:
+    if page.title and not page.markdown.lstrip().startswith("# "):
+        return f"# {page.title}\n\n{page.markdown}"
+    return page.markdown
+
+
+def _fetch_one(url: str, fetch: PageFetch) -> CrawledPage:
+    try:
+        page = fetch(url)
+    except Disallowed as exc:
+        raise FetchFailed(DISALLOWED) from exc
+    except (Delay, TransientFailure):
+        raise
+    except Unrecoverable as exc:
+        message = str(exc)
+        reason = (
+            OVERSIZE
+            if "content over" in message
+            else UNSUPPORTED
+            if "unsupported content type" in message
+            else UNREACHABLE
+        )
+        raise FetchFailed(reason) from exc
+    except Retryable as exc:
+        raise TransientFailure(str(exc), reason=UNREACHABLE) from exc
+    if _host(page.final_url) != _host(url):
+        raise FetchFailed(UNREACHABLE)
+    return page
+
+
+def fetch_url_source(url: str, crawl_depth: int, fetch: PageFetch) -> bytes:
+    """The page at ``url`` (and same-host pages linked from it, ``crawl_depth`` links deep,
+    at most :data:`MAX_CRAWL_PAGES`) as markdown, the way a URL document stores it.
+
+    A linked page that fails is left out; only the first page decides the outcome.
+
+    Raises:
+      FetchFailed: the first page is unreachable (4xx, refused address, too many
+        redirects), redirects to another host, is over 10 MB, of an unsupported type or
+        disallowed by robots.txt.
+      TransientFailure: a failure a later attempt may not meet (5xx, connection, DNS).
+      Delay: the host asked to wait (429 with Retry-After, or the politeness window).
+    """
+    first = _fetch_one(url, fetch)
+    parts = [_page_text(first)]
+    size = len(parts[0].encode())
+    seen = {url, first.final_url}
+    frontier = [(link, 1) for link in first.links]
+    while frontier and crawl_depth > 0 and len(parts) < MAX_CRAWL_PAGES:
+        link, depth = frontier.pop(0)
+        if link in seen or depth > crawl_depth:
+            continue
+        seen.add(link)
+        try:
+            page = _fetch_one(link, fetch)
+        except (FetchFailed, TransientFailure) as exc:
+            log.info("crawl of %s: leaving out %s (%s)", url, link, exc)
+            continue
+        text = _page_text(page)
+        if size + len(text.encode()) + 2 > MAX_SOURCE_BYTES:
+            break
+        parts.append(text)
+        size += len(text.encode()) + 2
+        seen.add(page.final_url)
+        frontier.extend((child, depth + 1) for child in page.links)
+    return "\n\n".join(parts).encode()
+
+
+def refresh_interval_seconds(
+    refresh_schedule: str | None, recrawl_interval_seconds: float
+) -> float:
+    """How often a URL document is re-fetched: the platform's recrawl interval, or its base's
+    schedule when that is sooner."""
+    scheduled = REFRESH_INTERVALS.get(refresh_schedule or "")
+    return min(recrawl_interval_seconds, scheduled) if scheduled else recrawl_interval_seconds
+
+
+def next_refresh_time(now: datetime, interval_seconds: float, failures: int) -> datetime:
+    """``now + interval * 2**failures``, the backoff capped at a week (never below the
+    interval itself)."""
+    backoff = interval_seconds * 2 ** min(failures, 20)
+    delay = max(interval_seconds, min(backoff, MAX_REFRESH_BACKOFF_SECONDS))
+    return now + timedelta(seconds=delay)
