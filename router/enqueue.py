@@ -13,6 +13,7 @@ from dramatiq.message import Message
 from router.registry import Registry
 from router.requests import JobRequest, RoutedJob, route_all
 from shared.errors import QueueUnavailable, ValidationFailed
+from shared.observability import warn
 from tiers.broker import TierBroker
 
 log = logging.getLogger(__name__)
@@ -130,11 +131,12 @@ def enqueue_settled(router: Router, requests: Sequence[JobRequest]) -> Settled:
             try:
                 accepted.append(router.enqueue(request))
             except (ValidationFailed, QueueUnavailable) as exc:
-                log.warning(
-                    "could not enqueue %s for organization %s: %s",
-                    request.kind,
-                    request.organization_id,
-                    exc,
+                warn(
+                    f"could not enqueue {request.kind}",
+                    fingerprint=["speedtier", "enqueue-settled", request.kind, type(exc).__name__],
+                    organization_id=request.organization_id,
+                    params=dict(request.params),
+                    error=str(exc),
                 )
                 failed.append((request, str(exc)))
     return Settled(accepted, failed)

@@ -19,9 +19,8 @@ from services.ticks import Tick, tick_family
 from shared import runtime_file
 from shared.config import Settings, load_settings, parse_rate
 from shared.db.engine import make_engine, make_session_factory
-from shared.errors import Delay, Paused, RecordMissing, Unrecoverable
 from shared.flags import Flags
-from shared.observability import configure_logging, init_sentry
+from shared.observability import EXPECTED_OUTCOMES, configure_logging, init_sentry
 from tiers.broker import TierBroker
 from tiers.families import Family
 from tiers.middleware.group_slots import GroupSlots
@@ -34,9 +33,6 @@ SERVICE_MODULES: tuple[str, ...] = (
     "services.knowledge_sync",
     "services.ingestion",
 )
-
-#: Outcomes Dramatiq should log at info level, not as unhandled errors.
-EXPECTED = (Delay, Paused, RecordMissing, Unrecoverable)
 
 
 @dataclass
@@ -63,7 +59,10 @@ class Platform:
             actor_name=family.name,
             queue_name=family.queues()[0],
             priority=0,
-            options={"time_limit": int(family.time_limit_seconds * 1000), "throws": EXPECTED},
+            options={
+                "time_limit": int(family.time_limit_seconds * 1000),
+                "throws": EXPECTED_OUTCOMES,
+            },
         )
         for queue in family.queues():
             self.broker.declare_queue(queue)

@@ -11,7 +11,9 @@ from shared.errors import Delay, Paused, RecordMissing
 
 log = logging.getLogger("speedtier")
 
-#: Outcomes that are part of normal operation, not errors worth an event.
+#: Outcomes that are part of normal operation, not errors worth an event: actors declare them
+#: as Dramatiq ``throws`` (logged at info, not captured by Sentry's Dramatiq integration).
+#: ``Unrecoverable`` and retried failures are real failures and are reported.
 EXPECTED_OUTCOMES = (Delay, Paused, RecordMissing)
 
 

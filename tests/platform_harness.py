@@ -20,6 +20,7 @@ from dramatiq.middleware import CurrentMessage
 from pydantic import BaseModel
 
 from shared.errors import Delay, RecordMissing, Retryable, Unrecoverable
+from shared.observability import EXPECTED_OUTCOMES
 from tiers.broker import TierBroker
 from tiers.families import Family
 from tiers.policies import RetryPolicy, WindowRule
@@ -40,7 +41,13 @@ class Params(BaseModel):
 def _trace(event: str, **fields: Any) -> None:
     client: redis.Redis = _STATE["client"]
     message = CurrentMessage.get_current_message()
-    record = {"ev": event, "t": time.time(), "job": message.options["st_job"], **fields}
+    record = {
+        "ev": event,
+        "t": time.time(),
+        "job": message.options["st_job"],
+        "window": message.options.get("st_window"),
+        **fields,
+    }
     client.rpush(f"{_STATE['ns']}:trace", json.dumps(record))
 
 
@@ -152,7 +159,7 @@ def make_broker(
             actor_name=family.name,
             queue_name=family.queues()[0],
             priority=0,
-            options={"throws": (Delay, RecordMissing, Unrecoverable, Retryable)},
+            options={"throws": EXPECTED_OUTCOMES},
         )
     _STATE["client"] = redis.Redis.from_url(redis_url)
     _STATE["ns"] = namespace

@@ -18,14 +18,15 @@ MAX_WINDOWS_AHEAD = 10_000
 class Admission:
     """The answer of :meth:`RateWindows.reserve`.
 
-    ``admitted``: start now. Otherwise start at ``start_at`` (epoch seconds), holding the
-    reservation ``reserved_index`` when one was made (None: nothing was free far enough
-    ahead; try again then).
+    ``admitted``: start now, counted in window ``window_index``. Otherwise start at
+    ``start_at`` (epoch seconds), holding the reservation ``reserved_index`` when one was
+    made (None: nothing was free far enough ahead; try again then).
     """
 
     admitted: bool
     start_at: float
     reserved_index: int | None
+    window_index: int | None = None
 
 
 class RateWindows:
@@ -80,5 +81,5 @@ class RateWindows:
         )
         code, index = int(code), int(index)
         if code == 0:
-            return Admission(True, now_ms / 1000.0, None)
+            return Admission(True, now_ms / 1000.0, None, window_index=index)
         return Admission(False, index * period_ms / 1000.0, index if code == 1 else None)

@@ -61,6 +61,8 @@ class ProviderWindows(Middleware):
             # An unchecked window could let a storm through: retry under the policy instead.
             raise Held(Retryable(f"window {key} unreadable: {exc}")) from exc
         if admission.admitted:
+            # Which window counted this run, for logs and for checking the limit held.
+            message.options["st_window"] = f"{key}#{admission.window_index}"
             return
         if admission.reserved_index is not None:
             # Its own start is counted in that window: wake exactly then, once.
