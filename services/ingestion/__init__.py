@@ -22,11 +22,12 @@ def recrawl_interval_seconds(settings: object) -> float:
 
 
 def register(platform: Platform) -> None:
-    """The ingestion and refresh families and the sweep and refresh ticks."""
+    """The ingestion and refresh families, the sweep and refresh ticks, and the API."""
     from services.ingestion.actors import IngestionContext, build_handlers
     from services.ingestion.chunking import Chunker
     from services.ingestion.embedders import embedder_from_settings
     from services.ingestion.families import families
+    from services.ingestion.routes import blueprint
     from services.ingestion.ticks import (
         DEFAULT_TENANT_SLICE,
         DEFAULT_TICK_LIMIT,
@@ -62,3 +63,4 @@ def register(platform: Platform) -> None:
         platform.add_family(family)
     platform.add_tick(ingestion_sweep_tick(platform.sessions, platform.router, bounds))
     platform.add_tick(ingestion_refresh_tick(platform.sessions, platform.router, bounds, recrawl))
+    platform.add_blueprint(blueprint(chunker=ctx.chunker, embedder=ctx.embedder))

@@ -1,0 +1,315 @@
+"""Request and response bodies of the ingestion API (seed 003).
+
+The same models validate requests and describe them in the OpenAPI document. Requests are
+strict (no coercion, no unknown fields) so a wrong type is a 400 naming the field, never a
+silently converted value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Annotated, Literal, TypeVar
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    StringConstraints,
+    ValidationError,
+)
+
+from services.api.errors import validation_failed
+from services.knowledge_sync.providers.url_crawl import normalize_url
+from shared.db.models.ingestion import KbDocument, KbDocumentVersion, KnowledgeBase
+from shared.errors import ValidationFailed
+
+#: The largest id a bigint column holds; a larger one cannot name a record.
+MAX_ID = 2**63 - 1
+MAX_NAME_LENGTH = 255
+MAX_CRAWL_DEPTH = 5
+MAX_AUDIENCE = 100
+MAX_QUERY_LENGTH = 2000
+MAX_TOP_K = 50
+MAX_PAGE = 100
+
+Id = Annotated[StrictInt, Field(ge=1, le=MAX_ID)]
+Name = Annotated[StrictStr, StringConstraints(strip_whitespace=True, min_length=1, max_length=255)]
+AudienceEntry = Annotated[
+    StrictStr, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)
+]
+Audience = Annotated[
+    list[AudienceEntry],
+    Field(
+        max_length=MAX_AUDIENCE,
+        description="Who may retrieve the document; empty: everyone in the organization.",
+    ),
+]
+M = TypeVar("M", bound=BaseModel)
+Connector = Annotated[StrictStr, StringConstraints(min_length=1, max_length=200)]
+RefreshSchedule = Literal["hourly", "daily", "weekly"]
+DocumentStatus = Literal["processing", "ready", "failed"]
+
+
+def _http_url(value: str) -> str:
+    if normalize_url(value) is None:
+        raise ValueError("must be an absolute http(s) URL without credentials")
+    return value
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+# -- knowledge bases -----------------------------------------------------------------------
+
+
+class KnowledgeBaseCreate(Strict):
+    name: Name
+    refresh_schedule: RefreshSchedule | None = Field(
+        None,
+        description="Re-fetch the base's URL documents on this cadence (with exponential "
+        "backoff on failure); none: the platform's recrawl interval only.",
+    )
+
+
+class KnowledgeBaseOut(BaseModel):
+    id: int
+    name: str
+    refresh_schedule: RefreshSchedule | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, base: KnowledgeBase) -> KnowledgeBaseOut:
+        return cls.model_validate(_columns(base, cls.model_fields))
+
+
+class KnowledgeBasePage(BaseModel):
+    knowledge_bases: list[KnowledgeBaseOut]
+    next_after: int | None = Field(
+        description="Pass as ``after`` for the next page; null on the last page."
+    )
+
+
+class PageQuery(BaseModel):
+    """Keyset paging by id (query strings are text: numbers are parsed, not strict)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int = Field(50, ge=1, le=MAX_PAGE, description="Items per page (1 to 100).")
+    after: int | None = Field(None, ge=1, le=MAX_ID, description="The last id of the page before.")
+
+
+class DocumentPageQuery(PageQuery):
+    status: DocumentStatus | None = Field(None, description="Only documents in this status.")
+
+
+# -- documents -----------------------------------------------------------------------------
+
+
+class DocumentJsonCreate(Strict):
+    """A JSON document: ``text`` (with a ``name``) or ``url`` (name defaults to the URL).
+
+    A file is uploaded as ``multipart/form-data`` instead: ``file``, optional ``name``
+    (default: the file name) and ``audience`` (comma-separated or repeated).
+    """
+
+    name: Name | None = None
+    text: StrictStr | None = Field(None, min_length=1)
+    url: Annotated[StrictStr, Field(max_length=2048), AfterValidator(_http_url)] | None = None
+    crawl_depth: int = Field(0, ge=0, le=MAX_CRAWL_DEPTH, description="Same-host link depth.")
+    connector: Connector | None = Field(
+        None, description="The connector binding the URL document came through."
+    )
+    audience: Audience = []
+
+
+class FileUploadFields(Strict):
+    """The form fields next to an uploaded ``file``."""
+
+    name: Name | None = None
+    audience: Audience = []
+
+
+class DocumentOut(BaseModel):
+    id: int
+    knowledge_base_id: int
+    name: str
+    kind: Literal["file", "text", "url"]
+    status: DocumentStatus
+    failure_reason: str | None
+    current_version: int = Field(description="0 until the first version is indexed.")
+    content_type: str | None
+    filename: str | None
+    url: str | None
+    crawl_depth: int
+    connector: str | None
+    audience: list[str]
+    attempts: int
+    submitted_at: datetime
+    ready_at: datetime | None
+    failed_at: datetime | None
+    last_fetched_at: datetime | None
+    next_refresh_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, document: KbDocument) -> DocumentOut:
+        return cls.model_validate(_columns(document, cls.model_fields))
+
+
+class DocumentAccepted(DocumentOut):
+    """202: the document is durably stored in ``processing``."""
+
+    replaced: bool = Field(description="A live document of that name was replaced in place.")
+    enqueued: bool = Field(
+        description="Its ingestion job is queued; false when the queue was unavailable, in "
+        "which case the platform's minute sweep picks the document up."
+    )
+
+    @classmethod
+    def of_stored(
+        cls, document: DocumentOut, *, replaced: bool, enqueued: bool
+    ) -> DocumentAccepted:
+        return cls(**dict(document), replaced=replaced, enqueued=enqueued)
+
+
+class DocumentPage(BaseModel):
+    documents: list[DocumentOut]
+    next_after: int | None = Field(
+        description="Pass as ``after`` for the next page; null on the last page."
+    )
+
+
+def _columns(record: object, names: Iterable[str]) -> dict[str, object]:
+    return {name: getattr(record, name) for name in names}
+
+
+# -- versions ------------------------------------------------------------------------------
+
+
+class VersionOut(BaseModel):
+    version: int
+    content_hash: str
+    created_at: datetime
+    is_current: bool
+
+    @classmethod
+    def of(cls, version: KbDocumentVersion, current: int) -> VersionOut:
+        return cls(
+            version=version.version,
+            content_hash=version.content_hash,
+            created_at=version.created_at,
+            is_current=version.version == current,
+        )
+
+
+class VersionList(BaseModel):
+    """The current version and up to ten superseded ones, newest first."""
+
+    versions: list[VersionOut]
+
+
+class DiffQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    from_version: int = Field(alias="from", ge=1, le=2**31 - 1, description="The old version.")
+    to_version: int = Field(alias="to", ge=1, le=2**31 - 1, description="The new version.")
+
+
+class VersionDiff(BaseModel):
+    from_version: int
+    to_version: int
+    diff: str = Field(description="A unified diff of the two versions' extracted text.")
+
+
+class RollbackBody(Strict):
+    version: int = Field(ge=1, le=2**31 - 1, description="A kept version's number.")
+
+
+# -- search --------------------------------------------------------------------------------
+
+
+class SearchBody(Strict):
+    query: Annotated[StrictStr, StringConstraints(strip_whitespace=True, min_length=1)] = Field(
+        max_length=MAX_QUERY_LENGTH
+    )
+    top_k: int = Field(10, ge=1, le=MAX_TOP_K)
+    audience: Audience = Field(
+        [],
+        description="The caller's audiences: chunks restricted to other audiences are left "
+        "out; chunks without an audience are always visible.",
+    )
+
+
+class SearchHitOut(BaseModel):
+    document_id: int
+    chunk_id: int
+    knowledge_base_id: int
+    score: float
+    snippet: str
+
+
+class SearchResults(BaseModel):
+    hits: list[SearchHitOut]
+
+
+# -- API keys ------------------------------------------------------------------------------
+
+
+class ApiKeyCreate(Strict):
+    organization_id: Id
+    name: Name
+
+
+class ApiKeyCreated(BaseModel):
+    """201: the plain key, shown this once; only its SHA-256 is stored."""
+
+    id: int
+    organization_id: int
+    name: str
+    key: str
+    created_at: datetime
+
+
+# -- parsing -------------------------------------------------------------------------------
+
+
+def parse_json(model: type[M], raw: bytes) -> M:
+    """A JSON body as ``model``. Raises ValidationFailed naming each bad field."""
+    try:
+        return model.model_validate_json(raw or b"null")
+    except ValidationError as exc:
+        raise validation_failed(exc) from None
+
+
+def parse_fields(model: type[M], fields: Mapping[str, object]) -> M:
+    """Query parameters or form fields as ``model``. Raises ValidationFailed naming each
+    bad field."""
+    try:
+        return model.model_validate(fields)
+    except ValidationError as exc:
+        raise validation_failed(exc) from None
+
+
+def checked_document_json(body: DocumentJsonCreate) -> DocumentJsonCreate:
+    """The rules across fields: exactly one of ``text`` and ``url``; a text needs a name;
+    crawl options only with a URL. Raises ValidationFailed."""
+    errors: dict[str, str] = {}
+    if (body.text is None) == (body.url is None):
+        errors["body"] = "give either text or url (or upload a file as multipart/form-data)"
+    elif body.text is not None:
+        if body.name is None:
+            errors["name"] = "Field required"
+        if "crawl_depth" in body.model_fields_set:
+            errors["crawl_depth"] = "only for a url document"
+        if body.connector is not None:
+            errors["connector"] = "only for a url document"
+    if errors:
+        raise ValidationFailed(errors)
+    return body
