@@ -17,11 +17,13 @@ What runs:
   :func:`services.bootstrap.bootstrap` from environment variables alone, until every job
   settled.
 
-What is measured: wall time from the tick to the last settled job, job outcomes (counted
-by a middleware the worker entry adds), every rate window's per-window start count
-(sampled from the window counters in Redis; they count reservations for future windows
-too, so they bound the starts each window admitted from above) and, independently, what
-the providers saw (the Notion fake's and the websites' request logs with timestamps).
+What is measured: wall time from the tick to the last settled job; job outcomes and the
+runs each provider window admitted (counted by a middleware the worker entry adds, from
+the ``st_window`` the windows middleware puts on every run it admits); every window's
+counter in Redis, sampled (provider windows count reservations for future windows too, so
+they bound the runs each window admitted from above; the crawler's per-host counters are
+plain fixed windows); and, independently, what the providers saw (the Notion fake's and
+the websites' request logs with timestamps).
 
 Crawl politeness: production allows one request a second per host (``HostPoliteness``'s
 default rule), and nothing in the settings changes it, so a 300-page site takes at least
@@ -453,13 +455,16 @@ def _scale_politeness(rate: str) -> None:
 
 def _outcome_counter(client: Any, namespace: str) -> Any:
     """A middleware counting, per actor, how each delivered message ended, into the hash
-    ``<ns>:e2e:outcomes`` (``<actor>|<outcome>`` -> count)."""
+    ``<ns>:e2e:outcomes`` (``<actor>|<outcome>`` -> count), and the runs each provider
+    window admitted, into ``<ns>:e2e:window_runs`` (``<window key>#<index>`` -> runs, from
+    the ``st_window`` the windows middleware puts on a run it admits)."""
     from dramatiq.middleware import Middleware
 
     from shared.errors import Delay
     from tiers.middleware.held import Held
 
     key = f"{namespace}:e2e:outcomes"
+    runs_key = f"{namespace}:e2e:window_runs"
 
     class OutcomeCounter(Middleware):  # type: ignore[misc]
         def after_process_message(
@@ -476,6 +481,9 @@ def _outcome_counter(client: Any, namespace: str) -> Any:
             else:
                 outcome = f"raised:{type(exception).__name__}"
             client.hincrby(key, f"{message.actor_name}|{outcome}", 1)
+            window = message.options.get("st_window")
+            if window and not isinstance(exception, Held):
+                client.hincrby(runs_key, window, 1)
 
         def after_skip_message(self, broker: Any, message: Any) -> None:
             client.hincrby(key, f"{message.actor_name}|skipped", 1)
@@ -820,8 +828,19 @@ def progress(engine: Any) -> tuple[int, int]:
 # -- the scenario ------------------------------------------------------------------------------
 
 
+def _window_runs(client: Any, namespace: str) -> dict[str, dict[int, int]]:
+    """``<family>:<provider>:<scope>`` -> window index -> runs that window admitted."""
+    prefix = f"{namespace}:window:"
+    runs: dict[str, dict[int, int]] = defaultdict(dict)
+    for field_, count in client.hgetall(f"{namespace}:e2e:window_runs").items():
+        name, _, index = field_.decode().removeprefix(prefix).rpartition("#")
+        runs[name][int(index)] = int(count)
+    return dict(runs)
+
+
 def _windows_report(
     sampler: WindowSampler,
+    window_runs: dict[str, dict[int, int]],
     platform: Any,
     overrides: dict[str, Any],
     host_rule: Any,
@@ -829,8 +848,9 @@ def _windows_report(
     notion_log: Sequence[tuple[float, str, str, str]],
     sites: Sequence[Site],
 ) -> list[dict[str, Any]]:
-    """Per window scope: its rule, the most starts any window admitted (window counters),
-    and what the provider saw (request timestamps) where the scenario can attribute them."""
+    """Per window scope: its rule; the starts its windows counted (sampled counters, which
+    include reservations); the runs each window admitted (exact, from the runs); and what
+    the provider saw (request timestamps) where the scenario can attribute them."""
     families = platform.registry.by_name()
     ods_org = {f"ods-{t.ods_id}": t for t in tenants}
     host_site = {site.host: site for site in sites}
@@ -856,6 +876,10 @@ def _windows_report(
             "max_starts_per_window": max(windows.values()),
             "full_windows": sum(1 for c in windows.values() if c >= rule.limit),
         }
+        if scope in window_runs:
+            runs = window_runs[scope]
+            entry["admitted_runs"] = sum(runs.values())
+            entry["max_admitted_runs_per_window"] = max(runs.values())
         times: list[float] | None = None
         if family == "kb_document_sync" and where in ods_org:
             token = ods_org[where].token
@@ -953,9 +977,11 @@ def run_scenario(
         outcomes = {
             k.decode(): int(v) for k, v in client.hgetall(f"{namespace}:e2e:outcomes").items()
         }
+        window_runs = _window_runs(client, namespace)
         database = database_report(engine, tenants)
         windows = _windows_report(
             sampler,
+            window_runs,
             platform,
             window_overrides(platform.settings),
             host_rule,
@@ -1054,6 +1080,13 @@ def window_families(windows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "starts": sum(e["starts"] for e in entries),
                 "max_starts_per_window": max(e["max_starts_per_window"] for e in entries),
                 "full_windows": sum(e["full_windows"] for e in entries),
+                "admitted_runs": sum(e.get("admitted_runs", 0) for e in entries)
+                if any("admitted_runs" in e for e in entries)
+                else None,
+                "max_admitted_runs_per_window": max(
+                    (e["max_admitted_runs_per_window"] for e in entries if "admitted_runs" in e),
+                    default=None,
+                ),
                 "provider_requests": sum(e["provider_requests"] for e in observed)
                 if observed
                 else None,

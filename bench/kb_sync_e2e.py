@@ -52,6 +52,10 @@ def summary(result: dict[str, Any]) -> str:
             row["scopes"],
             row["starts"],
             row["max_starts_per_window"],
+            "-" if row["admitted_runs"] is None else row["admitted_runs"],
+            "-"
+            if row["max_admitted_runs_per_window"] is None
+            else row["max_admitted_runs_per_window"],
             row["full_windows"],
             "-" if row["provider_requests"] is None else row["provider_requests"],
             "-"
@@ -71,7 +75,9 @@ def summary(result: dict[str, Any]) -> str:
                 "limit",
                 "scopes",
                 "counted starts",
-                "max starts/window",
+                "max counted/window",
+                "admitted runs",
+                "max runs/window",
                 "full windows",
                 "provider requests",
                 "provider max/aligned window",
@@ -87,14 +93,17 @@ def summary(result: dict[str, Any]) -> str:
     lines += ["", markdown_table(["family", "runs", "final states", "run outcomes"], job_rows)]
     lines += [
         "",
-        "Counted starts and max starts/window come from the Redis window counters (sampled "
-        f"every 0.1 s, longest gap {result['window_sampler']['longest_gap_s']} s), which also "
-        "count reservations for future windows, including those whose job woke too late and "
-        "was counted again; provider columns come from the fakes' "
-        "request logs (Notion page fetches per organization, page GETs per site host). A "
-        "job admitted at the end of one window may reach the provider in the next, so the "
-        "provider's aligned count can exceed the limit slightly; fixed windows allow up to "
-        "twice the limit in a sliding period. Crawl politeness was "
+        "Counted starts and max counted/window come from the Redis window counters (sampled "
+        f"every 0.1 s, longest gap {result['window_sampler']['longest_gap_s']} s); provider "
+        "windows count reservations for future windows too, including those whose job woke "
+        "too late and was counted again. Admitted runs and max runs/window are exact: each "
+        "run admitted by a provider window carries the window that counted it. The provider "
+        "columns come from the fakes' "
+        "request logs (Notion page fetches per organization, page GETs per site host). The "
+        "windows bound starts, not requests: a run admitted late in one window may reach "
+        "the provider in the next (on a busy machine hundreds of ms later), so the provider "
+        "can see more than the limit in one aligned or sliding period while no window "
+        "admitted more. Crawl politeness was "
         f"{config['host_rate']} per host"
         + (" (production: 1/1)." if config["host_rate"] != "1/1" else " (production's rule)."),
     ]

@@ -107,22 +107,30 @@ def test_three_organizations_sync_notion_and_a_website_on_real_workers(
     assert result["jobs"]["kb_document_chunks"]["records"]["completed"] == 2400
     assert result["jobs"]["kb_crawl_url"]["records"]["completed"] == 903
 
-    # and the windows held: no window of any family admitted more than its limit
+    # and the windows held: no window of any family counted more than its limit, and no
+    # provider window admitted more runs than its limit (each run carries its window)
     windows = result["windows"]
     for window in windows:
         assert window["max_starts_per_window"] <= window["limit"], window
+        if "admitted_runs" in window:
+            assert window["max_admitted_runs_per_window"] <= window["limit"], window
     notion = [w for w in windows if w["family"] == "kb_document_sync"]
     hosts = [w for w in windows if w["family"] == "crawl-host"]
+    (chunks,) = [w for w in windows if w["family"] == "kb_document_chunks"]
     assert len(notion) == 3 and len(hosts) == 3
-    for window in notion + hosts:
-        # The windows were really exercised (some were full), and every request a provider
-        # saw was a start some window counted (a reservation whose job woke too late is
-        # counted again in the window it ran in, so counted starts may exceed requests) -
-        # when the sampler kept up: a count stays readable for one period after its window.
-        assert window["full_windows"] >= 1, window
+    assert chunks["admitted_runs"] == 2400
+    for window in notion:
+        # every Notion page fetch was a run its organization's window admitted
+        assert window["admitted_runs"] == window["provider_requests"] == 500, window
+    for window in hosts:
+        # the crawler's host window counted every page fetch (when the sampler kept up: a
+        # count stays readable for one period after its window)
+        assert window["provider_requests"] == 300, window
         if result["window_sampler"]["longest_gap_s"] < window["period_seconds"]:
-            assert window["starts"] >= window["provider_requests"], window
-        assert window["provider_requests"] == (500 if window in notion else 300), window
+            assert window["starts"] == window["provider_requests"], window
+    for window in notion + hosts:
+        # The windows were really exercised: some were full.
+        assert window["full_windows"] >= 1, window
         # Upstream, over the whole run, the provider never saw more than the window's rate
         # (a partial window at each end allowed). Per second it may see more than the limit:
         # a job admitted late in one window reaches the provider in the next (see the
