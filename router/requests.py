@@ -12,6 +12,9 @@ from router.registry import Registry
 from shared.errors import ValidationFailed
 from tiers.families import Family
 
+#: Record ids are PostgreSQL bigints.
+MAX_ID = 2**63 - 1
+
 
 @dataclass(frozen=True)
 class JobRequest:
@@ -56,8 +59,10 @@ def route(registry: Registry, request: JobRequest, *, prefix: str = "") -> Route
         raise ValidationFailed({f"{prefix}kind": f"unknown kind {request.kind!r} (known: {known})"})
     org = request.organization_id
     if family.tenant_scoped:
-        if isinstance(org, bool) or not isinstance(org, int) or org < 1:
-            raise ValidationFailed({f"{prefix}organization_id": "must be a positive integer"})
+        if isinstance(org, bool) or not isinstance(org, int) or not 1 <= org <= MAX_ID:
+            raise ValidationFailed(
+                {f"{prefix}organization_id": f"must be an integer from 1 to {MAX_ID}"}
+            )
     elif org is not None:
         raise ValidationFailed({f"{prefix}organization_id": f"{request.kind} is not per tenant"})
     try:

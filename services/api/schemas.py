@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 #: Requests accepted in one call; the body limit (SPEEDTIER_API_MAX_BODY_BYTES) also applies.
 MAX_REQUESTS_PER_CALL = 1000
 
-OrganizationId = Annotated[StrictInt, Field(ge=1)]
+OrganizationId = Annotated[StrictInt, Field(ge=1, le=2**63 - 1)]
 
 
 class EnqueueItem(BaseModel):

@@ -218,7 +218,7 @@ BAD_INPUTS: list[tuple[str, Any, str, str]] = [
         "null organization for a tenant kind",
         {"requests": [plain("a", org=None)]},
         "requests[0].organization_id",
-        "positive integer",
+        "must be an integer from 1",
     ),
     (
         "kind not a string",
