@@ -81,6 +81,7 @@ class Settings(BaseSettings):
     http_timeout_seconds: float = Field(
         30.0, gt=0, validation_alias=_env("SPEEDTIER_HTTP_TIMEOUT_SECONDS")
     )
+    crawl_host_rate: str = Field("1/1", validation_alias=_env("SPEEDTIER_CRAWL_HOST_RATE"))
     crawl_allow_private_networks: bool = Field(
         False, validation_alias=_env("SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS")
     )
@@ -108,6 +109,16 @@ class Settings(BaseSettings):
         None, validation_alias=_env("SPEEDTIER_EMBEDDING_API_PROJECT")
     )
 
+    ingestion_tick_limit: int = Field(
+        200, ge=1, validation_alias=_env("SPEEDTIER_INGESTION_TICK_LIMIT")
+    )
+    ingestion_tenant_slice: int = Field(
+        20, ge=1, validation_alias=_env("SPEEDTIER_INGESTION_TENANT_SLICE")
+    )
+    recrawl_interval_seconds: float = Field(
+        86_400.0, ge=3600.0, validation_alias=_env("SPEEDTIER_RECRAWL_INTERVAL_SECONDS")
+    )
+
     api_host: str = Field("127.0.0.1", validation_alias=_env("SPEEDTIER_API_HOST"))
     api_port: int = Field(8080, ge=1, le=65535, validation_alias=_env("SPEEDTIER_API_PORT"))
     api_workers: int = Field(2, ge=1, validation_alias=_env("SPEEDTIER_API_WORKERS"))
@@ -120,6 +131,12 @@ class Settings(BaseSettings):
     scheduler_lock_seconds: float = Field(
         30.0, gt=0, validation_alias=_env("SPEEDTIER_SCHEDULER_LOCK_SECONDS")
     )
+
+    @field_validator("crawl_host_rate")
+    @classmethod
+    def _crawl_host_rate_is_a_rate(cls, value: str) -> str:
+        parse_rate(value, field="SPEEDTIER_CRAWL_HOST_RATE")
+        return value
 
     @field_validator("embedding_rate")
     @classmethod

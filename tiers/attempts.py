@@ -26,3 +26,9 @@ def current_attempt(policy: RetryPolicy) -> Attempt:
     message = CurrentMessage.get_current_message()
     failures = int(message.options.get("st_failures", 0)) if message is not None else 0
     return Attempt(number=failures + 1, max_attempts=policy.max_attempts)
+
+
+def current_window_hold() -> str | None:
+    """The running job's window reservation (``<key>#<window>``), if it carries one."""
+    message = CurrentMessage.get_current_message()
+    return message.options.get("st_wres") if message is not None else None

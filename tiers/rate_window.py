@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass
 from importlib import resources
 
 import redis
 
+from shared.errors import Delay
 from tiers.policies import WindowRule
 
 #: How far ahead (in windows) a throttled start may be reserved.
@@ -83,3 +85,35 @@ class RateWindows:
         if code == 0:
             return Admission(True, now_ms / 1000.0, None, window_index=index)
         return Admission(False, index * period_ms / 1000.0, index if code == 1 else None)
+
+    def take_or_delay(
+        self,
+        key: str,
+        rule: WindowRule,
+        *,
+        reason: str,
+        held: str | None,
+        jitter: float = 0.1,
+        now: float | None = None,
+    ) -> str:
+        """Take a start for the running job, or raise :class:`Delay` to a start reserved for
+        it (the reservation rides on the delayed message as ``st_wres``).
+
+        Parameters:
+          held: the job's reservation tag (``<key>#<window>``) from its message, if any.
+          jitter: when nothing could be reserved, wake within this share of a period.
+
+        Returns:
+          the tag of the window that admitted the start (``<key>#<window>``).
+        """
+        held_key, _, held_index = (held or "").rpartition("#")
+        reserved = int(held_index) if held_key == key and held_index.isdigit() else None
+        admission = self.reserve(key, rule, reserved_index=reserved, now=now)
+        if admission.admitted:
+            return f"{key}#{admission.window_index}"
+        if admission.reserved_index is not None:
+            # Its own start is counted in that window: wake exactly then, once.
+            carry = {"st_wres": f"{key}#{admission.reserved_index}"}
+            raise Delay(admission.start_at, reason=reason, carry=carry)
+        spread = random.uniform(0, jitter * rule.period_seconds)
+        raise Delay(admission.start_at + spread, reason=reason)

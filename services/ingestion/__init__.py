@@ -9,18 +9,6 @@ if TYPE_CHECKING:
     from services.bootstrap import Platform
 
 
-def recrawl_interval_seconds(settings: object) -> float:
-    """``SPEEDTIER_RECRAWL_INTERVAL_SECONDS`` (default a day), never under an hour."""
-    from services.ingestion.fetching import (
-        DEFAULT_RECRAWL_INTERVAL_SECONDS,
-        MIN_RECRAWL_INTERVAL_SECONDS,
-    )
-
-    configured = getattr(settings, "recrawl_interval_seconds", None)
-    seconds = float(configured or DEFAULT_RECRAWL_INTERVAL_SECONDS)
-    return max(seconds, MIN_RECRAWL_INTERVAL_SECONDS)
-
-
 def register(platform: Platform) -> None:
     """The ingestion and refresh families, the sweep and refresh ticks, and the API."""
     from services.ingestion.actors import IngestionContext, build_handlers
@@ -28,13 +16,7 @@ def register(platform: Platform) -> None:
     from services.ingestion.embedders import embedder_from_settings
     from services.ingestion.families import families
     from services.ingestion.routes import blueprint
-    from services.ingestion.ticks import (
-        DEFAULT_TENANT_SLICE,
-        DEFAULT_TICK_LIMIT,
-        SweepBounds,
-        ingestion_refresh_tick,
-        ingestion_sweep_tick,
-    )
+    from services.ingestion.ticks import SweepBounds, ingestion_refresh_tick, ingestion_sweep_tick
     from services.knowledge_sync.providers.url_crawl import RobotsCache, page_fetcher
     from tiers.rate_window import RateWindows
 
@@ -42,7 +24,7 @@ def register(platform: Platform) -> None:
     windows = RateWindows(platform.broker.client, settings.redis_namespace)
     allow_private = settings.crawl_allow_private_networks
     timeout = settings.http_timeout_seconds
-    recrawl = recrawl_interval_seconds(settings)
+    recrawl = settings.recrawl_interval_seconds
     ctx = IngestionContext(
         chunker=Chunker(),
         embedder=embedder_from_settings(settings, windows=windows),
@@ -56,8 +38,7 @@ def register(platform: Platform) -> None:
         recrawl_interval_seconds=recrawl,
     )
     bounds = SweepBounds(
-        limit=int(getattr(settings, "ingestion_tick_limit", None) or DEFAULT_TICK_LIMIT),
-        tenant_slice=int(getattr(settings, "ingestion_tenant_slice", None) or DEFAULT_TENANT_SLICE),
+        limit=settings.ingestion_tick_limit, tenant_slice=settings.ingestion_tenant_slice
     )
     for family in families(build_handlers(platform.sessions, platform.router, ctx)):
         platform.add_family(family)

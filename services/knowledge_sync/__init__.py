@@ -24,6 +24,8 @@ def register(platform: Platform) -> None:
     )
     from services.knowledge_sync.runs import SyncContext
     from services.knowledge_sync.ticks import daily_sync_tick
+    from shared.config import parse_rate
+    from tiers.policies import WindowRule
     from tiers.rate_window import RateWindows
 
     settings = platform.settings
@@ -42,7 +44,9 @@ def register(platform: Platform) -> None:
             allow_private=allow_private,
             timeout=settings.http_timeout_seconds,
             robots=RobotsCache(allow_private=allow_private, timeout=settings.http_timeout_seconds),
-            politeness=HostPoliteness(windows),
+            politeness=HostPoliteness(
+                windows, WindowRule(*parse_rate(settings.crawl_host_rate, field="crawl_host_rate"))
+            ),
         )
     )
     handlers = build_handlers(platform.sessions, platform.router, sync, crawl)

@@ -68,7 +68,12 @@ class Outcomes(Middleware):
         policy = family.retry if family else DEFAULT_RETRY
         failures = int(message.options.get("st_failures", 0))
         next_message = None
-        error = "" if exception is None else f"{type(exception).__name__}: {exception}"
+        # A delay is not an error: the record's last_error keeps the last real failure.
+        error = (
+            ""
+            if exception is None or isinstance(exception, Delay)
+            else f"{type(exception).__name__}: {exception}"
+        )
 
         if exception is None:
             state = "completed"

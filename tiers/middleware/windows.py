@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,21 +51,14 @@ class ProviderWindows(Middleware):
             return
         scope = message.options.get("st_scope") or "*"
         key = self.windows.key(family.name, (provider or "*").lower(), str(scope))
-        held = message.options.get("st_wres") or ""
-        held_key, _, held_index = held.rpartition("#")
-        reserved = int(held_index) if held_key == key and held_index.isdigit() else None
         try:
-            admission = self.windows.reserve(key, rule, reserved_index=reserved)
+            admitted = self.windows.take_or_delay(
+                key, rule, reason="window", held=message.options.get("st_wres"), jitter=self.jitter
+            )
+        except Delay as delay:
+            raise Held(delay) from None
         except Exception as exc:
             # An unchecked window could let a storm through: retry under the policy instead.
             raise Held(Retryable(f"window {key} unreadable: {exc}")) from exc
-        if admission.admitted:
-            # Which window counted this run, for logs and for checking the limit held.
-            message.options["st_window"] = f"{key}#{admission.window_index}"
-            return
-        if admission.reserved_index is not None:
-            # Its own start is counted in that window: wake exactly then, once.
-            carry = {"st_wres": f"{key}#{admission.reserved_index}"}
-            raise Held(Delay(admission.start_at, reason="window", carry=carry))
-        spread = random.uniform(0, self.jitter * rule.period_seconds)
-        raise Held(Delay(admission.start_at + spread, reason="window"))
+        # Which window counted this run, for logs and for checking the limit held.
+        message.options["st_window"] = admitted

@@ -225,7 +225,11 @@ SPEEDTIER_SCHEDULER_MISFIRE_GRACE_SECONDS: {{ $c.schedulerMisfireGraceSeconds | 
 SPEEDTIER_SCHEDULER_LOCK_SECONDS: {{ $c.schedulerLockSeconds | toString | quote }}
 SPEEDTIER_PROVIDER_URLS: {{ $c.providerUrls | default dict | toJson | quote }}
 SPEEDTIER_HTTP_TIMEOUT_SECONDS: {{ $c.httpTimeoutSeconds | toString | quote }}
+SPEEDTIER_CRAWL_HOST_RATE: {{ $c.crawlHostRate | quote }}
 SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS: {{ $c.crawlAllowPrivateNetworks | toString | quote }}
+SPEEDTIER_INGESTION_TICK_LIMIT: {{ $c.ingestionTickLimit | int | quote }}
+SPEEDTIER_INGESTION_TENANT_SLICE: {{ $c.ingestionTenantSlice | int | quote }}
+SPEEDTIER_RECRAWL_INTERVAL_SECONDS: {{ $c.recrawlIntervalSeconds | int | quote }}
 SPEEDTIER_EMBEDDER: {{ $c.embedder | quote }}
 SPEEDTIER_EMBEDDING_API_URL: {{ $c.embeddingApiUrl | quote }}
 SPEEDTIER_EMBEDDING_MODEL: {{ $c.embeddingModel | quote }}

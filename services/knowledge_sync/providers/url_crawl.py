@@ -36,8 +36,9 @@ import urllib3.exceptions
 from markdownify import markdownify
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-from shared.errors import Delay, Retryable, Unrecoverable
+from shared.errors import Retryable, Unrecoverable
 from shared.http import raise_for_status
+from tiers.attempts import current_window_hold
 from tiers.policies import WindowRule
 from tiers.rate_window import RateWindows
 
@@ -443,7 +444,8 @@ def _text_title(text: str, media_type: str) -> str | None:
 class HostPoliteness:
     """At most ``rule.limit`` requests per window to one host, across all workers.
 
-    A full window raises ``Delay`` to the window's end (the attempt is not spent).
+    A full window reserves the job a request in the first window with room and raises
+    ``Delay`` to it (the attempt is not spent, and the job wakes once, not at every window).
     """
 
     def __init__(self, windows: RateWindows, rule: WindowRule = DEFAULT_HOST_RULE) -> None:
@@ -452,9 +454,13 @@ class HostPoliteness:
 
     def acquire(self, url: str, now: float | None = None) -> None:
         _, host, _ = _origin(url)
-        until = self.windows.acquire(self.windows.key("crawl-host", host), self.rule, now=now)
-        if until is not None:
-            raise Delay(until, reason="host-politeness")
+        self.windows.take_or_delay(
+            self.windows.key("crawl-host", host),
+            self.rule,
+            reason="host-politeness",
+            held=current_window_hold(),
+            now=now,
+        )
 
 
 class RobotsCache:
