@@ -1,5 +1,6 @@
 # The two commands: `make run` (the whole system, on embedded Redis/PostgreSQL when none is
-# configured) and `make test` (lint, types, the whole suite on real Redis and PostgreSQL).
+# configured, then the ingestion demo: a sample knowledge base ingested and searched) and
+# `make test` (lint, types, the whole suite on real Redis and PostgreSQL).
 # Both do all set-up on a fresh machine: virtualenv, install, services.
 
 PYTHON ?= python3.11
@@ -20,7 +21,7 @@ $(STAMP): setup.cfg pyproject.toml
 install: $(STAMP)
 
 run: install
-	$(BIN)/speedtier up
+	$(BIN)/speedtier up --demo
 
 services:
 	bash scripts/ensure-services.sh

@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
@@ -26,6 +27,9 @@ from shared.embedded import (
     ensure_postgres,
     ensure_redis,
 )
+
+if TYPE_CHECKING:
+    from services.demo.run import DemoThread
 
 LABEL = "up"
 # Every line is "<name> | <text>", names padded alike: the group's children and "up" itself.
@@ -59,7 +63,16 @@ def register(main: click.Group) -> None:
     help="Always start the embedded Redis/PostgreSQL, ignoring REDIS_URL/DATABASE_URL and "
     "whatever answers on the default ports.",
 )
-def up(host: str | None, port: int | None, no_embedded: bool, force_embedded: bool) -> None:
+@click.option(
+    "--demo",
+    is_flag=True,
+    help="Once the API is ready, ingest the bundled sample knowledge base through it and "
+    "search it (services/demo); the system keeps running afterwards. Lets this run's "
+    "crawler fetch private addresses (the sample website is on 127.0.0.1).",
+)
+def up(
+    host: str | None, port: int | None, no_embedded: bool, force_embedded: bool, demo: bool
+) -> None:
     """Run the API, the scheduler and a worker per tier, on embedded Redis/PostgreSQL if needed.
 
     Ctrl-C (or SIGTERM) stops everything: children get SIGTERM and the drain period, embedded
@@ -71,13 +84,23 @@ def up(host: str | None, port: int | None, no_embedded: bool, force_embedded: bo
     settings = load_settings()
     mode: Mode = "external" if no_embedded else "embedded" if force_embedded else "auto"
     code = run_up(
-        settings, host=host or settings.api_host, port=port or settings.api_port, mode=mode
+        settings,
+        host=host or settings.api_host,
+        port=port or settings.api_port,
+        mode=mode,
+        demo=demo,
     )
     sys.exit(code)
 
 
-def run_up(settings: Settings, *, host: str, port: int, mode: Mode = "auto") -> int:
-    """Resolve the services, migrate, run the processes until stopped; the exit status."""
+def run_up(
+    settings: Settings, *, host: str, port: int, mode: Mode = "auto", demo: bool = False
+) -> int:
+    """Resolve the services, migrate, run the processes until stopped; the exit status.
+
+    With ``demo``, the children may crawl private addresses, and the demo runs in a thread
+    once the API answers (:class:`services.demo.run.DemoThread`).
+    """
     previous_term = signal.signal(signal.SIGTERM, _interrupt)  # until the group takes over
     services: list[ResolvedService] = []
     try:
@@ -88,7 +111,13 @@ def run_up(settings: Settings, *, host: str, port: int, mode: Mode = "auto") -> 
         _say(f"PostgreSQL  {postgres_service.describe()}")
         _migrate(postgres_service.url)
         group = ProcessGroup(
-            process_specs(redis_service.url, postgres_service.url, host=host, port=port),
+            process_specs(
+                redis_service.url,
+                postgres_service.url,
+                host=host,
+                port=port,
+                allow_private_crawl=demo,
+            ),
             grace_seconds=settings.worker_drain_seconds + 5,
             label=LABEL,
         )
@@ -99,7 +128,12 @@ def run_up(settings: Settings, *, host: str, port: int, mode: Mode = "auto") -> 
             )
             _say(f"API         http://{host}:{port}  (Ctrl-C stops everything)")
             _say("other speedtier commands run from this folder use these services")
-            return group.wait()
+            running_demo = _start_demo(settings, group, host, port) if demo else None
+            try:
+                return group.wait()
+            finally:
+                if running_demo is not None:
+                    running_demo.stop()
     except EmbeddedServiceError as exc:
         _say(f"error: {exc}")
         return 1
@@ -119,14 +153,22 @@ def run_up(settings: Settings, *, host: str, port: int, mode: Mode = "auto") -> 
             signal.signal(signal.SIGTERM, previous_term)
 
 
-def process_specs(redis_url: str, database_url: str, *, host: str, port: int) -> list[ProcessSpec]:
-    """The children of ``speedtier up``, each run as ``python -m services.cli ...``."""
+def process_specs(
+    redis_url: str, database_url: str, *, host: str, port: int, allow_private_crawl: bool = False
+) -> list[ProcessSpec]:
+    """The children of ``speedtier up``, each run as ``python -m services.cli ...``.
+
+    ``allow_private_crawl`` (the demo) lets their crawler fetch loopback and private
+    addresses, which the SSRF guard refuses otherwise.
+    """
     env = {
         **os.environ,
         "REDIS_URL": redis_url,
         "DATABASE_URL": database_url,
         "SPEEDTIER_ENV": "development",
     }
+    if allow_private_crawl:
+        env["SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS"] = "true"
     cli = [sys.executable, "-m", "services.cli"]
     specs = [
         ProcessSpec("api", [*cli, "api", "--host", host, "--port", str(port)], env),
@@ -136,6 +178,23 @@ def process_specs(redis_url: str, database_url: str, *, host: str, port: int) ->
         ProcessSpec(f"worker.{tier}", [*cli, "worker", "--tier", tier], env) for tier in TIER_NAMES
     ]
     return specs
+
+
+def _start_demo(settings: Settings, group: ProcessGroup, host: str, port: int) -> DemoThread:
+    from services.demo.run import DemoThread
+
+    _say(
+        "demo: this run's processes have SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS=true, so the "
+        "crawler may fetch the sample website on 127.0.0.1 (its SSRF guard refuses private "
+        "addresses otherwise); the demo starts once the API is ready"
+    )
+    client_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    token = settings.internal_api_token
+    return DemoThread(
+        f"http://{client_host}:{port}",
+        internal_token=token.get_secret_value().strip() or None if token else None,
+        say=lambda text: group.emit("demo", text),
+    ).start()
 
 
 def _migrate(database_url: str) -> None:
