@@ -17,8 +17,6 @@ import redis
 from pydantic import BaseModel
 
 from bench.common import Counters, connect, stop_event_from, tagged_url, wait_for_go
-from router.enqueue import Router
-from router.registry import Registry
 from shared.errors import Delay, Paused, RecordMissing, Unrecoverable
 from tiers.broker import TierBroker
 from tiers.families import Family
@@ -142,7 +140,12 @@ def make_broker(
     return broker, fams
 
 
-def make_router(broker: TierBroker, fams: Mapping[str, Family]) -> Router:
+def make_router(broker: TierBroker, fams: Mapping[str, Family]) -> Any:
+    """The router over the benchmark families (imported here: worker processes, whose memory
+    is measured, do not need it)."""
+    from router.enqueue import Router
+    from router.registry import Registry
+
     registry = Registry()
     for family in fams.values():
         registry.add(family)

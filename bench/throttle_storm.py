@@ -16,8 +16,9 @@ failure, so it is reported apart (``executions`` = added + replaced when nothing
 Reported: enqueue outcomes (added / deduplicated / replaced), executions (handler runs),
 failed attempts, throttle failures (failed attempts attributable to the window, and starts
 over the limit in any 1 s window, i.e. what the provider would have answered with 429),
-delays (window full -> ``Delay`` to the window's end), fetches per execution, and the drain
-time (worker start -> last sync done) against the limit: ceil(executions / 4) windows.
+delays (window full -> ``Delay``), fetches per execution (each delay is one more delivery),
+the worker log records at WARNING and above, and the drain time (worker start -> last sync
+done) against the limit: ceil(executions / 4) windows.
 """
 
 from __future__ import annotations
