@@ -139,9 +139,11 @@ class JobStore:
         error: str = "",
         failures: int = 0,
         next_message: Message[Any] | None = None,
+        delay: str = "",
     ) -> str:
         """After a run: record its end and free its slot; with ``next_message`` the job goes
-        back to the broker (retry or delay) in the same atomic step."""
+        back to the broker (retry or delay) in the same atomic step. ``delay`` says why a
+        delayed job waits (kept as ``last_delay``; a delay is not an error)."""
         options = message.options
         reply = self._scripts["settle"](
             keys=[self.namespace],
@@ -158,6 +160,7 @@ class JobStore:
                 next_message.encode() if next_message else "",
                 next_message.queue_name if next_message else "",
                 QUEUED_LEASE_MS,
+                delay[:500],
             ],
         )
         return reply.decode() if isinstance(reply, bytes) else str(reply)

@@ -45,6 +45,7 @@ def show(job_id: str) -> None:
     for field in _TIMESTAMPS:
         click.echo(f"{field:<10} {_when(record.get(field))}")
     click.echo(f"last error {record.get('last_error') or '-'}")
+    click.echo(f"last delay {record.get('last_delay') or '-'}")
     click.echo(f"expires in {f'{ttl}s' if ttl and ttl > 0 else 'never (live)'}")
 
 

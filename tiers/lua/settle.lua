@@ -1,11 +1,12 @@
 -- Record how a run ended and free its group slot (passing it to a parked message).
 -- ARGV: job_id, redis_id, group_key, state, now_ms, retention_ms, error, failures,
---       next_redis_id, next_data, next_queue, queued_lease_ms
+--       next_redis_id, next_data, next_queue, queued_lease_ms, delay (why it was delayed)
 -- With next_redis_id set, the job goes back to the broker (retry or delay) in the same step.
 local job_id, redis_id, gk, state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local now, retention, err, failures = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], ARGV[8]
 local next_redis_id, next_data, next_queue = ARGV[9], ARGV[10], ARGV[11]
 local queued_lease = tonumber(ARGV[12])
+local delay = ARGV[13]
 
 local record = ns .. ":job:" .. job_id
 local current = redis.call("hget", record, "cur")
@@ -17,6 +18,9 @@ if gk ~= "" then
 end
 if err ~= "" then
     redis.call("hset", record, "last_error", err)
+end
+if delay ~= "" then
+    redis.call("hset", record, "last_delay", delay)
 end
 redis.call("hset", record, "failures", failures)
 if next_redis_id ~= "" then

@@ -68,6 +68,7 @@ class Outcomes(Middleware):
         policy = family.retry if family else DEFAULT_RETRY
         failures = int(message.options.get("st_failures", 0))
         next_message = None
+        delay = f"{exception.reason}: {exception}" if isinstance(exception, Delay) else ""
         # A delay is not an error: the record's last_error keeps the last real failure.
         error = (
             ""
@@ -112,6 +113,7 @@ class Outcomes(Middleware):
                 error=error,
                 failures=failures,
                 next_message=next_message,
+                delay=delay,
             ),
             what="settling a job",
         )
