@@ -2,16 +2,73 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterable, Sequence
 from typing import Any
 from uuid import uuid4
 
-from dramatiq.brokers.redis import RedisBroker
+import redis
+from dramatiq.broker import MessageProxy
+from dramatiq.brokers.redis import RedisBroker, _RedisConsumer
 from dramatiq.common import current_millis, dq_name
+from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 
 from tiers.job_store import EnqueueResult, JobStore
+
+log = logging.getLogger(__name__)
+
+#: Set on a delivered message once the settle script has acknowledged it to Dramatiq.
+ACKED_IN_SETTLE = "_st_acked_in_settle"
+
+
+class TierConsumer(_RedisConsumer):
+    """Dramatiq's Redis consumer, plus:
+
+    - ``ack`` is skipped (no round trip) for a message the settle script already acked;
+    - messages handed back unrun (``requeue``, on shutdown) have their fetch-time claim undone
+      first, and ``close`` hands back the fetched messages no thread has taken yet.
+    """
+
+    broker: TierBroker
+
+    def ack(self, message: Any) -> None:
+        self.broker.jobs.claimed_at_fetch.pop(message.options.get("redis_message_id"), None)
+        if getattr(message, ACKED_IN_SETTLE, False):
+            self.queued_message_ids.discard(message.message_id)
+            return
+        super().ack(message)  # type: ignore[no-untyped-call]
+
+    def nack(self, message: Any) -> None:
+        self.broker.jobs.claimed_at_fetch.pop(message.options.get("redis_message_id"), None)
+        super().nack(message)  # type: ignore[no-untyped-call]
+
+    def requeue(self, messages: Iterable[Any]) -> None:
+        messages = list(messages)
+        if not messages:
+            return
+        try:
+            # Before they are back in the queue, where another worker may claim them.
+            self.broker.jobs.unclaim_unstarted(messages)
+            super().requeue(messages)  # type: ignore[no-untyped-call]
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        cached, self.message_cache = self.message_cache, []
+        messages = [MessageProxy(Message.decode(data)) for data in cached if data is not None]
+        if messages:
+            try:
+                self.requeue(messages)
+            except ConnectionClosed:
+                log.warning(
+                    "could not hand %d fetched message(s) back to %s; they return once this "
+                    "worker's heartbeat expires",
+                    len(messages),
+                    self.queue_name,
+                )
+        super().close()
 
 
 class TierBroker(RedisBroker):
@@ -47,6 +104,31 @@ class TierBroker(RedisBroker):
             maintenance_chance=maintenance_chance,
         )
         self.jobs = JobStore(self.client, namespace, lease_seconds)
+
+    @property
+    def consumer_class(self) -> type[TierConsumer]:
+        return TierConsumer
+
+    def do_fetch(self, queue_name: str, count: int) -> list[bytes | None]:
+        """Dramatiq's fetch, then (main queues) one claim for the batch's jobs without a
+        group. When that claim cannot reach Redis the messages are claimed one by one when
+        their runs start, as grouped ones always are."""
+        messages: list[bytes | None] = self._dispatch("fetch")(  # type: ignore[no-untyped-call]
+            queue_name, count
+        )
+        if messages and not queue_name.endswith(".DQ"):
+            decoded = []
+            for data in messages:
+                try:
+                    if data is not None:
+                        decoded.append(Message.decode(data))
+                except Exception:  # Dramatiq reports it when the consumer decodes it
+                    continue
+            try:
+                self.jobs.claim_fetched(decoded)
+            except Exception as exc:  # the fetched messages must reach the consumer regardless
+                log.warning("claiming a fetched batch failed (%r); claiming at start", exc)
+        return messages
 
     @staticmethod
     def prepare(message: Message[Any], delay: int | None = None) -> Message[Any]:

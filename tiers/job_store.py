@@ -59,9 +59,12 @@ class JobStore:
         self.client = client
         self.namespace = namespace
         self.lease_ms = int(lease_seconds * 1000)
+        #: redis message id -> verdict of the claim made when the message was fetched (jobs
+        #: without a group only); the worker thread that picks the message up takes it.
+        self.claimed_at_fetch: dict[str, str] = {}
         self._scripts = {
             name: client.register_script(_load(name))
-            for name in ("enqueue", "claim", "settle", "reap")
+            for name in ("enqueue", "claim", "claim_many", "unclaim", "settle", "reap")
         }
 
     def record_key(self, job_id: str) -> str:
@@ -130,6 +133,40 @@ class JobStore:
         )
         return reply.decode() if isinstance(reply, bytes) else str(reply)
 
+    def claim_fetched(self, messages: Sequence[Message[Any]]) -> None:
+        """Claim, in one round trip, the fetched main-queue messages that carry a job id and
+        no group (a message with a group is claimed when a thread starts it, because its claim
+        takes a group slot). Verdicts (``run``, ``stale``, ``done``) wait in
+        :attr:`claimed_at_fetch` for the worker thread."""
+        batch = [
+            message
+            for message in messages
+            if "st_job" in message.options
+            and not message.options.get("st_group")
+            and "eta" not in message.options
+        ]
+        if not batch:
+            return
+        args: list[Any] = [now_ms()]
+        for message in batch:
+            options = message.options
+            args += [options["st_job"], message.message_id, options["redis_message_id"]]
+        verdicts = self._scripts["claim_many"](keys=[self.namespace], args=args)
+        for message, verdict in zip(batch, verdicts, strict=True):
+            self.claimed_at_fetch[message.options["redis_message_id"]] = _text(verdict)
+
+    def unclaim_unstarted(self, messages: Iterable[Message[Any]]) -> None:
+        """Messages handed back unrun (worker shutdown): drop their fetch-time verdicts and
+        set the jobs claimed at fetch back to ``waiting``."""
+        args: list[str] = []
+        for message in messages:
+            options = message.options
+            verdict = self.claimed_at_fetch.pop(options.get("redis_message_id", ""), None)
+            if verdict == "run":
+                args += [options["st_job"], options["redis_message_id"]]
+        if args:
+            self._scripts["unclaim"](keys=[self.namespace], args=args)
+
     def settle(
         self,
         message: Message[Any],
@@ -140,10 +177,13 @@ class JobStore:
         failures: int = 0,
         next_message: Message[Any] | None = None,
         delay: str = "",
+        ack: tuple[str, str] | None = None,
     ) -> str:
         """After a run: record its end and free its slot; with ``next_message`` the job goes
         back to the broker (retry or delay) in the same atomic step. ``delay`` says why a
-        delayed job waits (kept as ``last_delay``; a delay is not an error)."""
+        delayed job waits (kept as ``last_delay``; a delay is not an error). With
+        ``ack=(queue, worker id)`` the delivered message is acknowledged to Dramatiq in the
+        same step (the consumer then skips its own ack)."""
         options = message.options
         reply = self._scripts["settle"](
             keys=[self.namespace],
@@ -161,6 +201,7 @@ class JobStore:
                 next_message.queue_name if next_message else "",
                 QUEUED_LEASE_MS,
                 delay[:500],
+                *(ack or ("", "")),
             ],
         )
         return reply.decode() if isinstance(reply, bytes) else str(reply)

@@ -18,7 +18,8 @@ log = logging.getLogger(__name__)
 
 
 class GroupSlots(Middleware):
-    """Claim at start, lease while running; the outcomes middleware settles and releases.
+    """Claim at start (a job without a group: at fetch, see ``TierBroker.do_fetch``), lease
+    while running; the outcomes middleware settles and releases.
 
     Parameters:
       jobs: the job store of the broker.
@@ -40,9 +41,13 @@ class GroupSlots(Middleware):
         options = message.options
         if "st_job" not in options:
             return
-        verdict = until_redis_answers(
-            lambda: self.jobs.claim(message, q_name(message.queue_name)), what="claiming a job"
-        )
+        # A job without a group was claimed when its batch was fetched (TierBroker.do_fetch).
+        verdict = self.jobs.claimed_at_fetch.pop(options["redis_message_id"], None)
+        if verdict is None:
+            verdict = until_redis_answers(
+                lambda: self.jobs.claim(message, q_name(message.queue_name)),
+                what="claiming a job",
+            )
         if verdict != "run":
             log.info("job %s not run: %s", options["st_job"], verdict)
             raise SkipMessage(verdict)

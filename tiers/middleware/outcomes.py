@@ -26,6 +26,7 @@ from dramatiq.common import dq_name, q_name
 from dramatiq.middleware import Middleware
 
 from shared.errors import Delay, Paused, RecordMissing, Unrecoverable
+from tiers.broker import ACKED_IN_SETTLE, TierBroker
 from tiers.families import Family
 from tiers.job_store import JobStore
 from tiers.middleware.group_slots import GroupSlots
@@ -56,11 +57,11 @@ class Outcomes(Middleware):
         if not self.slots.was_claimed(message):
             return
         try:
-            self._settle(message, exception)
+            self._settle(broker, message, exception)
         finally:
             self.slots.forget(message)
 
-    def _settle(self, message: Any, exception: BaseException | None) -> None:
+    def _settle(self, broker: Broker, message: Any, exception: BaseException | None) -> None:
         if isinstance(exception, Held):
             exception = exception.outcome
         family = self.families.get(message.actor_name)
@@ -105,6 +106,11 @@ class Outcomes(Middleware):
                     wait,
                 )
 
+        # A message that is not dead-lettered is acked to Dramatiq by the settle script itself
+        # (TierConsumer skips its own ack); a failed one is nacked by Dramatiq as usual.
+        ack = None
+        if not message.failed and isinstance(broker, TierBroker):
+            ack = (message.queue_name, broker.broker_id)
         verdict = until_redis_answers(
             lambda: self.jobs.settle(
                 message,
@@ -114,9 +120,12 @@ class Outcomes(Middleware):
                 failures=failures,
                 next_message=next_message,
                 delay=delay,
+                ack=ack,
             ),
             what="settling a job",
         )
+        if ack is not None:
+            setattr(message, ACKED_IN_SETTLE, True)
         if verdict == "stale":
             log.warning("job %s was superseded while it ran", message.options["st_job"])
 
