@@ -37,10 +37,12 @@ def token_matches(presented: str, expected: str) -> bool:
     return hmac.compare_digest(presented.encode(), expected.encode())
 
 
-def unauthorized(reason: str) -> Response:
+def unauthorized(reason: str, *, realm: str = REALM, credential_given: bool = True) -> Response:
+    """401 with the bearer challenge (RFC 6750: ``invalid_token`` once a credential was
+    given)."""
     response = error_response(401, "unauthorized", message=reason)
-    challenge = f'Bearer realm="{REALM}"'
-    if reason != "missing bearer token":
+    challenge = f'Bearer realm="{realm}"'
+    if credential_given:
         challenge += ', error="invalid_token"'
     response.headers["WWW-Authenticate"] = challenge
     return response
@@ -59,7 +61,7 @@ def install_bearer_auth(app: Flask, token: str | None) -> None:
             return None
         presented = _presented_token()
         if presented is None:
-            return unauthorized("missing bearer token")
+            return unauthorized("missing bearer token", credential_given=False)
         if not token_matches(presented, token):
             log.warning("rejected a wrong bearer token for %s %s", request.method, request.path)
             return unauthorized("invalid bearer token")

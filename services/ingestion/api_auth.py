@@ -15,8 +15,8 @@ import logging
 from flask import Blueprint, Response, g, request
 
 from services.api.auth import is_protected
+from services.api.auth import unauthorized as bearer_unauthorized
 from services.api.context import current_platform
-from services.api.errors import error_response
 from services.ingestion import store
 from shared.db.engine import session_scope
 
@@ -33,14 +33,9 @@ def presented_key() -> str | None:
     return key if scheme.lower() == "bearer" and key else None
 
 
-def unauthorized(reason: str) -> Response:
-    """401 with the bearer challenge (RFC 6750: ``invalid_token`` once a key was given)."""
-    response = error_response(401, "unauthorized", message=reason)
-    challenge = f'Bearer realm="{REALM}"'
-    if reason != "missing API key":
-        challenge += ', error="invalid_token"'
-    response.headers["WWW-Authenticate"] = challenge
-    return response
+def unauthorized(reason: str, *, credential_given: bool = True) -> Response:
+    """401 with this API's bearer challenge."""
+    return bearer_unauthorized(reason, realm=REALM, credential_given=credential_given)
 
 
 def authenticate() -> Response | None:
@@ -49,7 +44,7 @@ def authenticate() -> Response | None:
         return None
     key = presented_key()
     if key is None:
-        return unauthorized("missing API key")
+        return unauthorized("missing API key", credential_given=False)
     with session_scope(current_platform().sessions) as session:
         organization_id = store.organization_for_key(session, key)
     if organization_id is None:
