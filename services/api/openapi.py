@@ -70,6 +70,20 @@ def describe(
     return attach
 
 
+#: Blueprints whose public routes need an organization's API key (``apiKeyAuth``).
+_API_KEY_BLUEPRINTS: set[str] = set()
+
+
+def document_api_key_auth(blueprint_name: str) -> None:
+    """Describe every non-``/internal`` route of a blueprint as needing an API key."""
+    _API_KEY_BLUEPRINTS.add(blueprint_name)
+
+
+def _needs_api_key(operation_endpoint: str, path: str) -> bool:
+    blueprint_name = operation_endpoint.rsplit(".", 1)[0] if "." in operation_endpoint else ""
+    return blueprint_name in _API_KEY_BLUEPRINTS and not is_protected(path)
+
+
 def route_doc(view: Callable[..., Any]) -> RouteDoc | None:
     doc = getattr(view, _ATTRIBUTE, None)
     return doc if isinstance(doc, RouteDoc) else None
@@ -132,7 +146,13 @@ def _operation_object(
         "operationId": operation_id,
         "summary": doc.summary,
         "tags": [endpoint.rsplit(".", 1)[0] if "." in endpoint else "app"],
-        "security": [{"bearerAuth": []}] if is_protected(operation.path) else [],
+        "security": (
+            [{"bearerAuth": []}]
+            if is_protected(operation.path)
+            else [{"apiKeyAuth": []}]
+            if _needs_api_key(endpoint, operation.path)
+            else []
+        ),
     }
     if doc.description:
         result["description"] = doc.description
@@ -195,6 +215,11 @@ def build_document(app: Flask) -> dict[str, Any]:
             "schemas": definitions.get("$defs", {}),
             "securitySchemes": {
                 "bearerAuth": {"type": "http", "scheme": "bearer"},
+                "apiKeyAuth": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "An organization's ingestion API key.",
+                },
             },
         },
     }

@@ -17,6 +17,7 @@ from flask import Blueprint, Response, g, request
 from services.api.auth import is_protected
 from services.api.auth import unauthorized as bearer_unauthorized
 from services.api.context import current_platform
+from services.api.openapi import document_api_key_auth
 from services.ingestion import store
 from shared.db.engine import session_scope
 
@@ -57,6 +58,7 @@ def authenticate() -> Response | None:
 def require_api_key(blueprint: Blueprint) -> None:
     """Authenticate every non-``/internal`` request to ``blueprint`` by API key."""
     blueprint.before_request(authenticate)
+    document_api_key_auth(blueprint.name)
 
 
 def current_organization_id() -> int:

@@ -848,6 +848,9 @@ def test_the_openapi_document_describes_every_ingestion_route(client: FlaskClien
         for method in methods:
             operation = paths[path][method]
             assert operation["summary"] != operation["operationId"], (path, method)
+            # public routes need an organization's API key, /internal ones the internal token
+            scheme = "bearerAuth" if path.startswith("/internal") else "apiKeyAuth"
+            assert operation["security"] == [{scheme: []}], (path, method)
             assert operation["tags"] == ["ingestion"]
     upload = paths[documents]["post"]
     assert upload["requestBody"]["content"]["application/json"]["schema"] == {
