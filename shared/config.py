@@ -86,7 +86,7 @@ class Settings(BaseSettings):
         False, validation_alias=_env("SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS")
     )
 
-    embedder: Literal["hashing", "openai"] = Field(
+    embedder: Literal["hashing", "openai", "local"] = Field(
         "hashing", validation_alias=_env("SPEEDTIER_EMBEDDER")
     )
     embedding_api_url: str = Field(

