@@ -1,0 +1,207 @@
+"""The ingestion benchmark's stack: an embedded PostgreSQL with pgvector (temporary, migrated),
+a fresh Redis namespace, the driver's platform, worker processes serving the fast tier, and
+the driver's document helpers (submitted the way the upload route does it).
+"""
+
+# Spawned worker processes import this module: nothing heavy at import time.
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    Counters,
+    WorkerPool,
+    connect,
+    delete_namespace,
+    new_namespace,
+    stop_event_from,
+    wait_for_go,
+)
+
+NAME = "ingestion"
+#: The longest any wait for documents to settle may take.
+SETTLE_TIMEOUT = 1_800.0
+
+
+@dataclass
+class Stack:
+    values: dict[str, Any]
+    platform: Any
+    directory: Path
+
+
+@contextmanager
+def stack(redis_url: str, poll_ms: int) -> Iterator[Stack]:
+    """A migrated embedded PostgreSQL with pgvector and a fresh Redis namespace."""
+    from services.bootstrap import bootstrap
+    from shared.config import load_settings
+    from shared.db.migrate import upgrade
+    from shared.embedded import start_embedded_postgres
+
+    namespace = new_namespace(NAME)
+    client = connect(redis_url)
+    with tempfile.TemporaryDirectory(prefix="bench-ingestion-") as directory:
+        service = start_embedded_postgres(
+            Path(directory) / "postgres", port=0, database="bench_ingestion"
+        )
+        platform = None
+        try:
+            upgrade(service.url)
+            values = {
+                "environment": "test",
+                "redis_url": redis_url,
+                "database_url": service.url,
+                "redis_namespace": namespace,
+                "data_dir": str(Path(directory) / "data"),
+                "log_level": "WARNING",
+                "worker_poll_ms": poll_ms,
+                "worker_drain_seconds": 10,
+                "flag_cache_seconds": 5.0,
+                "embedder": "hashing",
+            }
+            platform = bootstrap(load_settings(**values), component="bench-ingestion")
+            yield Stack(values, platform, Path(directory))
+        finally:
+            if platform is not None:
+                platform.close()
+            delete_namespace(client, namespace)
+            client.close()
+            service.stop()
+
+
+def worker_main(
+    slot: int, shared: Any, go: Any, stop: Any, values: dict[str, Any], threads: int
+) -> None:
+    """A worker process: the production platform, serving the fast tier until ``stop``."""
+    from services.bootstrap import bootstrap
+    from shared.config import load_settings
+    from tiers.worker import serve
+
+    platform = bootstrap(load_settings(**values), component=f"bench-ingestion-{slot}")
+    broker = platform.broker
+    broker.add_middleware(Counters(shared, slot), before=type(broker.middleware[0]))
+    stopping = stop_event_from(stop)
+    wait_for_go(shared, slot, go)
+    if not stopping.is_set():
+        serve(
+            broker,
+            platform.registry.queues_of_tier("fast"),
+            threads=threads,
+            stop=stopping,
+            poll_ms=values["worker_poll_ms"],
+            drain_seconds=values["worker_drain_seconds"],
+        )
+    platform.close()
+
+
+@contextmanager
+def workers(env: Stack, processes: int, threads: int, name: str) -> Iterator[WorkerPool]:
+    pool = WorkerPool(worker_main, (env.values, threads), processes, name=f"{NAME}-{name}")
+    try:
+        pool.start()
+        yield pool
+    finally:
+        pool.shutdown()
+
+
+# -- documents ---------------------------------------------------------------------------------
+
+
+def knowledge_bases(env: Stack, organizations: Sequence[int]) -> dict[int, int]:
+    from services.ingestion import store
+    from shared.db.engine import session_scope
+
+    with session_scope(env.platform.sessions) as session:
+        bases = {
+            org: store.create_knowledge_base(session, organization_id=org, name="bench").id
+            for org in organizations
+        }
+        session.commit()
+    return bases
+
+
+def submit(
+    env: Stack, items: Sequence[tuple[int, Any]], bases: dict[int, int], *, enqueue: bool = True
+) -> list[int]:
+    """Store ``(organization, Document)`` items in ``processing`` in one transaction, then
+    enqueue their ingestion jobs; their document ids."""
+    from services.ingestion import store
+    from services.ingestion.families import ingest_request
+    from shared.db.engine import session_scope
+
+    with session_scope(env.platform.sessions) as session:
+        added = [
+            (
+                org,
+                store.add_document(
+                    session,
+                    organization_id=org,
+                    knowledge_base_id=bases[org],
+                    name=doc.name,
+                    source=store.FileSource(doc.data, doc.content_type, doc.filename),
+                ).document.id,
+            )
+            for org, doc in items
+        ]
+        session.commit()
+    if enqueue:
+        answers = env.platform.router.enqueue_many(
+            [ingest_request(org, doc_id, bases[org]) for org, doc_id in added]
+        )
+        if any(answer.outcome != "added" for answer in answers):
+            raise RuntimeError(f"not every job was added: {answers[:3]}")
+    return [doc_id for _, doc_id in added]
+
+
+def statuses(env: Stack, ids: Sequence[int]) -> dict[int, str]:
+    from sqlalchemy import select
+
+    from shared.db.engine import session_scope
+    from shared.db.models.ingestion import KbDocument
+
+    with session_scope(env.platform.sessions) as session:
+        rows = session.execute(
+            select(KbDocument.id, KbDocument.status).where(KbDocument.id.in_(list(ids)))
+        )
+        return {doc_id: status for doc_id, status in rows}
+
+
+def wait_settled(env: Stack, ids: Sequence[int], timeout: float, interval: float = 0.2) -> float:
+    """Wait until no document of ``ids`` is processing; the time it was first seen so."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = time.time()
+        if "processing" not in statuses(env, ids).values():
+            return now
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"documents still processing after {timeout:.0f} s")
+        time.sleep(interval)
+
+
+def outcome(env: Stack, ids: Sequence[int], organizations: Sequence[int]) -> dict[str, Any]:
+    """Ready and failed counts (with reasons), chunks and chunk tokens of the documents."""
+    from sqlalchemy import func, select
+
+    from shared.db.engine import session_scope
+    from shared.db.models.ingestion import KbChunk, KbDocument
+
+    with session_scope(env.platform.sessions) as session:
+        rows = session.execute(
+            select(KbDocument.status, KbDocument.failure_reason, func.count())
+            .where(KbDocument.id.in_(list(ids)))
+            .group_by(KbDocument.status, KbDocument.failure_reason)
+        ).all()
+        chunks, tokens = session.execute(
+            select(func.count(), func.coalesce(func.sum(KbChunk.token_count), 0)).where(
+                KbChunk.organization_id.in_(list(organizations))
+            )
+        ).one()
+    ready = sum(n for status, _, n in rows if status == "ready")
+    failures = {reason: n for status, reason, n in rows if status == "failed"}
+    return {"ready": ready, "failed": failures, "chunks": int(chunks), "tokens": int(tokens)}
