@@ -1,9 +1,9 @@
 """Documents for the ingestion benchmark: text, Markdown, HTML and DOCX of varying sizes.
 
-The prose is random sentences over an English vocabulary taken, with its word frequencies,
-from the documentation of a few standard-library modules, so it tokenizes like English
-(about 4.5 characters a token) and its words repeat as a real corpus's do. Everything is
-seeded: the same arguments give the same documents.
+The prose is random sentences over the lower-case words of a few standard-library modules'
+source (docstrings, comments and identifiers), drawn with their frequencies, so it tokenizes
+like English technical text (about 4.7 characters a token) and its words repeat as a real
+corpus's do. Everything is seeded: the same arguments give the same documents.
 """
 
 from __future__ import annotations

@@ -8,11 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from bench.common import (
-    machine_busy_seconds,
-    markdown_table,
-    rnd,
-)
+from bench.common import machine_busy_seconds, markdown_table, rnd
 from bench.ingestion_stack import (
     SETTLE_TIMEOUT,
     Stack,
