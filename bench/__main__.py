@@ -16,7 +16,7 @@ import argparse
 import sys
 import time
 
-NAMES = ("throughput", "fairness", "throttle_storm")
+NAMES = ("throughput", "fairness", "throttle_storm", "ingestion")
 
 
 def main(argv: list[str] | None = None) -> int:
