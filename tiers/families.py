@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from tiers.policies import DEFAULT_RETRY, RetryPolicy, WindowRule
-from tiers.table import group_cap, queue_name, tier_for_provider
+from tiers.table import TIERS, group_cap, queue_name, tier_for_provider
 
 DAY_SECONDS = 86_400.0
 
@@ -74,8 +74,6 @@ class Family:
 
     def queues(self) -> list[str]:
         """Every queue this family may use."""
-        from tiers.table import TIERS
-
         tiers = [self.fixed_tier] if self.fixed_tier else list(TIERS)
         return [queue_name(self.name, tier) for tier in tiers if tier]
 

@@ -72,11 +72,8 @@ class GroupSlots(Middleware):
         self._thread = threading.Thread(target=self._keep_leases, name="group-leases", daemon=True)
         self._thread.start()
 
-    def before_worker_shutdown(self, broker: Broker, worker: Any) -> None:
-        # Leases must outlive the drain: stop refreshing only once the workers are done.
-        pass
-
     def after_worker_shutdown(self, broker: Broker, worker: Any) -> None:
+        # Only now: leases must outlive the drain of in-flight jobs.
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
