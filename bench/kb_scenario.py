@@ -35,6 +35,7 @@ another default rule before bootstrap; pass ``host_rate="1/1"`` for production's
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import json
 import os
@@ -875,6 +876,8 @@ def _windows_report(
             "starts": sum(windows.values()),
             "max_starts_per_window": max(windows.values()),
             "full_windows": sum(1 for c in windows.values() if c >= rule.limit),
+            # reservations counted in a window their job woke too late for
+            "lapsed_reservations": sampler.highest.get(f"{scope}:lapsed", 0),
         }
         if scope in window_runs:
             runs = window_runs[scope]
@@ -890,8 +893,16 @@ def _windows_report(
             ]
             entry["provider_requests_are"] = "Notion GET /v1/pages/{id} of this organization"
         elif family == "crawl-host" and where in host_site:
-            times = [t for t, path in host_site[where].log if path.startswith("/page/")]
+            pages = [(t, path) for t, path in host_site[where].log if path.startswith("/page/")]
+            times = [t for t, _ in pages]
             entry["provider_requests_are"] = "GET /page/* on this host"
+            # A page fetched more than once, with its seconds since the host's first request.
+            fetched = collections.Counter(path for _, path in pages)
+            entry["pages_fetched_again"] = {
+                path: [round(t - pages[0][0], 3) for t, p in pages if p == path]
+                for path, count in fetched.items()
+                if count > 1
+            }
         if times is not None:
             aligned = aligned_counts(times, rule.period_seconds)
             entry["provider_requests"] = len(times)

@@ -40,6 +40,7 @@ class RateWindows:
 
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         self.namespace = namespace
+        self._client = client
         lua = resources.files("tiers") / "lua"
         self._script = client.register_script((lua / "window.lua").read_text())
         self._reserve = client.register_script((lua / "window_reserve.lua").read_text())
@@ -67,7 +68,8 @@ class RateWindows:
 
         ``reserved_index`` is a reservation an earlier call made for this start: in its
         window the start is admitted without counting again (it was counted when reserved);
-        a reservation whose window has passed is forgotten and the start counted anew.
+        a reservation whose window has passed is counted as lapsed (:meth:`lapsed`) and the
+        start counted anew.
         """
         now_ms = int((time.time() if now is None else now) * 1000)
         period_ms = max(1, int(rule.period_seconds * 1000))
@@ -85,6 +87,12 @@ class RateWindows:
         if code == 0:
             return Admission(True, now_ms / 1000.0, None, window_index=index)
         return Admission(False, index * period_ms / 1000.0, index if code == 1 else None)
+
+    def lapsed(self, key: str) -> int:
+        """Reservations of ``key``'s windows that lapsed (their window passed before their
+        job woke) in the last day: starts counted but never made, capacity lost."""
+        value = self._client.get(f"{key}:lapsed")
+        return int(value) if value is not None else 0
 
     def take_or_delay(
         self,

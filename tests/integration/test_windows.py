@@ -97,9 +97,12 @@ def test_a_full_window_reserves_a_start_in_the_first_window_with_room(
     # and a fresh start in that window finds it full (both of its starts are reserved)
     fresh = windows.reserve(key, rule, now=1_000_011.0)
     assert not fresh.admitted and fresh.reserved_index == 100_003
-    # A reservation whose window has passed is forgotten and the start counted anew
+    assert windows.lapsed(key) == 0
+    # A reservation whose window has passed counts as lapsed and the start is counted anew
     stale = windows.reserve(key, rule, reserved_index=100_001, now=1_000_031.0)
     assert stale.admitted
+    assert windows.lapsed(key) == 1
+    assert int(redis_client.get(f"{key}:{100_003}") or 0) == 2
 
 
 def test_throttled_jobs_are_delayed_once_each_to_their_reserved_window(

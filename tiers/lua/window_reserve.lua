@@ -1,6 +1,9 @@
 -- Fixed-window counter that, when the current window is full, reserves a start in the
 -- first future window with room, so a throttled job is delayed once, to its own window,
 -- instead of waking with every other throttled job at each window's end.
+-- A reservation whose window passed before its job woke (a late wake on a busy queue) was
+-- counted in that window but never used: it is counted in ``<prefix>:lapsed`` (kept a day)
+-- and the start is counted anew.
 -- KEYS[1]: window key prefix.
 -- ARGV: limit, period_ms, now_ms, reserved_index (-1: none), max_ahead (windows).
 -- Returns {0, index} admitted now (counted, or counted when reserved);
@@ -16,6 +19,11 @@ if reserved == index then
 end
 if reserved > index then
     return {1, reserved}
+end
+if reserved >= 0 then
+    local lapsed = prefix .. ":lapsed"
+    redis.call("incr", lapsed)
+    redis.call("pexpire", lapsed, 86400000)
 end
 
 local function take(i)
