@@ -11,8 +11,8 @@
    (the code that made the copy) and to the innermost frame overall (where, in a library,
    the allocation happened). Python allocations only; tracing inflates the process's RSS.
 
-Steps: extraction, splitting, embedding, preparing the INSERT (versions, parameters), and
-the INSERT with the commit.
+Steps: extraction, splitting, embedding (in batches), preparing each chunk INSERT batch
+(the version row first), and the last INSERT with the commit.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ FRAMES = 25
 TOP = 12
 ORGANIZATION = 301
 MEMORY_TARGET_MB = 300
-SNAPSHOT_STEPS = ("embed", "prepare the chunk INSERT")
+#: Snapshot at the first chunk INSERT: every vector is made, the first batch's rows too.
+SNAPSHOT_STEPS = ("prepare the chunk INSERT",)
 
 
 def _where(frame: tracemalloc.Frame) -> str:
@@ -82,12 +83,17 @@ class Checkpoints:
 
     def take(self, step: str, *, snapshot: bool) -> None:
         current, peak = tracemalloc.get_traced_memory()
-        row: dict[str, Any] = {
-            "step": step,
+        values = {
             "traced_mib": rnd(current / 2**20, 1),
             "traced_peak_mib": rnd(peak / 2**20, 1),
             "process_rss_mib": rnd((read_status_kib(os.getpid(), "VmRSS") or 0) / 1024, 1),
         }
+        last = self.rows[-1] if self.rows else None
+        if last is not None and last["step"] == step:
+            last.update(values)  # the next batch of the same step: its latest figures
+            last["times"] += 1
+            return
+        row: dict[str, Any] = {"step": step, **values, "times": 1}
         if snapshot:
             started = time.perf_counter()
             row["top"] = attribute(tracemalloc.take_snapshot())
@@ -168,13 +174,14 @@ class StepPeaks:
             refs.write("5")  # resets VmHWM to the current RSS (Linux 4.0+)
 
     def take(self, step: str) -> None:
-        self.rows.append(
-            {
-                "step": step,
-                "peak_rss_mib": rnd(_kib("VmHWM") / 1024, 1),
-                "rss_mib": rnd(_kib("VmRSS") / 1024, 1),
-            }
-        )
+        peak, rss = rnd(_kib("VmHWM") / 1024, 1), rnd(_kib("VmRSS") / 1024, 1)
+        last = self.rows[-1] if self.rows else None
+        if last is not None and last["step"] == step:
+            # A step done in batches (embedding, INSERTs) is one row: its highest peak.
+            last.update(peak_rss_mib=max(last["peak_rss_mib"], peak), rss_mib=rss)
+            last["times"] += 1
+        else:
+            self.rows.append({"step": step, "peak_rss_mib": peak, "rss_mib": rss, "times": 1})
         self.reset()
 
 
@@ -337,11 +344,15 @@ def profile(env: Stack, size: int, *, trace: bool = True) -> dict[str, Any]:
 
 
 def profile_lines(result: dict[str, Any]) -> list[str]:
-    peak_rows = [[r["step"], r["peak_rss_mib"], r["rss_mib"]] for r in result["step_peaks"]]
+    peak_rows = [
+        [r["step"], r.get("times", 1), r["peak_rss_mib"], r["rss_mib"]]
+        for r in result["step_peaks"]
+    ]
     lines = [
-        "Peak RSS of each step in a fresh process (no tracing; native memory included), MiB:",
+        "Peak RSS of each step in a fresh process (no tracing; native memory included), MiB"
+        " (embedding and the INSERT run in batches: one row each, its highest peak):",
         "",
-        markdown_table(["step", "peak RSS during the step", "RSS at its end"], peak_rows),
+        markdown_table(["step", "batches", "peak RSS in the step", "RSS at its end"], peak_rows),
         "",
     ]
     if "checkpoints" not in result:
@@ -351,14 +362,14 @@ def profile_lines(result: dict[str, Any]) -> list[str]:
             "--profile-memory` replays the ingestion under tracemalloc.",
         ]
     rows = [
-        [r["step"], r["traced_mib"], r["traced_peak_mib"], r["process_rss_mib"]]
+        [r["step"], r.get("times", 1), r["traced_mib"], r["traced_peak_mib"], r["process_rss_mib"]]
         for r in result["checkpoints"]
     ]
     lines += [
         f"tracemalloc replay in one process ({result['chunks']:,} chunks; traced peak "
         f"{result['traced_peak_mib']} MiB, Python allocations only):",
         "",
-        markdown_table(["step", "live MiB", "peak MiB so far", "process RSS MiB"], rows),
+        markdown_table(["step", "batches", "live MiB", "peak MiB so far", "process RSS MiB"], rows),
     ]
     for row in result["checkpoints"]:
         if "top" in row:

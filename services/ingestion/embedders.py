@@ -62,7 +62,7 @@ class Embedder(Protocol):
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
-@lru_cache(maxsize=65_536)
+@lru_cache(maxsize=16_384)  # 4 MiB; larger caches were no faster on 10 MB of prose
 def _feature_slot(feature: str, dimensions: int) -> tuple[int, float]:
     digest = hashlib.blake2b(feature.encode(), digest_size=8, person=b"speedtier-hash").digest()
     value = int.from_bytes(digest, "big")

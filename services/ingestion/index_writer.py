@@ -21,6 +21,7 @@ from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from services.ingestion.batches import PackedVector, embed_chunks, insert_in_batches
 from services.ingestion.chunking import Chunk
 from services.ingestion.embedders import Embedder
 from shared.db.models import DocumentChunk, PgSearchDocument
@@ -111,16 +112,12 @@ def replace_document_index(
         return IndexOutcome(chunk_count=current, unchanged=True, content_hash=digest)
 
     chunks: list[Chunk] = []
-    vectors: list[list[float]] = []
+    vectors: list[PackedVector] = []
     if not current:
         chunks = chunker.split(content)
         if not chunks:
             return _remove_all(session, target, digest)
-        vectors = embedder.embed([chunk.content for chunk in chunks])
-        if len(vectors) != len(chunks):
-            raise Unrecoverable(
-                f"embedder {embedder.name} returned {len(vectors)} vectors for {len(chunks)} chunks"
-            )
+        vectors = embed_chunks(embedder, chunks)
 
     _lock(session, target)
     # Under the lock and READ COMMITTED, this sees whatever a concurrent run committed.
@@ -248,15 +245,14 @@ def _insert_chunks(
     session: Session,
     target: _Target,
     chunks: list[Chunk],
-    vectors: list[list[float]],
+    vectors: list[PackedVector],
     digest: str,
     fingerprint: str,
 ) -> None:
-    if not chunks:
-        return
-    session.execute(
+    insert_in_batches(
+        session,
         insert(DocumentChunk),
-        [
+        (
             {
                 "organization_id": target.organization_id,
                 "source_type": target.source_type,
@@ -269,7 +265,7 @@ def _insert_chunks(
                 "metadata_": {FINGERPRINT_KEY: fingerprint},
             }
             for chunk, vector in zip(chunks, vectors, strict=True)
-        ],
+        ),
     )
 
 

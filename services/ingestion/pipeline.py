@@ -37,6 +37,7 @@ from sqlalchemy import delete, exists, func, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.ingestion import store
+from services.ingestion.batches import PackedVector, embed_chunks, insert_in_batches
 from services.ingestion.chunking import Chunk
 from services.ingestion.embedders import Embedder
 from services.ingestion.fetching import (
@@ -203,17 +204,12 @@ def _check_dimensions(session: Session, embedder: Embedder) -> None:
 
 def _embed(
     session: Session, chunker: DocumentChunker, embedder: Embedder, text: str
-) -> tuple[list[Chunk], list[list[float]]]:
+) -> tuple[list[Chunk], list[PackedVector]]:
     chunks = chunker.split(text)
     if not chunks:
         return [], []
     _check_dimensions(session, embedder)
-    vectors = embedder.embed([chunk.content for chunk in chunks])
-    if len(vectors) != len(chunks):
-        raise Unrecoverable(
-            f"embedder {embedder.name} returned {len(vectors)} vectors for {len(chunks)} chunks"
-        )
-    return chunks, vectors
+    return chunks, embed_chunks(embedder, chunks)
 
 
 @dataclass(frozen=True)
@@ -222,7 +218,7 @@ class _NewIndex:
     digest: str
     fingerprint: str
     chunks: list[Chunk]
-    vectors: list[list[float]]
+    vectors: list[PackedVector]
 
 
 def _write_index(session: Session, document: KbDocument, new: _NewIndex, now: datetime) -> int:
@@ -260,9 +256,11 @@ def _write_index(session: Session, document: KbDocument, new: _NewIndex, now: da
         ),
         execution_options={"synchronize_session": False},
     )
-    session.execute(
+    audience = list(document.audience)
+    insert_in_batches(
+        session,
         insert(KbChunk),
-        [
+        (
             {
                 "organization_id": organization_id,
                 "knowledge_base_id": document.knowledge_base_id,
@@ -271,11 +269,11 @@ def _write_index(session: Session, document: KbDocument, new: _NewIndex, now: da
                 "content": chunk.content,
                 "token_count": chunk.token_count,
                 "embedding": vector,
-                "audience": list(document.audience),
+                "audience": audience,
                 "created_at": now,
             }
             for chunk, vector in zip(new.chunks, new.vectors, strict=True)
-        ],
+        ),
     )
     document.content_hash = new.digest
     document.index_fingerprint = new.fingerprint
@@ -338,13 +336,12 @@ def ingest_document(
     """
     from services.ingestion.extract import ExtractionFailed, extract
 
-    document = store.get_document(
-        session, organization_id=organization_id, document_id=document_id, with_source=True
-    )
+    document = store.get_document(session, organization_id=organization_id, document_id=document_id)
     if document.status != "processing":
         return _settled(session, document, unchanged=True)
     submitted_at = document.submitted_at
-    source, fetched = document.source_bytes, None
+    fetched = None
+    source = store.read_source(session, organization_id=organization_id, document_id=document_id)
     try:
         if document.kind == "url" and source is None:
             if fetch is None:
@@ -352,6 +349,7 @@ def ingest_document(
             source = fetched = fetch_url_source(document.url or "", document.crawl_depth, fetch)
         content_type = MARKDOWN_CONTENT_TYPE if document.kind == "url" else document.content_type
         extracted = extract(source or b"", content_type=content_type, filename=document.filename)
+        source = None  # the text is what follows; the bytes stay in the database
     except (FetchFailed, ExtractionFailed) as exc:
         return _finish_failed(
             session, document, submitted_at, exc.reason, fetched, now, recrawl_interval_seconds

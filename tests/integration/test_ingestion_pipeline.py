@@ -24,12 +24,12 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from pypdf import PdfWriter
-from sqlalchemy import Engine, delete, func, select, text, update
+from sqlalchemy import Engine, delete, event, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.bootstrap import Platform, bootstrap
-from services.ingestion import pipeline, refresh, store
+from services.ingestion import batches, pipeline, refresh, store
 from services.ingestion.chunking import Chunker
 from services.ingestion.embedders import HashingEmbedder
 from services.ingestion.families import ingest_job_id
@@ -371,11 +371,26 @@ def test_a_url_document_is_fetched_stored_and_ready(
     outcome = ingest(session, org, doc, fetch=fetch, now=now)
 
     assert outcome.status == "ready"
-    stored = store.get_document(session, organization_id=org, document_id=doc.id, with_source=True)
-    assert b"Resetting a password" in (stored.source_bytes or b"")
+    source = store.read_source(session, organization_id=org, document_id=doc.id)
+    assert b"Resetting a password" in (source or b"")
+    stored = store.get_document(session, organization_id=org, document_id=doc.id)
     assert stored.last_fetched_at == now and stored.next_refresh_at == now + timedelta(days=1)
     chunks = store.list_chunks(session, organization_id=org, document_id=doc.id)
     assert chunks and all(chunk.audience == ["staff"] for chunk in chunks)
+
+
+def test_a_large_source_is_read_back_exactly_in_slices(
+    session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    org = new_org()
+    monkeypatch.setattr(store, "SOURCE_READ_SLICE", 1000)
+    data = bytes(range(256)) * 39 + b"tail"  # 9,988 bytes: 10 slices, the last one short
+    doc = add(
+        session, org, make_base(session, org), "bin", store.FileSource(data, "text/plain", "b")
+    )
+
+    assert store.read_source(session, organization_id=org, document_id=doc.id) == data
+    assert store.read_source(session, organization_id=org + 1, document_id=doc.id) is None
 
 
 # -- processing -> failed, one test per bucket ---------------------------------------------
@@ -636,6 +651,53 @@ def test_three_concurrent_ingestions_leave_one_chunk_set(
         events = session.scalar(select(func.count()).where(UsageEvent.organization_id == org))
     assert (versions, events) == (1, 1)
     assert sorted(o.unchanged for o in outcomes) == [False, True, True]
+
+
+def test_a_document_of_many_batches_is_replaced_whole_and_readers_never_see_half(
+    committed: tuple[sessionmaker[Session], set[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    factory, organizations = committed
+    org = new_org()
+    organizations.add(org)
+    # Small batches stand in for a large file: several embedder calls and INSERTs.
+    monkeypatch.setattr(batches, "EMBED_BATCH_TEXTS", 8)
+    monkeypatch.setattr(batches, "INSERT_BATCH_ROWS", 10)
+    with factory() as session:
+        base = make_base(session, org)
+        doc = add(session, org, base, "m", store.TextSource(words("m1", 400)))
+    run(factory, org, doc.id, CountingEmbedder(), final=False)
+    with factory() as session:
+        old = chunk_rows(session, org, doc.id)
+        again = add(session, org, base, "m", store.TextSource(words("m2", 400)))
+    assert again.id == doc.id and again.status == "processing"
+
+    # When, while the new chunk set is inserted, another connection reads the document's
+    seen: list[list[str]] = []
+    engine = factory.kw["bind"]
+
+    def look(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.startswith("INSERT INTO api2.kb_chunks") and len(seen) < 3:
+            with factory() as reader:
+                seen.append([content for _, content, _ in chunk_rows(reader, org, doc.id)])
+
+    event.listen(engine, "before_cursor_execute", look)
+    try:
+        embedder = CountingEmbedder()
+        outcome = run(factory, org, doc.id, embedder, final=False)
+    finally:
+        event.remove(engine, "before_cursor_execute", look)
+
+    expected = CHUNKER.split(pipeline_text(words("m2", 400)))
+    assert len(expected) > 20 and embedder.calls == -(-len(expected) // 8)
+    assert outcome.chunk_count == len(expected) and embedder.texts == len(expected)
+    # Then every reader mid-write saw the whole old chunk set, and the new one is whole
+    assert len(seen) == 3 and all(contents == [c for _, c, _ in old] for contents in seen)
+    with factory() as session:
+        rows = chunk_rows(session, org, doc.id)
+    assert [(p, c) for p, c, _ in rows] == [(c.position, c.content) for c in expected]
+    assert [e for _, _, e in rows] == [
+        pytest.approx(v, abs=1e-6) for v in HashingEmbedder().embed([c.content for c in expected])
+    ]
 
 
 # -- versioning ----------------------------------------------------------------------------
