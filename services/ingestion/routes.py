@@ -528,9 +528,11 @@ def run_search(knowledge_base_id: int | None) -> Response:
 
 
 _SEARCH_DESCRIPTION = (
-    "Hybrid search (vector and full text, fused by rank) over ready documents: the top-k "
-    "chunks with scores, document ids and snippets, best first. Only the key's organization "
-    "is searched; chunks restricted to audiences the caller did not name are left out."
+    "Hybrid search (vector and full text, fused by rank) over each live document's current "
+    "version (a re-uploaded document answers with its previous version until the new one is "
+    "ready): the top-k chunks with scores, document ids and snippets, best first. Only the "
+    "key's organization is searched; chunks restricted to audiences the caller did not name "
+    "are left out."
 )
 
 

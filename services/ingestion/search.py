@@ -9,9 +9,12 @@ are fused with reciprocal rank fusion (``sum 1 / (60 + rank)``), which needs no 
 between a distance and a text rank.
 
 Visibility is decided in SQL, in every statement: the caller's organization (always), the
-knowledge base when given, documents that are ``ready`` and not deleted, and the audience: a
-chunk with an empty audience is public, any other is visible when it shares a label with the
-caller's audience (none passed: public chunks only).
+knowledge base when given, documents not deleted, and the audience: a chunk with an empty
+audience is public, any other is visible when it shares a label with the caller's audience
+(none passed: public chunks only). A document's chunks are its current version's, whatever
+its status: a new document has none until it is ready, and a re-uploaded one keeps its
+current version searchable (under the new audience) until the new chunk set replaces it in
+one transaction, or, when the new content fails, stays on that last good version.
 
 Vector planner. pgvector's HNSW index knows nothing of tenants: ``ORDER BY distance LIMIT n``
 filtered to one organization walks the graph and filters afterwards, which measured 0.055
@@ -193,8 +196,8 @@ def _ranks(chunk_ids: Iterable[int]) -> dict[int, int]:
 @dataclass(frozen=True)
 class SearchScope:
     """The chunks a caller may see: one organization's (always), one base's when
-    ``knowledge_base_id`` is set, of ready live documents, public or sharing a label with
-    ``audience``."""
+    ``knowledge_base_id`` is set, of live (not deleted) documents, public or sharing a label
+    with ``audience``."""
 
     organization_id: int
     knowledge_base_id: int | None = None
@@ -214,8 +217,7 @@ class SearchScope:
         criteria += [
             "(c.audience = '{}'::text[] OR c.audience && CAST(:audience AS text[]))",
             "EXISTS (SELECT 1 FROM api2.kb_documents d WHERE d.organization_id = "
-            ":organization_id AND d.id = c.document_id AND d.status = 'ready' "
-            "AND d.deleted_at IS NULL)",
+            ":organization_id AND d.id = c.document_id AND d.deleted_at IS NULL)",
         ]
         return " AND ".join(criteria)
 

@@ -288,7 +288,9 @@ def add_document(
 ) -> AddedDocument:
     """Add a document in ``processing``, or replace the live document of that name in the
     base in place (same id; status back to ``processing``; its content hash and version
-    history kept, so an identical re-upload embeds nothing and a changed one is versioned).
+    history kept, so an identical re-upload embeds nothing and a changed one is versioned;
+    its current chunks stay searchable, under the new audience, until the new content
+    replaces them).
     The caller commits, then enqueues ``ingest-document-<id>``; the sweep tick finds it
     anyway.
 
@@ -350,6 +352,18 @@ def add_document(
         columns.update(last_fetched_at=None, next_refresh_at=None, refresh_failures=0)
     for column, value in columns.items():
         setattr(existing, column, value)
+    # The current chunk set stays searchable until the new one replaces it, seen by the new
+    # audience from now on: narrowing who may see a document takes effect at once.
+    session.execute(
+        update(KbChunk)
+        .where(
+            KbChunk.organization_id == organization_id,
+            KbChunk.document_id == existing.id,
+            KbChunk.audience != columns["audience"],
+        )
+        .values(audience=columns["audience"]),
+        execution_options={"synchronize_session": False},
+    )
     session.flush()
     return AddedDocument(existing, replaced=True)
 

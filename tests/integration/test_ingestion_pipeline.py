@@ -29,7 +29,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.bootstrap import Platform, bootstrap
-from services.ingestion import batches, pipeline, refresh, store
+from services.ingestion import batches, pipeline, refresh, search, store
 from services.ingestion.chunking import Chunker
 from services.ingestion.embedders import HashingEmbedder
 from services.ingestion.families import ingest_job_id
@@ -1106,6 +1106,51 @@ def test_a_re_upload_replaces_in_place_and_a_delete_frees_the_name(session: Sess
     with pytest.raises(RecordMissing):
         store.get_document(session, organization_id=org, document_id=fresh.id)
     assert store.list_knowledge_bases(session, organization_id=org) == []
+
+
+def test_a_re_upload_keeps_its_current_version_searchable_under_the_new_audience(
+    any_session: Session,
+) -> None:
+    session, org = any_session, new_org()
+    base = make_base(session, org)
+    doc = add(session, org, base, "notes", store.TextSource("Walrus migration notes."))
+    ingest(session, org, doc)
+
+    def visible(audience: Sequence[str] = ()) -> list[str]:
+        """The chunk contents a search shows this audience (any query ranks them all)."""
+        hits = search.search(
+            session,
+            organization_id=org,
+            knowledge_base_id=base.id,
+            query="notes",
+            audience=audience,
+            embedder=HashingEmbedder(),
+        )
+        return [session.get_one(KbChunk, hit.chunk_id).content for hit in hits]
+
+    assert visible() == ["Walrus migration notes."]
+
+    # When it is re-uploaded for staff only, while the new content is processed
+    add(session, org, base, "notes", store.TextSource("Narwhal tusk notes."), audience=["staff"])
+    # Then the old version still answers, for staff only
+    assert visible() == []
+    assert visible(["staff"]) == ["Walrus migration notes."]
+    # and once ingested the new content replaces it
+    ingest(session, org, doc)
+    assert visible(["staff"]) == ["Narwhal tusk notes."]
+
+    # When the next upload cannot be read, the document fails and keeps its last good version
+    add(
+        session,
+        org,
+        base,
+        "notes",
+        store.FileSource(b"%PDF-1.7 trunc", "application/pdf", "n"),
+        audience=["staff"],
+    )
+    outcome = ingest(session, org, doc)
+    assert outcome.status == "failed"
+    assert visible(["staff"]) == ["Narwhal tusk notes."]
 
 
 @pytest.mark.parametrize(

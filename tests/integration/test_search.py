@@ -254,15 +254,20 @@ def test_audience_restricted_chunks_need_a_shared_label(db: Session) -> None:
     }
 
 
-def test_only_ready_live_documents_are_searched(db: Session) -> None:
+def test_live_documents_are_searched_on_their_current_chunks_whatever_their_status(
+    db: Session,
+) -> None:
+    # A document has chunks only once a version of it was indexed: a re-upload being
+    # processed, or whose new content failed, is searched on its last good version.
     tenant = Tenant(db)
     base = tenant.base()
     ready = tenant.document(base, ["Kangaroo care guide."])
-    tenant.document(base, ["Kangaroo care guide, new version."], status="processing")
-    tenant.document(base, ["Kangaroo care guide, broken."], status="failed")
+    reprocessing = tenant.document(base, ["Kangaroo care guide, v1."], status="processing")
+    failed_update = tenant.document(base, ["Kangaroo care guide, v2."], status="failed")
     tenant.document(base, ["Kangaroo care guide, removed."], deleted=True)
 
-    assert documents_of(tenant.search("kangaroo care guide", top_k=50)) == {ready}
+    found = documents_of(tenant.search("kangaroo care guide", top_k=50))
+    assert found == {ready, reprocessing, failed_update}
 
 
 def test_the_knowledge_base_filter(db: Session) -> None:
