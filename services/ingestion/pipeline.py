@@ -18,8 +18,9 @@ previous version's chunk set (``current_version``) in place.
 
 Versions: each content that becomes current is written once to ``kb_document_versions``
 as version ``current_version + 1``; the current version and the ten most recent superseded
-ones are kept. :func:`rollback_to_version` makes a kept version's content current again
-(a new version number: history records what replaced what).
+ones are kept. :func:`request_rollback` makes a kept version's content the document's
+source again, for this pipeline to make it current (under a new version number: history
+records what replaced what).
 
 Re-fetching ready URL documents (recrawl, scheduled refresh) is
 :mod:`services.ingestion.refresh`; a changed page comes back through this pipeline.
@@ -552,7 +553,7 @@ def run_ingestion(
 # -- rollback ------------------------------------------------------------------------------
 
 
-def rollback_to_version(
+def request_rollback(
     session: Session,
     *,
     organization_id: int,
@@ -561,52 +562,50 @@ def rollback_to_version(
     chunker: DocumentChunker,
     embedder: Embedder,
     now: datetime,
-) -> IngestOutcome:
-    """Make a kept version's content the document's current content, re-indexed in one
-    replacement (the caller commits). The content replaced is kept as a superseded
-    version; the restored one gets a new version number. Idempotent: rolling back to the
-    content already current (same chunker and embedder) writes nothing.
+) -> bool:
+    """Make a kept version's content the document's source and put the document back in
+    ``processing``, for its ingestion job to re-index (the caller commits, then enqueues;
+    the sweep tick finds it anyway). Like any ingestion, the restored content becomes
+    current under a new version number (history records what replaced what) and replaces
+    the chunk set in one transaction; until then search answers from the current version.
+    Re-indexing runs as a job, not in the request: it is retried, delayed by the
+    embedder's rate window, and serialised with the tenant's other ingestions.
 
-    The document's source bytes become the restored text, so a later retry re-ingests what
-    is current; a URL document's next refresh may replace it again with the live page.
+    A URL document's next refresh may replace the restored text with the live page again.
+
+    Returns:
+      False when the document is ready and the version's content is already current with a
+      complete chunk set (same chunker and embedder): nothing changed. True when queued
+      (a failed document rolled back to its current content is queued too: its ingestion
+      embeds nothing and marks it ready).
 
     Raises:
       RecordMissing: the document is missing or another tenant's, or the version is not
         kept.
-      store.DocumentBusy: the document is being ingested (or changed during the rollback).
-      Delay / Retryable / Unrecoverable: from the embedder, before anything was written.
+      store.DocumentBusy: the document is being ingested.
     """
     document = store.get_document(session, organization_id=organization_id, document_id=document_id)
-    if document.status == "processing":
-        raise store.DocumentBusy(f"document {document_id} is being ingested")
     kept = store.get_version(
         session, organization_id=organization_id, document_id=document_id, version=version
     )
-    fingerprint = index_fingerprint(chunker, embedder)
-    if (
-        kept.content_hash == document.content_hash
-        and fingerprint == document.index_fingerprint
-        and _has_chunks(session, organization_id, document_id)
-    ):
-        return _settled(session, document, unchanged=True)
-    seen_version, seen_submission = document.current_version, document.submitted_at
-    chunks, vectors = _embed(session, chunker, embedder, kept.content)
-    new = _NewIndex(kept.content, kept.content_hash, fingerprint, chunks, vectors)
-
     store.lock_document(session, organization_id, document_id)
     document = store.get_document(session, organization_id=organization_id, document_id=document_id)
+    if document.status == "processing":
+        raise store.DocumentBusy(f"document {document_id} is being ingested")
     if (
-        document.status == "processing"
-        or document.current_version != seen_version
-        or document.submitted_at != seen_submission
+        document.status == "ready"
+        and kept.content_hash == document.content_hash
+        and index_fingerprint(chunker, embedder) == document.index_fingerprint
+        and _has_chunks(session, organization_id, document_id)
     ):
-        raise store.DocumentBusy(f"document {document_id} changed during the rollback")
+        return False
     document.source_bytes = kept.content.encode()
     document.content_type = MARKDOWN_CONTENT_TYPE
-    new_version = _write_index(session, document, new, now)
+    document.status = "processing"
+    document.failure_reason = None
+    document.failed_at = None
     document.attempts = 0
-    tokens = sum(chunk.token_count for chunk in chunks)
-    payload = {"chunks": len(chunks), "tokens": tokens, "embedded": len(chunks)}
-    _mark_ready(session, document, now, {**payload, "rolled_back_to": version})
+    document.submitted_at = now
+    document.updated_at = now
     session.flush()
-    return IngestOutcome(document_id, "ready", new_version, len(chunks), embedded=len(chunks))
+    return True

@@ -453,16 +453,18 @@ def diff_versions(knowledge_base_id: int, document_id: int) -> ResponseReturnVal
 
 @describe(
     "Roll a document back to a kept version",
-    description="Runs in the request: the version's text is re-indexed in one replacement and "
-    "becomes current under a new version number (history records what replaced what); "
-    "rolling back to the current content changes nothing.",
+    description="The version's text becomes the document's source and the document goes back "
+    "to `processing` (answered 202, like an upload): its ingestion job re-indexes it in one "
+    "replacement, as a new current version (history records what replaced what); search "
+    "answers from the current version meanwhile. Rolling a ready document back to its "
+    "current content changes nothing (200).",
     body=RollbackBody,
     responses={
-        200: ("Done: the document, ready, at its new current version.", DocumentOut),
+        200: ("Nothing to do: the version is already current; the document.", DocumentOut),
+        202: ("Back in `processing` with the restored content.", DocumentAccepted),
         409: ("The document is being ingested; retry once it is ready or failed.", ErrorBody),
         **AUTH,
         **MISSING,
-        **EMBEDDER,
     },
 )
 def rollback_document(knowledge_base_id: int, document_id: int) -> ResponseReturnValue:
@@ -476,7 +478,7 @@ def rollback_document(knowledge_base_id: int, document_id: int) -> ResponseRetur
             document_id=document_id,
             knowledge_base_id=knowledge_base_id,
         )
-        pipeline.rollback_to_version(
+        queued = pipeline.request_rollback(
             session,
             organization_id=organization_id,
             document_id=document_id,
@@ -489,7 +491,10 @@ def rollback_document(knowledge_base_id: int, document_id: int) -> ResponseRetur
         document = DocumentOut.of(
             store.get_document(session, organization_id=organization_id, document_id=document_id)
         )
-    return answer(document)
+    if not queued:
+        return answer(document)
+    enqueued = enqueue_ingestion(organization_id, document_id, knowledge_base_id)
+    return answer(DocumentAccepted.of_stored(document, replaced=False, enqueued=enqueued), 202)
 
 
 # -- search --------------------------------------------------------------------------------

@@ -437,9 +437,12 @@ def test_reupload_versions_diff_and_rollback(
     assert same is not None and same["diff"] == ""
 
     rolled = tenant.call("POST", f"{path}/rollback", {"version": 1})
-    assert rolled.status_code == 200, rolled.json
+    assert rolled.status_code == 202, rolled.json
     assert rolled.json is not None
-    assert (rolled.json["status"], rolled.json["current_version"]) == ("ready", 3)
+    assert (rolled.json["status"], rolled.json["enqueued"]) == ("processing", True)
+    assert tenant.settled(base, document_id)["current_version"] == 3
+    again = tenant.call("POST", f"{path}/rollback", {"version": 3})
+    assert again.status_code == 200 and again.json["status"] == "ready"  # type: ignore[index]
     versions = tenant.call("GET", f"{path}/versions").json
     assert versions is not None
     assert [(v["version"], v["is_current"]) for v in versions["versions"]] == [

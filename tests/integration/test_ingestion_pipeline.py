@@ -724,17 +724,13 @@ def test_eleven_replacements_keep_ten_versions_and_rollback_restores_the_old_chu
         session, organization_id=org, document_id=doc.id, version=2
     ).content == pipeline_text(words("v2"))
 
-    # Rolling back to version 2 restores exactly its chunks, as a new current version
-    outcome = pipeline.rollback_to_version(
-        session,
-        organization_id=org,
-        document_id=doc.id,
-        version=2,
-        chunker=CHUNKER,
-        embedder=CountingEmbedder(),
-        now=utc_now(),
-    )
+    # Rolling back to version 2 queues its content, and its ingestion restores exactly its
+    # chunks, as a new current version
+    assert rollback(session, org, doc.id, 2)
     session.commit()
+    assert document(session, org, doc.id).status == "processing"
+    assert chunk_rows(session, org, doc.id) == chunks_of[12]  # searchable meanwhile
+    outcome = ingest(session, org, doc)
     assert (outcome.status, outcome.version) == ("ready", 13)
     assert chunk_rows(session, org, doc.id) == chunks_of[2]
     kept = [
@@ -742,31 +738,46 @@ def test_eleven_replacements_keep_ten_versions_and_rollback_restores_the_old_chu
     ]
     assert kept == list(range(13, 2, -1))  # the replaced content (12) is kept as superseded
 
-    # Rolling back to what is already current embeds nothing
-    embedder = CountingEmbedder()
-    again = pipeline.rollback_to_version(
-        session,
-        organization_id=org,
-        document_id=doc.id,
-        version=13,
-        chunker=CHUNKER,
-        embedder=embedder,
-        now=utc_now(),
-    )
-    assert again.unchanged and embedder.calls == 0 and again.version == 13
+    # Rolling a ready document back to what is already current changes nothing
+    assert not rollback(session, org, doc.id, 13)
+    assert document(session, org, doc.id).status == "ready"
 
     # A document being ingested cannot be rolled back under the pipeline's feet
     store.mark_for_retry(session, organization_id=org, document_id=doc.id)
     with pytest.raises(store.DocumentBusy):
-        pipeline.rollback_to_version(
-            session,
-            organization_id=org,
-            document_id=doc.id,
-            version=12,
-            chunker=CHUNKER,
-            embedder=embedder,
-            now=utc_now(),
-        )
+        rollback(session, org, doc.id, 12)
+
+
+def rollback(session: Session, org: int, document_id: int, version: int) -> bool:
+    return pipeline.request_rollback(
+        session,
+        organization_id=org,
+        document_id=document_id,
+        version=version,
+        chunker=CHUNKER,
+        embedder=CountingEmbedder(),
+        now=utc_now(),
+    )
+
+
+def test_a_failed_document_rolled_back_to_its_current_content_is_ready_with_no_embedding(
+    any_session: Session,
+) -> None:
+    session, org = any_session, new_org()
+    base = make_base(session, org)
+    doc = add(session, org, base, "memo", store.TextSource(words("memo")))
+    ingest(session, org, doc)
+    before = chunk_rows(session, org, doc.id)
+    add(session, org, base, "memo", store.FileSource(b"", "text/plain", "memo.txt"))
+    assert ingest(session, org, doc).status == "failed"
+
+    assert rollback(session, org, doc.id, 1)
+    session.commit()
+    embedder = CountingEmbedder()
+    outcome = ingest(session, org, doc, embedder)
+
+    assert (outcome.status, outcome.version, embedder.calls) == ("ready", 1, 0)
+    assert chunk_rows(session, org, doc.id) == before
 
 
 # -- the sweep tick ------------------------------------------------------------------------
@@ -1215,7 +1226,7 @@ def test_another_organization_cannot_reach_a_document_by_id(session: Session) ->
             source=store.TextSource("x"),
         ),
         lambda: ingest(session, b, doc),
-        lambda: pipeline.rollback_to_version(
+        lambda: pipeline.request_rollback(
             session, version=1, chunker=CHUNKER, embedder=CountingEmbedder(), now=utc_now(), **ids
         ),
     ):
