@@ -405,17 +405,21 @@ def read_source(session: Session, *, organization_id: int, document_id: int) -> 
     since it writes only when the document's ``submitted_at`` is unchanged under its lock.
     """
     scoped = (organization_filter(KbDocument, organization_id), KbDocument.id == document_id)
-    size = session.execute(
-        select(func.octet_length(KbDocument.source_bytes)).where(*scoped)
-    ).scalar_one_or_none()
-    if size is None:
+
+    def piece(offset: int) -> Any:
+        return func.substring(KbDocument.source_bytes, offset + 1, SOURCE_READ_SLICE)
+
+    first = session.execute(
+        select(func.octet_length(KbDocument.source_bytes), piece(0)).where(*scoped)
+    ).one_or_none()
+    if first is None or first[0] is None:
         return None
+    size, head = first
     if size <= SOURCE_READ_SLICE:
-        return session.execute(select(KbDocument.source_bytes).where(*scoped)).scalar_one()
-    source = bytearray()
-    for offset in range(0, size, SOURCE_READ_SLICE):
-        piece = func.substring(KbDocument.source_bytes, offset + 1, SOURCE_READ_SLICE)
-        source += session.execute(select(piece).where(*scoped)).scalar_one()
+        return bytes(head)  # one round trip, as for most documents
+    source = bytearray(head)
+    for offset in range(SOURCE_READ_SLICE, size, SOURCE_READ_SLICE):
+        source += session.execute(select(piece(offset)).where(*scoped)).scalar_one()
     return bytes(source)
 
 
