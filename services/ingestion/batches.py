@@ -78,16 +78,9 @@ def _batched(rows: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[st
 
 def insert_in_batches(
     session: Session, statement: Executable, rows: Iterable[dict[str, Any]]
-) -> int:
+) -> None:
     """Execute ``statement`` (an ``insert(Model)``) over ``rows``, :data:`INSERT_BATCH_ROWS`
     at a time, in the caller's transaction: the rows commit together or not at all. Pass
-    a generator so each batch's parameters exist only while it is sent.
-
-    Returns:
-      the number of rows inserted.
-    """
-    written = 0
+    a generator so each batch's parameters exist only while it is sent."""
     for batch in _batched(rows, INSERT_BATCH_ROWS):
         session.execute(statement, batch)
-        written += len(batch)
-    return written

@@ -584,7 +584,7 @@ def request_rollback(
         kept.
       store.DocumentBusy: the document is being ingested.
     """
-    document = store.get_document(session, organization_id=organization_id, document_id=document_id)
+    store.get_document(session, organization_id=organization_id, document_id=document_id)
     kept = store.get_version(
         session, organization_id=organization_id, document_id=document_id, version=version
     )
@@ -601,11 +601,6 @@ def request_rollback(
         return False
     document.source_bytes = kept.content.encode()
     document.content_type = MARKDOWN_CONTENT_TYPE
-    document.status = "processing"
-    document.failure_reason = None
-    document.failed_at = None
-    document.attempts = 0
-    document.submitted_at = now
-    document.updated_at = now
+    store.resubmit(document, now)
     session.flush()
     return True

@@ -510,15 +510,20 @@ def mark_for_retry(
     lock_document(session, organization_id, document_id)
     document = get_document(session, organization_id=organization_id, document_id=document_id)
     if document.status != "processing":
-        now = now or utcnow()
-        document.status = "processing"
-        document.failure_reason = None
-        document.failed_at = None
-        document.attempts = 0
-        document.submitted_at = now
-        document.updated_at = now
+        resubmit(document, now or utcnow())
         session.flush()
     return document
+
+
+def resubmit(document: KbDocument, now: datetime) -> None:
+    """Put a locked document back in ``processing`` as a new submission (its attempts
+    start over; a pass still running for the previous one will write nothing)."""
+    document.status = "processing"
+    document.failure_reason = None
+    document.failed_at = None
+    document.attempts = 0
+    document.submitted_at = now
+    document.updated_at = now
 
 
 def list_chunks(session: Session, *, organization_id: int, document_id: int) -> list[KbChunk]:
