@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import multiprocessing
-import signal
 import sys
-from types import FrameType
 
 import click
 
+from services.worker_pool import WorkerPool
 from shared.config import TIER_NAMES, load_settings
+from shared.observability import configure_logging
 
 
 def _run_one(tier: str, threads: int, prefetch: int) -> None:
@@ -29,36 +28,10 @@ def _run_one(tier: str, threads: int, prefetch: int) -> None:
 
 
 def _supervise(tier: str, processes: int, threads: int, prefetch: int) -> int:
-    context = multiprocessing.get_context("spawn")
-    children = [
-        context.Process(target=_run_one, args=(tier, threads, prefetch), name=f"{tier}-{i}")
-        for i in range(processes)
-    ]
-    stopping = False
-
-    def forward(signum: int, _frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
-        for child in children:
-            if child.pid and child.is_alive():
-                child.terminate() if signum == signal.SIGTERM else _interrupt(child.pid)
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    for child in children:
-        child.start()
-    failed = 0
-    for child in children:
-        child.join()
-        if child.exitcode not in (0, -signal.SIGTERM) and not stopping:
-            failed += 1
-    return 1 if failed else 0
-
-
-def _interrupt(pid: int) -> None:
-    import os
-
-    os.kill(pid, signal.SIGINT)
+    """Run ``processes`` children under a :class:`~services.worker_pool.WorkerPool`, which
+    replaces a child that dies and exits non-zero on a crash loop."""
+    pool = WorkerPool(_run_one, (tier, threads, prefetch), size=processes, name=tier)
+    return pool.run()
 
 
 @click.command("worker")
@@ -74,6 +47,7 @@ def worker(tier: str, processes: int | None, threads: int | None, prefetch: int)
     if processes == 1:
         _run_one(tier, threads, prefetch)
         return
+    configure_logging(settings.log_level)
     sys.exit(_supervise(tier, processes, threads, prefetch))
 
 

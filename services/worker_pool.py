@@ -1,0 +1,222 @@
+"""The process pool behind ``speedtier worker --processes N``: N identical children, kept at N.
+
+==============================================  ===============================================
+what happens                                    what the pool does
+==============================================  ===============================================
+a child exits while the pool runs (a crash,     logs it and starts a replacement after a backoff
+an OOM kill, a SIGKILL, even a clean exit)      (1 s, doubled for every other restart in the
+                                                window, at most 30 s)
+more than ``max_restarts`` restarts within      SIGTERMs the other children, waits for them to
+``window_seconds`` (a crash loop)               drain and exits 1, so Kubernetes restarts the
+                                                pod (and its back-off and alerts take over)
+SIGTERM or SIGINT to the pool                   forwards that signal to every child, restarts
+                                                nothing more, waits for the children to drain
+                                                (Kubernetes' grace period bounds the wait) and
+                                                exits 0
+==============================================  ===============================================
+
+Signal handlers only record the signal; the pool's loop, woken at least every
+``poll_seconds``, does the forwarding, so a child being started while a signal arrives is
+signalled too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
+from types import FrameType
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """How the pool replaces children that die.
+
+    Attributes:
+      backoff_seconds: delay before the first restart in a quiet window.
+      max_backoff_seconds: the delay doubles with every restart in the window up to this.
+      max_restarts: restarts allowed within ``window_seconds``; one more death is a crash loop.
+      window_seconds: how far back restarts count.
+    """
+
+    backoff_seconds: float = 1.0
+    max_backoff_seconds: float = 30.0
+    max_restarts: int = 5
+    window_seconds: float = 60.0
+
+    def delay(self, recent_restarts: int) -> float:
+        """Seconds to wait before the next restart, given the restarts in the window."""
+        return float(min(self.backoff_seconds * 2**recent_restarts, self.max_backoff_seconds))
+
+
+class WorkerPool:
+    """Run ``size`` spawned children of ``target(*args)``, restarting those that die.
+
+    Parameters:
+      target: the child's main function (importable: children are spawned).
+      args: its arguments.
+      size: how many children run at once.
+      name: prefix of the children's names (``fast`` gives ``fast-0``, ``fast-1``...).
+      policy: backoff and crash-loop limit.
+      poll_seconds: how often the pool looks at signals and due restarts.
+    """
+
+    def __init__(
+        self,
+        target: Callable[..., None],
+        args: Sequence[Any],
+        *,
+        size: int,
+        name: str,
+        policy: RestartPolicy | None = None,
+        poll_seconds: float = 0.2,
+    ) -> None:
+        if size < 1:
+            raise ValueError("a pool needs at least one child")
+        self.target = target
+        self.args = tuple(args)
+        self.name = name
+        self.policy = policy or RestartPolicy()
+        self.poll_seconds = poll_seconds
+        self.children: list[BaseProcess | None] = [None] * size
+        self.restarts = 0
+        self._context = multiprocessing.get_context("spawn")
+        self._due: dict[int, float] = {}  # slot -> monotonic time of its restart
+        self._recent: deque[float] = deque()  # monotonic times of recent restarts
+        # Written by signal handlers: plain attributes only.
+        self._received: list[int] = []
+
+    def run(self) -> int:
+        """Start the children and keep them running until a stop signal or a crash loop.
+
+        Returns:
+          0 after a SIGTERM/SIGINT (once every child has drained), 1 after a crash loop.
+        """
+        with self._recording_signals():
+            for slot in range(len(self.children)):
+                self._start(slot)
+            forwarded = 0
+            while not self._received:
+                if self._reap():
+                    log.error(
+                        "%s: crash loop (more than %d restarts within %.0f s); stopping the "
+                        "other children and exiting with status 1",
+                        self.name,
+                        self.policy.max_restarts,
+                        self.policy.window_seconds,
+                    )
+                    self._forward(signal.SIGTERM)
+                    self._join_all()
+                    return 1
+                self._start_due()
+                self._sleep()
+            while self._alive():
+                while forwarded < len(self._received):
+                    signum = self._received[forwarded]
+                    log.info("%s: %s received; draining", self.name, signal.Signals(signum).name)
+                    self._forward(signum)
+                    forwarded += 1
+                self._sleep()
+            self._join_all()
+            return 0
+
+    def pids(self) -> list[int]:
+        """The pids of the children currently running."""
+        return [child.pid for child in self.children if child is not None and child.pid]
+
+    # -- children ----------------------------------------------------------------------------
+
+    def _start(self, slot: int) -> None:
+        child = self._context.Process(
+            target=self.target, args=self.args, name=f"{self.name}-{slot}", daemon=False
+        )
+        child.start()
+        self.children[slot] = child
+        log.info("%s: started %s (pid %s)", self.name, child.name, child.pid)
+
+    def _reap(self) -> bool:
+        """Schedule a restart for every child that exited; True on a crash loop."""
+        now = time.monotonic()
+        while self._recent and now - self._recent[0] > self.policy.window_seconds:
+            self._recent.popleft()
+        for slot, child in enumerate(self.children):
+            if child is None or child.exitcode is None:
+                continue
+            self.children[slot] = None
+            if len(self._recent) >= self.policy.max_restarts:
+                log.error("%s: %s (pid %s) died with %s", *self._death(child))
+                return True
+            delay = self.policy.delay(len(self._recent))
+            self._recent.append(now)
+            self._due[slot] = now + delay
+            self.restarts += 1
+            log.warning(
+                "%s: %s (pid %s) died with %s; restarting it in %.1f s "
+                "(restart %d of at most %d within %.0f s)",
+                *self._death(child),
+                delay,
+                len(self._recent),
+                self.policy.max_restarts,
+                self.policy.window_seconds,
+            )
+        return False
+
+    def _death(self, child: BaseProcess) -> tuple[str, str, int | None, str]:
+        code = child.exitcode or 0
+        status = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit status {code}"
+        return self.name, child.name, child.pid, status
+
+    def _start_due(self) -> None:
+        now = time.monotonic()
+        for slot, due in list(self._due.items()):
+            if due <= now:
+                del self._due[slot]
+                self._start(slot)
+
+    def _alive(self) -> list[BaseProcess]:
+        return [child for child in self.children if child is not None and child.is_alive()]
+
+    def _forward(self, signum: int) -> None:
+        for child in self._alive():
+            if child.pid:
+                # Either makes Dramatiq drain; SIGINT is what a terminal's Ctrl-C sends.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signum)
+
+    def _join_all(self) -> None:
+        for child in self.children:
+            if child is not None:
+                child.join()
+                log.info("%s: %s (pid %s) exited with %s", *self._death(child))
+
+    def _sleep(self) -> None:
+        sentinels = [child.sentinel for child in self._alive()]
+        if sentinels:
+            wait(sentinels, timeout=self.poll_seconds)
+        else:
+            time.sleep(self.poll_seconds)
+
+    @contextlib.contextmanager
+    def _recording_signals(self) -> Iterator[None]:
+        def record(signum: int, _frame: FrameType | None) -> None:
+            self._received.append(signum)
+
+        previous = {sig: signal.signal(sig, record) for sig in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

@@ -1,0 +1,232 @@
+"""``speedtier worker --processes N`` keeps N children: a dead child is replaced, a crash loop
+ends the pool with a failure status, and SIGTERM drains every child and exits 0."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from router.requests import JobRequest
+from services.bootstrap import Platform, bootstrap
+from services.worker_pool import RestartPolicy, WorkerPool
+from shared.config import load_settings
+from tests.platform_harness import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+STARTED = re.compile(r"maintenance: started (maintenance-\d) \(pid (\d+)\)")
+CONSUMING = re.compile(r" (\d+) tiers\.worker: worker consuming ")
+
+
+class Lines:
+    """Everything a process writes (stdout and stderr), collected by a thread."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.seen: list[str] = []
+        self._queue: queue.Queue[str] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._reader.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        with stream:
+            for line in iter(stream.readline, ""):
+                self._queue.put(line.rstrip("\n"))
+
+    def finish(self) -> None:
+        """Wait for the end of the output (every writer has exited)."""
+        self._reader.join(timeout=30)
+
+    def _pull(self, timeout: float) -> None:
+        with contextlib.suppress(queue.Empty):
+            self.seen.append(self._queue.get(timeout=timeout))
+
+    def matching(self, pattern: re.Pattern[str]) -> list[re.Match[str]]:
+        while not self._queue.empty():
+            self._pull(0)
+        return [m for line in self.seen if (m := pattern.search(line))]
+
+    def wait_count(self, pattern: re.Pattern[str], count: int, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.matching(pattern)) < count:
+            if time.monotonic() > deadline:
+                tail = "\n".join(self.seen[-40:])
+                pytest.fail(f"fewer than {count} lines match {pattern.pattern!r}:\n{tail}")
+            self._pull(0.2)
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rpartition(")")[2].split()[1])
+
+
+def worker_children(parent: int) -> set[int]:
+    """The live spawned worker processes of ``parent`` (not its resource tracker), from /proc."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or parent_of(int(entry.name)) != parent:
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if b"spawn_main" in cmdline and state != "Z":
+            found.add(int(entry.name))
+    return found
+
+
+@pytest.fixture
+def platform(
+    redis_url: str, database_url: str, namespace: str, tmp_path: Path
+) -> Iterator[Platform]:
+    settings = load_settings(
+        redis_url=redis_url,
+        database_url=database_url,
+        redis_namespace=namespace,
+        data_dir=str(tmp_path / "data"),
+    )
+    built = bootstrap(settings, component="test")
+    yield built
+    built.close()
+
+
+def run_ticks(platform: Platform, slots: list[str]) -> None:
+    """Enqueue one group-slot-reaper tick per slot and wait until a worker completed each."""
+    platform.router.enqueue_many(
+        [JobRequest("tick:group-slot-reaper", None, {"slot": slot}) for slot in slots]
+    )
+
+    def completed() -> bool:
+        records = [platform.broker.jobs.record(f"group-slot-reaper-tick-{s}") for s in slots]
+        return all(r is not None and r["state"] == "completed" for r in records)
+
+    wait_until(completed, timeout=60)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_killed_child_is_replaced_and_sigterm_drains_the_pool(
+    platform: Platform, redis_url: str, database_url: str, namespace: str, tmp_path: Path
+) -> None:
+    # Given `speedtier worker --tier maintenance --processes 2` on the test Redis/PostgreSQL
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "DATABASE_URL": database_url,
+        "SPEEDTIER_REDIS_NAMESPACE": namespace,
+        "SPEEDTIER_DATA_DIR": str(tmp_path / "data"),
+        "SPEEDTIER_WORKER_DRAIN_SECONDS": "5",
+        "SPEEDTIER_WORKER_POLL_MS": "100",
+        "PYTHONUNBUFFERED": "1",
+    }
+    command = [sys.executable, "-m", "services.cli", "worker", "--tier", "maintenance"]
+    supervisor = subprocess.Popen(
+        [*command, "--processes", "2", "--threads", "2"],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert supervisor.stdout is not None
+    output = Lines(supervisor.stdout)
+    try:
+        wait_until(lambda: len(worker_children(supervisor.pid)) == 2, timeout=60)
+        first = worker_children(supervisor.pid)
+        run_ticks(platform, ["before"])
+
+        # When each original child is SIGKILLed in turn
+        for killed in sorted(first):
+            before = worker_children(supervisor.pid)
+            os.kill(killed, signal.SIGKILL)
+
+            def replaced(killed: int = killed, before: set[int] = before) -> bool:
+                now = worker_children(supervisor.pid)
+                return killed not in now and len(now - before) == 1
+
+            # Then a new child with a new pid takes its place, under the same supervisor
+            wait_until(replaced, timeout=30)
+        current = worker_children(supervisor.pid)
+        assert len(current) == 2 and not current & first
+        # and each restart was logged
+        output.wait_count(re.compile("died with signal SIGKILL; restarting"), 2)
+        assert {int(m[2]) for m in output.matching(STARTED)} == first | current
+        # and jobs run, now only on the replacements (both originals are gone)
+        run_ticks(platform, [f"after-{i}" for i in range(6)])
+        output.wait_count(CONSUMING, 4)
+        assert {int(m[1]) for m in output.matching(CONSUMING)} == first | current
+
+        # When the supervisor gets SIGTERM, Then every child drains and it exits 0
+        supervisor.send_signal(signal.SIGTERM)
+        assert supervisor.wait(timeout=60) == 0, "\n".join(output.seen[-40:])
+        output.finish()
+        assert all(parent_of(pid) is None for pid in current)
+        assert output.matching(re.compile(r"SIGTERM received; draining"))
+        drained = re.compile(r"maintenance-\d \(pid (\d+)\) exited with exit status 0")
+        assert {int(m[1]) for m in output.matching(drained)} == current
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait()
+        output.finish()
+
+
+# -- the crash-loop limit, on real spawned children ------------------------------------------
+
+
+def crash_unless_first(claim: str, drained: str) -> None:
+    """The first child to claim ``claim`` runs until SIGTERM (then writes ``drained``); every
+    other child exits with status 3 at once."""
+    try:
+        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        sys.exit(3)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop.wait()
+    Path(drained).write_text("drained")
+
+
+@pytest.mark.timeout(120)
+def test_a_crash_loop_stops_the_pool_with_a_failure_status(tmp_path: Path) -> None:
+    # Given a pool of 2 where one child runs and every other child dies at once,
+    # with at most 3 restarts a minute
+    policy = RestartPolicy(
+        backoff_seconds=0.1, max_backoff_seconds=0.4, max_restarts=3, window_seconds=60
+    )
+    claim, drained = tmp_path / "claim", tmp_path / "drained"
+    pool = WorkerPool(
+        crash_unless_first,
+        (str(claim), str(drained)),
+        size=2,
+        name="loop",
+        policy=policy,
+        poll_seconds=0.05,
+    )
+
+    started = time.monotonic()
+    code = pool.run()
+    elapsed = time.monotonic() - started
+
+    # Then the crashing child was restarted 3 times with growing delays (0.1, 0.2, 0.4 s),
+    # its fourth death ended the pool with status 1, and the healthy child was drained
+    assert code == 1
+    assert pool.restarts == 3
+    assert elapsed >= 0.7
+    assert drained.read_text() == "drained"
+    assert all(child is None or child.exitcode is not None for child in pool.children)
