@@ -10,11 +10,13 @@ from __future__ import annotations
 import contextlib
 import json
 import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import psycopg
 import redis
 from dramatiq.middleware import CurrentMessage
 from pydantic import BaseModel
@@ -23,6 +25,7 @@ from shared.errors import Delay, RecordMissing, Retryable, Unrecoverable
 from shared.observability import EXPECTED_OUTCOMES
 from tiers.broker import TierBroker
 from tiers.families import Family
+from tiers.faults import FAULT_ENV
 from tiers.policies import RetryPolicy, WindowRule
 from tiers.stack import build_broker
 from tiers.worker import serve
@@ -36,6 +39,7 @@ class Params(BaseModel):
     sleep: float = 0.0
     provider: str | None = None
     times: int = 0
+    delay: float = 0.3
 
 
 def _trace(event: str, **fields: Any) -> None:
@@ -51,7 +55,15 @@ def _trace(event: str, **fields: Any) -> None:
     client.rpush(f"{_STATE['ns']}:trace", json.dumps(record))
 
 
-def handler(organization_id: int, item: str, mode: str, sleep: float, provider: Any, times: int):  # type: ignore[no-untyped-def]
+def handler(
+    organization_id: int,
+    item: str,
+    mode: str,
+    sleep: float,
+    provider: Any,
+    times: int,
+    delay: float,
+):  # type: ignore[no-untyped-def]
     client: redis.Redis = _STATE["client"]
     ns = _STATE["ns"]
     runs = client.incr(f"{ns}:runs:{item}")
@@ -68,7 +80,10 @@ def handler(organization_id: int, item: str, mode: str, sleep: float, provider: 
         if mode == "crash":
             raise RuntimeError("unexpected")
         if mode == "delay" and runs <= times:
-            raise Delay.after(0.3, reason="test")
+            raise Delay.after(delay, reason="test")
+        if mode == "outage" and runs <= times:
+            # A real lost connection: nothing listens on port 1.
+            psycopg.connect("postgresql://127.0.0.1:1/none", connect_timeout=2)
         if mode == "delay_long":
             raise Delay.after(60, reason="test")
         if mode == "flaky" and runs <= times:
@@ -192,13 +207,23 @@ def _process_main(redis_url: str, namespace: str, threads: int, kwargs: dict[str
 
 
 def start_worker_process(
-    redis_url: str, namespace: str, *, threads: int = 4, **kwargs: Any
+    redis_url: str, namespace: str, *, threads: int = 4, fault: str | None = None, **kwargs: Any
 ) -> multiprocessing.process.BaseProcess:
-    """A real Dramatiq worker in its own (spawned) process; SIGTERM drains it."""
+    """A real Dramatiq worker in its own (spawned) process; SIGTERM drains it. ``fault``
+    arms a fault point (``tiers.faults``) in that process only."""
     process = multiprocessing.get_context("spawn").Process(
         target=_process_main, args=(redis_url, namespace, threads, kwargs), daemon=True
     )
-    process.start()
+    saved = os.environ.get(FAULT_ENV)
+    if fault:
+        os.environ[FAULT_ENV] = fault
+    try:
+        process.start()
+    finally:
+        if saved is None:
+            os.environ.pop(FAULT_ENV, None)
+        else:
+            os.environ[FAULT_ENV] = saved
     return process
 
 

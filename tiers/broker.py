@@ -3,72 +3,23 @@
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 from uuid import uuid4
 
-import redis
-from dramatiq.broker import MessageProxy
-from dramatiq.brokers.redis import RedisBroker, _RedisConsumer
+from dramatiq.brokers.redis import RedisBroker
 from dramatiq.common import current_millis, dq_name
-from dramatiq.errors import ConnectionClosed
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 
+from tiers.consumer import ACKED_IN_SETTLE, TierConsumer
+from tiers.faults import fault_point
 from tiers.job_store import EnqueueResult, JobStore
 
 log = logging.getLogger(__name__)
 
-#: Set on a delivered message once the settle script has acknowledged it to Dramatiq.
-ACKED_IN_SETTLE = "_st_acked_in_settle"
-
-
-class TierConsumer(_RedisConsumer):
-    """Dramatiq's Redis consumer, plus:
-
-    - ``ack`` is skipped (no round trip) for a message the settle script already acked;
-    - messages handed back unrun (``requeue``, on shutdown) have their fetch-time claim undone
-      first, and ``close`` hands back the fetched messages no thread has taken yet.
-    """
-
-    broker: TierBroker
-
-    def ack(self, message: Any) -> None:
-        self.broker.jobs.claimed_at_fetch.pop(message.options.get("redis_message_id"), None)
-        if getattr(message, ACKED_IN_SETTLE, False):
-            self.queued_message_ids.discard(message.message_id)
-            return
-        super().ack(message)  # type: ignore[no-untyped-call]
-
-    def nack(self, message: Any) -> None:
-        self.broker.jobs.claimed_at_fetch.pop(message.options.get("redis_message_id"), None)
-        super().nack(message)  # type: ignore[no-untyped-call]
-
-    def requeue(self, messages: Iterable[Any]) -> None:
-        messages = list(messages)
-        if not messages:
-            return
-        try:
-            # Before they are back in the queue, where another worker may claim them.
-            self.broker.jobs.unclaim_unstarted(messages)
-            super().requeue(messages)  # type: ignore[no-untyped-call]
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
-
-    def close(self) -> None:
-        cached, self.message_cache = self.message_cache, []
-        messages = [MessageProxy(Message.decode(data)) for data in cached if data is not None]
-        if messages:
-            try:
-                self.requeue(messages)
-            except ConnectionClosed:
-                log.warning(
-                    "could not hand %d fetched message(s) back to %s; they return once this "
-                    "worker's heartbeat expires",
-                    len(messages),
-                    self.queue_name,
-                )
-        super().close()
+__all__ = ["ACKED_IN_SETTLE", "TierBroker", "TierConsumer"]
 
 
 class TierBroker(RedisBroker):
@@ -104,31 +55,135 @@ class TierBroker(RedisBroker):
             maintenance_chance=maintenance_chance,
         )
         self.jobs = JobStore(self.client, namespace, lease_seconds)
+        #: queue -> redis ids this process fetched and still holds (queued for a thread,
+        #: running, waiting in a delay queue); what Redis says is ours beyond that was lost
+        #: in transit and is handed back by :meth:`recover_unheld`.
+        self._held: defaultdict[str, set[str]] = defaultdict(set)
+        #: queue -> prefetched data a closed consumer could not hand back (Redis was down).
+        self._leftovers: defaultdict[str, list[bytes]] = defaultdict(list)
 
     @property
     def consumer_class(self) -> type[TierConsumer]:
         return TierConsumer
 
     def do_fetch(self, queue_name: str, count: int) -> list[bytes | None]:
-        """Dramatiq's fetch, then (main queues) one claim for the batch's jobs without a
-        group. When that claim cannot reach Redis the messages are claimed one by one when
-        their runs start, as grouped ones always are."""
-        messages: list[bytes | None] = self._dispatch("fetch")(  # type: ignore[no-untyped-call]
+        """Dramatiq's fetch, screened: a message no worker can run (undecodable, unknown
+        actor, no job id) is dead-lettered and its job failed here, so it neither stops the
+        consumer nor comes back. Then (main queues) one claim for the batch's jobs without
+        a group; when that claim cannot reach Redis the messages are claimed one by one
+        when their runs start, as grouped ones always are."""
+        fetched: list[bytes | None] = self._dispatch("fetch")(  # type: ignore[no-untyped-call]
             queue_name, count
         )
-        if messages and not queue_name.endswith(".DQ"):
-            decoded = []
-            for data in messages:
-                try:
-                    if data is not None:
-                        decoded.append(Message.decode(data))
-                except Exception:  # Dramatiq reports it when the consumer decodes it
-                    continue
+        if not fetched:
+            return fetched
+        kept: list[bytes | None] = []
+        decoded: list[Message[Any]] = []
+        rejected: list[tuple[bytes, Message[Any] | None, str]] = []
+        for data in fetched:
+            if data is None:
+                continue
+            message, reason = self._screen(data)
+            if reason:
+                rejected.append((data, message, reason))
+                continue
+            assert message is not None
+            kept.append(data)
+            decoded.append(message)
+        held = self._held[queue_name]
+        held.update(message.options["redis_message_id"] for message in decoded)
+        if rejected:
+            self._reject(queue_name, rejected)
+        if not queue_name.endswith(".DQ"):
             try:
                 self.jobs.claim_fetched(decoded)
             except Exception as exc:  # the fetched messages must reach the consumer regardless
                 log.warning("claiming a fetched batch failed (%r); claiming at start", exc)
-        return messages
+        fault_point("fetch.after")
+        return kept
+
+    def _screen(self, data: bytes) -> tuple[Message[Any] | None, str]:
+        """The decoded message and, when no worker can run it, why."""
+        try:
+            message = Message.decode(data)
+        except Exception as exc:
+            return None, f"undecodable message: {exc}"
+        options = message.options
+        if not isinstance(options.get("redis_message_id"), str):
+            return message, "message without a redis message id"
+        if not isinstance(options.get("st_job"), str) or not options["st_job"]:
+            return message, "message without a job id (enqueue through the router)"
+        if message.actor_name not in self.actors:
+            return message, f"no actor {message.actor_name!r} in this worker"
+        return message, ""
+
+    def _reject(
+        self, queue_name: str, rejected: Sequence[tuple[bytes, Message[Any] | None, str]]
+    ) -> None:
+        entries: list[tuple[str, str, str]] = []
+        unknown = [data for data, message, _ in rejected if message is None]
+        found = self._ids_of(queue_name, unknown) if unknown else {}
+        for data, message, reason in rejected:
+            options = message.options if message is not None else {}
+            redis_id = options.get("redis_message_id") or found.get(data)
+            if not isinstance(redis_id, str):
+                log.error("%s on %s: its id could not be found; left as is", reason, queue_name)
+                continue
+            job_id = options.get("st_job")
+            entries.append((redis_id, job_id if isinstance(job_id, str) else "", reason))
+            log.error(
+                "dead-lettered message %s on %s (job %s): %s; data starts %r",
+                redis_id,
+                queue_name,
+                job_id or "-",
+                reason,
+                data[:200],
+            )
+        if entries:
+            self.jobs.reject(queue_name, self.broker_id, entries)
+
+    def _ids_of(self, queue_name: str, datas: Sequence[bytes]) -> dict[bytes, str]:
+        """Redis ids of fetched messages known only by their data (undecodable ones): look
+        through this worker's unacked messages of the queue."""
+        acks = f"{self.namespace}:__acks__.{self.broker_id}.{queue_name}"
+        ids = [self._text(i) for i in self.client.smembers(acks)]
+        if not ids:
+            return {}
+        values = self.client.hmget(f"{self.namespace}:{queue_name}.msgs", ids)
+        wanted = set(datas)
+        return {value: i for i, value in zip(ids, values, strict=True) if value in wanted}
+
+    @staticmethod
+    def _text(value: bytes | str) -> str:
+        return value.decode() if isinstance(value, bytes) else value
+
+    # -- what this process holds ---------------------------------------------------------
+
+    def release_held(self, queue_name: str, redis_ids: Iterable[str]) -> None:
+        """These messages are no longer this process's (acked, nacked or handed back)."""
+        held = self._held[queue_name]
+        for redis_id in redis_ids:
+            held.discard(redis_id)
+
+    def keep_leftovers(self, queue_name: str, datas: Iterable[bytes]) -> None:
+        """Prefetched messages a consumer could not hand back; the next one serves them."""
+        self._leftovers[queue_name].extend(datas)
+
+    def take_leftovers(self, queue_name: str) -> list[bytes | None]:
+        leftovers, self._leftovers[queue_name] = self._leftovers[queue_name], []
+        return list(leftovers)
+
+    def recover_unheld(self, queue_name: str) -> int:
+        """Hand back to ``queue_name`` the messages Redis lists as this worker's but this
+        process does not hold: the reply of a fetch lost to a connection error left them
+        there, where nothing would ever run them while this worker lives. Returns how many."""
+        acks = f"{self.namespace}:__acks__.{self.broker_id}.{queue_name}"
+        listed = {self._text(i) for i in self.client.smembers(acks)}
+        lost = sorted(listed - set(self._held[queue_name]))
+        if lost:
+            self._dispatch("requeue")(queue_name, *lost)  # type: ignore[no-untyped-call]
+            log.warning("handed back %d message(s) of %s lost in transit", len(lost), queue_name)
+        return len(lost)
 
     @staticmethod
     def prepare(message: Message[Any], delay: int | None = None) -> Message[Any]:
@@ -142,11 +197,18 @@ class TierBroker(RedisBroker):
         return prepared
 
     def enqueue(self, message: Message[Any], *, delay: int | None = None) -> Message[Any]:
-        if "st_job" not in message.options:
-            return super().enqueue(message, delay=delay)
+        """Enqueue one message that carries a job id (``st_job``). A message without one is
+        refused: outcomes, retries and dead-lettering all hang on the job record, so a bare
+        ``actor.send`` would run once and vanish on failure."""
+        if not message.options.get("st_job"):
+            raise ValueError(
+                f"message for {message.actor_name!r} has no job id: enqueue it through "
+                "router.Router, which gives it one"
+            )
+        previous = message.options.get("redis_message_id", "")
         prepared = self.prepare(message, delay)
         self.emit_before("enqueue", prepared, delay)
-        self.jobs.enqueue_many([prepared])
+        self.jobs.enqueue_many([prepared], previous_redis_id=previous)
         self.emit_after("enqueue", prepared, delay)
         return prepared
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
+from uuid import uuid4
 
 import redis
 from dramatiq.message import Message
@@ -64,7 +65,16 @@ class JobStore:
         self.claimed_at_fetch: dict[str, str] = {}
         self._scripts = {
             name: client.register_script(_load(name))
-            for name in ("enqueue", "claim", "claim_many", "unclaim", "settle", "reap")
+            for name in (
+                "enqueue",
+                "claim",
+                "claim_many",
+                "unclaim",
+                "settle",
+                "reap",
+                "promote",
+                "reject",
+            )
         }
 
     def record_key(self, job_id: str) -> str:
@@ -72,7 +82,7 @@ class JobStore:
 
     # -- enqueue -----------------------------------------------------------------------------
 
-    def _enqueue_args(self, message: Message[Any]) -> list[Any]:
+    def _enqueue_args(self, message: Message[Any], previous_redis_id: str = "") -> list[Any]:
         options = message.options
         return [
             options["st_job"],
@@ -87,18 +97,23 @@ class JobStore:
             options.get("st_org", ""),
             message.actor_name,
             QUEUED_LEASE_MS,
+            previous_redis_id,
         ]
 
-    def enqueue_many(self, messages: Sequence[Message[Any]]) -> list[EnqueueResult]:
+    def enqueue_many(
+        self, messages: Sequence[Message[Any]], previous_redis_id: str = ""
+    ) -> list[EnqueueResult]:
         """Register and push each message in one pipelined round trip.
 
         Each message is handled by its own atomic script call; the batch as a whole is one
-        network round trip, not one transaction.
+        network round trip, not one transaction. ``previous_redis_id`` names the copy a
+        single message replaces when it moves along (its id stays the same).
         """
         script = self._scripts["enqueue"]
         pipe = self.client.pipeline(transaction=False)
         for message in messages:
-            script(keys=[self.namespace], args=self._enqueue_args(message), client=pipe)
+            args = self._enqueue_args(message, previous_redis_id)
+            script(keys=[self.namespace], args=args, client=pipe)
         replies = pipe.execute()
         return [
             EnqueueResult(
@@ -205,6 +220,46 @@ class JobStore:
             ],
         )
         return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+    def promote(self, delayed: Message[Any], queue: str, worker_id: str) -> str:
+        """Move a due delayed message to ``queue`` (its group's slot or parked list) and ack
+        its delay-queue copy, in one step: ``moved``, ``gone`` (this worker no longer holds
+        it), ``stale`` (superseded) or ``done`` (its job has finished)."""
+        options = delayed.options
+        moved = delayed.copy(queue_name=queue, options={"redis_message_id": str(uuid4())})
+        moved.options.pop("eta", None)
+        reply = self._scripts["promote"](
+            keys=[self.namespace],
+            args=[
+                delayed.queue_name,
+                worker_id,
+                now_ms(),
+                options["st_job"],
+                delayed.message_id,
+                options["redis_message_id"],
+                moved.options["redis_message_id"],
+                moved.encode(),
+                queue,
+                options.get("st_group", ""),
+                options.get("st_cap", 0),
+                QUEUED_LEASE_MS,
+            ],
+        )
+        return _text(reply)
+
+    def reject(
+        self,
+        queue: str,
+        worker_id: str,
+        rejected: Sequence[tuple[str, str, str]],
+        retention_seconds: float = 86_400.0,
+    ) -> int:
+        """Dead-letter fetched messages ``(redis id, job id or "", reason)`` that cannot run
+        and fail their jobs, in one step."""
+        args: list[Any] = [queue, worker_id, now_ms(), int(retention_seconds * 1000)]
+        for redis_id, job_id, reason in rejected:
+            args += [redis_id, job_id, reason[:2000]]
+        return int(self._scripts["reject"](keys=[self.namespace], args=args))
 
     def refresh_leases(self, held: Iterable[tuple[str, str]]) -> None:
         """Push the lease deadline of running jobs ``(group key, job id)`` forward."""

@@ -13,9 +13,8 @@ import threading
 from collections.abc import Iterable
 from types import FrameType
 
-from dramatiq import Worker
-
 from tiers.broker import TierBroker
+from tiers.consumer import TierWorker
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +53,7 @@ def serve(
         log.warning("no registered family uses this tier; idling until stopped")
         stop.wait()
         return
-    worker = Worker(broker, queues=queues, worker_threads=threads, worker_timeout=poll_ms)
+    worker = TierWorker(broker, queues=queues, worker_threads=threads, worker_timeout=poll_ms)
     if prefetch:
         worker.queue_prefetch = prefetch
     worker.start()

@@ -40,7 +40,7 @@ def show(job_id: str) -> None:
     click.echo(f"family     {record.get('family', '-')}  queue {record.get('queue', '-')}")
     click.echo(f"org        {record.get('org') or '-'}  group {record.get('group') or '-'}")
     click.echo(
-        f"attempts   {record.get('attempts', '0')} started, {record.get('failures', '0')} failed"
+        f"attempts   {record.get('attempts', '0')} ended, {record.get('failures', '0')} failed"
     )
     for field in _TIMESTAMPS:
         click.echo(f"{field:<10} {_when(record.get(field))}")

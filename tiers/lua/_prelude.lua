@@ -23,6 +23,25 @@ local function park(gk, redis_id, data)
     redis.call("rpush", parked, redis_id)
 end
 
+-- Put a message where its job now waits: a delay queue, its queue (taking a group slot when
+-- the group has room), or the group's parked list. Returns the job's new state.
+local function place(queue, redis_id, data, gk, cap, job_id, now, queued_lease)
+    if string.sub(queue, -3) == ".DQ" then
+        push(queue, redis_id, data)
+        return "delayed"
+    end
+    if gk ~= "" then
+        local group = ns .. ":group:" .. gk
+        if not redis.call("zscore", group, job_id) and redis.call("zcard", group) >= cap then
+            park(gk, redis_id, data)
+            return "parked"
+        end
+        admit(gk, job_id, now + queued_lease)
+    end
+    push(queue, redis_id, data)
+    return "waiting"
+end
+
 -- Free job_id's slot in group gk; if it held one, pass it to the oldest parked message.
 local function release(gk, job_id, now, queued_lease)
     local group = ns .. ":group:" .. gk

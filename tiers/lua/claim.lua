@@ -31,5 +31,4 @@ if not state then
         "group", gk, "failures", 0)
 end
 redis.call("hset", record, "state", "active", "started_at", now)
-redis.call("hincrby", record, "attempts", 1)
 return "run"

@@ -24,7 +24,6 @@ for i = 2, #ARGV, 3 do
                 "group", "", "failures", 0)
         end
         redis.call("hset", record, "state", "active", "started_at", now)
-        redis.call("hincrby", record, "attempts", 1)
     end
     verdicts[#verdicts + 1] = verdict
 end

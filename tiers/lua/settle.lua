@@ -34,6 +34,8 @@ if delay ~= "" then
     redis.call("hset", record, "last_delay", delay)
 end
 redis.call("hset", record, "failures", failures)
+-- attempts counts runs that ended here; a fetched message that never started is not one.
+redis.call("hincrby", record, "attempts", 1)
 if next_redis_id ~= "" then
     push(next_queue, next_redis_id, next_data)
     redis.call("hset", record, "state", "delayed", "cur", next_redis_id, "queue", next_queue)

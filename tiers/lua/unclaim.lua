@@ -7,7 +7,6 @@ for i = 1, #ARGV, 2 do
     local current = redis.call("hmget", record, "state", "cur")
     if current[1] == "active" and current[2] == ARGV[i + 1] then
         redis.call("hset", record, "state", "waiting")
-        redis.call("hincrby", record, "attempts", -1)
         undone = undone + 1
     end
 end

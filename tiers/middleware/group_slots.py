@@ -11,6 +11,7 @@ from dramatiq.broker import Broker
 from dramatiq.common import q_name
 from dramatiq.middleware import Middleware, SkipMessage
 
+from tiers.faults import fault_point
 from tiers.job_store import JobStore
 from tiers.redis_retry import until_redis_answers
 
@@ -51,6 +52,7 @@ class GroupSlots(Middleware):
         if verdict != "run":
             log.info("job %s not run: %s", options["st_job"], verdict)
             raise SkipMessage(verdict)
+        fault_point("claim.after")
         with self._lock:
             self._running[options["redis_message_id"]] = (
                 options.get("st_group", ""),

@@ -8,6 +8,8 @@ RecordMissing                  record_missing    record kept for the retention
 Paused                         skipped           record kept for the retention
 Unrecoverable                  failed            message dead-lettered, no retry
 Delay(until)                   delayed           back at ``until``, attempt NOT spent
+PostgreSQL / Redis unreachable delayed           back in OUTAGE_DELAY_SECONDS, attempt
+                                                 NOT spent (an outage is not the job's)
 anything else (Retryable...)   delayed / failed  retried per family policy until the
                                                  attempts run out, then failed
 ============================  ================  ==================================
@@ -25,9 +27,11 @@ from dramatiq.broker import Broker
 from dramatiq.common import dq_name, q_name
 from dramatiq.middleware import Middleware
 
-from shared.errors import Delay, Paused, RecordMissing, Unrecoverable
+from shared.errors import Delay, JobError, Paused, RecordMissing, Retryable, Unrecoverable
+from shared.outages import is_infrastructure_outage
 from tiers.broker import ACKED_IN_SETTLE, TierBroker
 from tiers.families import Family
+from tiers.faults import fault_point
 from tiers.job_store import JobStore
 from tiers.middleware.group_slots import GroupSlots
 from tiers.middleware.held import Held
@@ -35,6 +39,9 @@ from tiers.policies import DEFAULT_RETRY
 from tiers.redis_retry import until_redis_answers
 
 log = logging.getLogger(__name__)
+
+#: How long a job waits when the run failed because PostgreSQL or Redis was unreachable.
+OUTAGE_DELAY_SECONDS = 15.0
 
 
 class Outcomes(Middleware):
@@ -56,14 +63,23 @@ class Outcomes(Middleware):
     ) -> None:
         if not self.slots.was_claimed(message):
             return
+        fault_point("run.after")
         try:
             self._settle(broker, message, exception)
         finally:
             self.slots.forget(message)
+        fault_point("settle.after")
 
     def _settle(self, broker: Broker, message: Any, exception: BaseException | None) -> None:
         if isinstance(exception, Held):
             exception = exception.outcome
+        if _is_outage(exception):
+            log.warning(
+                "job %s met an infrastructure outage (%s); delayed, attempt not spent",
+                message.options["st_job"],
+                exception,
+            )
+            exception = Delay.after(OUTAGE_DELAY_SECONDS, reason=f"outage: {exception}"[:200])
         family = self.families.get(message.actor_name)
         retention = family.retention_seconds if family else 86_400.0
         policy = family.retry if family else DEFAULT_RETRY
@@ -141,3 +157,13 @@ class Outcomes(Middleware):
             **(carry or {}),
         }
         return message.copy(queue_name=dq_name(q_name(message.queue_name)), options=options)
+
+
+def _is_outage(exception: BaseException | None) -> bool:
+    """A run that failed on a lost PostgreSQL/Redis connection; never a classified outcome
+    other than a plain ``Retryable``."""
+    if exception is None or (
+        isinstance(exception, JobError) and not isinstance(exception, Retryable)
+    ):
+        return False
+    return is_infrastructure_outage(exception)

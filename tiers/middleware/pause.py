@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from dramatiq.broker import Broker
 from dramatiq.middleware import Middleware
 
-from shared.errors import Paused, Retryable
+from shared.errors import Delay, Paused
 from tiers.families import Family
 from tiers.middleware.held import Held
+
+log = logging.getLogger(__name__)
+
+#: How long a job waits when its family's kill switch cannot be read (PostgreSQL down).
+UNREADABLE_DELAY_SECONDS = 10.0
 
 
 class PauseSwitch(Middleware):
@@ -32,7 +38,10 @@ class PauseSwitch(Middleware):
         try:
             paused = self.is_enabled(family.pause_flag)
         except Exception as exc:
-            # Unread, the switch might be raised: do not run, retry under the policy.
-            raise Held(Retryable(f"kill switch {family.pause_flag} unreadable: {exc}")) from exc
+            # Unread, the switch might be raised: do not run. Its store being down says
+            # nothing about the job, so it waits without spending an attempt.
+            delay = Delay.after(UNREADABLE_DELAY_SECONDS, reason="kill switch unreadable")
+            log.warning("kill switch %s unreadable (%s); job delayed", family.pause_flag, exc)
+            raise Held(delay) from exc
         if paused:
             raise Held(Paused(family.pause_flag))

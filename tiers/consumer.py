@@ -1,0 +1,224 @@
+"""The worker's side of the queues: Dramatiq's consumer and consumer thread, made to keep
+every message they hold across a Redis blip.
+
+=====================================  ==============================================
+what happens                            what the tier consumer does
+=====================================  ==============================================
+Redis unreachable while fetching        delayed messages held in memory are KEPT (they
+                                        are still this worker's in Redis) and moved once
+                                        Redis answers; Dramatiq drops them, which left
+                                        them in a live worker's ack set for good
+prefetched messages when the consumer   handed back to the queue; if Redis is down they
+restarts                                are served by the next consumer of the queue
+a delayed message is due                moved to its queue and its delayed copy acked in
+                                        one script (``promote.lua``): a crash between
+                                        the two cannot make a finished job run again
+the worker stops                        prefetched and delayed messages handed back
+=====================================  ==============================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+from queue import PriorityQueue
+from typing import TYPE_CHECKING, Any
+
+import redis
+from dramatiq import Worker
+from dramatiq.broker import MessageProxy
+from dramatiq.brokers.redis import _RedisConsumer
+from dramatiq.common import current_millis, iter_queue, q_name
+from dramatiq.errors import BrokerConnectionError, ConnectionClosed
+from dramatiq.message import Message
+from dramatiq.worker import ConsumerThread
+
+from tiers.faults import fault_point
+
+if TYPE_CHECKING:
+    from tiers.broker import TierBroker
+
+log = logging.getLogger(__name__)
+
+#: Set on a delivered message once a script (settle, promote) has acknowledged it to Dramatiq.
+ACKED_IN_SETTLE = "_st_acked_in_settle"
+RESTART_DELAY_SECONDS = 1.0
+REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
+
+
+class TierConsumer(_RedisConsumer):
+    """Dramatiq's Redis consumer, plus:
+
+    - ``ack`` is skipped (no round trip) for a message a script already acked;
+    - messages handed back unrun (``requeue``, on shutdown) have their fetch-time claim undone
+      first, and ``close`` hands back the fetched messages no thread has taken yet; when
+      Redis cannot take them, the next consumer of the queue in this process serves them.
+    """
+
+    broker: TierBroker
+
+    def __init__(self, broker: TierBroker, queue_name: str, prefetch: int, timeout: int) -> None:
+        super().__init__(broker, queue_name, prefetch, timeout)  # type: ignore[no-untyped-call]
+        self.message_cache = broker.take_leftovers(queue_name)
+
+    def ack(self, message: Any) -> None:
+        redis_id = message.options.get("redis_message_id")
+        self.broker.jobs.claimed_at_fetch.pop(redis_id, None)
+        if getattr(message, ACKED_IN_SETTLE, False):
+            self.queued_message_ids.discard(message.message_id)
+        else:
+            super().ack(message)  # type: ignore[no-untyped-call]
+        self.broker.release_held(self.queue_name, [redis_id])
+
+    def nack(self, message: Any) -> None:
+        redis_id = message.options.get("redis_message_id")
+        self.broker.jobs.claimed_at_fetch.pop(redis_id, None)
+        super().nack(message)  # type: ignore[no-untyped-call]
+        self.broker.release_held(self.queue_name, [redis_id])
+
+    def requeue(self, messages: Iterable[Any]) -> None:
+        messages = list(messages)
+        if not messages:
+            return
+        try:
+            # Before they are back in the queue, where another worker may claim them.
+            self.broker.jobs.unclaim_unstarted(messages)
+            super().requeue(messages)  # type: ignore[no-untyped-call]
+        except REDIS_DOWN as exc:
+            raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
+        self.broker.release_held(
+            self.queue_name, (message.options["redis_message_id"] for message in messages)
+        )
+
+    def close(self) -> None:
+        cached = [data for data in self.message_cache if data is not None]
+        self.message_cache = []
+        # Fetched data was screened by TierBroker.do_fetch, so it decodes.
+        messages = [MessageProxy(Message.decode(data)) for data in cached]
+        if messages:
+            try:
+                self.requeue(messages)
+            except ConnectionClosed:
+                log.warning(
+                    "redis unreachable: %d prefetched message(s) of %s stay with this worker",
+                    len(messages),
+                    self.queue_name,
+                )
+                self.broker.keep_leftovers(self.queue_name, cached)
+        super().close()
+
+
+class TierConsumerThread(ConsumerThread):
+    """One queue's consumer thread: fetch, hand messages to the worker threads, move due
+    delayed messages; on a Redis error, wait and start a new consumer without forgetting
+    the delayed messages this worker holds."""
+
+    broker: TierBroker
+
+    def run(self) -> None:
+        self.running = True
+        self.broker.emit_after("consumer_thread_boot", self)
+        recovering = False
+        while self.running:
+            if self.paused:
+                self.paused_event.set()
+                time.sleep(self.worker_timeout / 1000)
+                continue
+            try:
+                if recovering:
+                    self.broker.recover_unheld(self.queue_name)
+                    recovering = False
+                self.consumer = self.broker.consume(
+                    queue_name=self.queue_name, prefetch=self.prefetch, timeout=self.worker_timeout
+                )
+                for message in self.consumer:
+                    if message is not None:
+                        self.handle_message(message)
+                    elif self.paused:
+                        break
+                    self.handle_delayed_messages()
+                    if not self.running:
+                        break
+            except BrokerConnectionError as exc:
+                log.warning(
+                    "consumer of %s lost redis (%s); %d delayed message(s) kept, reconnecting",
+                    self.queue_name,
+                    exc,
+                    self.delay_queue.qsize(),
+                )
+            except REDIS_DOWN as exc:
+                log.warning("consumer of %s cannot reach redis (%s)", self.queue_name, exc)
+            except Exception:
+                log.critical("consumer of %s failed; restarting it", self.queue_name, exc_info=True)
+            if self.running:
+                recovering = True
+                self._close_consumer()
+                time.sleep(RESTART_DELAY_SECONDS)
+        self.broker.emit_before("consumer_thread_shutdown", self)
+
+    def handle_delayed_messages(self) -> None:
+        """Move every due delayed message to its queue, each in one atomic step."""
+        for item in iter_queue(self.delay_queue):  # type: ignore[no-untyped-call]
+            message = item.message
+            if item.priority > current_millis():
+                self.delay_queue.put(item)
+                self.delay_queue.task_done()
+                return
+            try:
+                fault_point("promote.before")
+                verdict = self.broker.jobs.promote(
+                    message, q_name(message.queue_name), self.broker.broker_id
+                )
+            except REDIS_DOWN as exc:
+                self.delay_queue.put(item)  # still ours in Redis; moved when it answers
+                self.delay_queue.task_done()
+                raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
+            fault_point("promote.after")
+            if verdict != "moved":
+                log.info("delayed job %s not moved: %s", message.options.get("st_job"), verdict)
+            setattr(message, ACKED_IN_SETTLE, True)
+            self.post_process_message(message)
+            self.delay_queue.task_done()
+
+    def _close_consumer(self) -> None:
+        if self.consumer is None:
+            return
+        with contextlib.suppress(BrokerConnectionError):
+            self.consumer.close()
+
+    def close(self) -> None:
+        """The worker is stopping: hand delayed and prefetched messages back."""
+        if self.consumer is None:
+            return
+        delayed = [item.message for item in iter_queue(self.delay_queue)]  # type: ignore[no-untyped-call]
+        try:
+            self.requeue_messages(delayed)
+        except BrokerConnectionError:
+            log.warning(
+                "redis unreachable: %d delayed message(s) of %s return once this worker's "
+                "heartbeat expires",
+                len(delayed),
+                self.queue_name,
+            )
+        self.delay_queue = PriorityQueue()
+        self._close_consumer()
+
+
+class TierWorker(Worker):
+    """Dramatiq's worker with :class:`TierConsumerThread` consumers."""
+
+    def _add_consumer(self, queue_name: str, *, delay: bool = False) -> None:
+        if queue_name in self.consumers:
+            return
+        if self.consumer_whitelist and q_name(queue_name) not in self.consumer_whitelist:
+            return
+        thread = self.consumers[queue_name] = TierConsumerThread(
+            broker=self.broker,
+            queue_name=queue_name,
+            prefetch=self.delay_prefetch if delay else self.queue_prefetch,
+            work_queue=self.work_queue,
+            worker_timeout=self.worker_timeout,
+        )
+        thread.start()
