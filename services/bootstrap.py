@@ -21,6 +21,7 @@ from shared.config import Settings, load_settings, parse_rate
 from shared.db.engine import make_engine, make_session_factory
 from shared.flags import Flags
 from shared.observability import EXPECTED_OUTCOMES, configure_logging, init_sentry
+from shared.redis_persistence import verify_redis_persistence
 from tiers.broker import TierBroker
 from tiers.families import Family
 from tiers.middleware.group_slots import GroupSlots
@@ -107,21 +108,17 @@ def bootstrap(
       services: service modules to register (tests pass their own).
       component: a name for logs and Sentry (``worker-fast``, ``api``, ...).
       broker_options: passed to :class:`TierBroker` (tests shorten timeouts).
+
+    Raises:
+      shared.redis_persistence.VolatileRedis: production or staging on a Redis without AOF.
     """
-    settings = settings or load_settings()
-    running = runtime_file.read(settings.data_dir)
-    if running and not (settings.redis_url and settings.database_url):
-        settings = settings.model_copy(
-            update={
-                "redis_url": settings.redis_url or running["redis_url"],
-                "database_url": settings.database_url or running["database_url"],
-            }
-        )
+    settings = runtime_file.resolve(settings or load_settings())
     if not settings.redis_url:
         raise RuntimeError("REDIS_URL is not set (speedtier up starts an embedded Redis)")
     if not settings.database_url:
         raise RuntimeError("DATABASE_URL is not set (speedtier up starts an embedded PostgreSQL)")
     configure_logging(settings.log_level)
+    verify_redis_persistence(settings)  # refuses volatile Redis in production and staging
     init_sentry(settings.sentry_dsn, environment=settings.environment, component=component)
 
     registry = Registry()

@@ -40,6 +40,9 @@ class Settings(BaseSettings):
         pattern=r"^[A-Za-z0-9_.-]+$",
     )
     data_dir: str = Field(".speedtier", validation_alias=_env("SPEEDTIER_DATA_DIR"))
+    allow_volatile_redis: bool = Field(
+        False, validation_alias=_env("SPEEDTIER_ALLOW_VOLATILE_REDIS")
+    )
 
     fast_processes: int = Field(2, ge=1, validation_alias=_env("SPEEDTIER_FAST_PROCESSES"))
     fast_threads: int = Field(8, ge=1, validation_alias=_env("SPEEDTIER_FAST_THREADS"))

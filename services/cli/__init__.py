@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 import click
+
+from shared.redis_persistence import VolatileRedis
 
 _COMMAND_MODULES = (
     "services.cli.db",
@@ -19,7 +22,17 @@ _COMMAND_MODULES = (
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Main(click.Group):
+    """Start-up refusals end a command with their message, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except VolatileRedis as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """speedtier: speed-tier job platform next to Rails."""
 

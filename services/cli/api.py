@@ -10,6 +10,9 @@ from gunicorn.app.base import BaseApplication
 
 from services.api import MissingToken, api_token, create_app
 from shared.config import load_settings
+from shared.observability import configure_logging
+from shared.redis_persistence import verify_redis_persistence
+from shared.runtime_file import resolve
 
 #: Seconds a worker gets to finish its requests after SIGTERM (under the chart's 30 s).
 GRACEFUL_TIMEOUT_SECONDS = 25
@@ -59,6 +62,8 @@ def api(host: str | None, port: int | None, workers: int | None) -> None:
         api_token(settings)  # fail here, clearly, rather than in every worker
     except MissingToken as exc:
         raise click.ClickException(str(exc)) from None
+    configure_logging(settings.log_level)
+    verify_redis_persistence(resolve(settings))  # here, once, rather than in every worker
     options = server_options(
         host or settings.api_host,
         port or settings.api_port,

@@ -9,6 +9,8 @@ import click
 from services.worker_pool import WorkerPool
 from shared.config import TIER_NAMES, load_settings
 from shared.observability import configure_logging
+from shared.redis_persistence import verify_redis_persistence
+from shared.runtime_file import resolve
 
 
 def _run_one(tier: str, threads: int, prefetch: int) -> None:
@@ -48,6 +50,7 @@ def worker(tier: str, processes: int | None, threads: int | None, prefetch: int)
         _run_one(tier, threads, prefetch)
         return
     configure_logging(settings.log_level)
+    verify_redis_persistence(resolve(settings))  # once, before any child starts
     sys.exit(_supervise(tier, processes, threads, prefetch))
 
 

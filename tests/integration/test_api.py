@@ -508,6 +508,7 @@ def test_speedtier_api_serves_with_gunicorn(
         "DATABASE_URL": database_url,
         "SPEEDTIER_REDIS_NAMESPACE": namespace,
         "SPEEDTIER_ENV": "production",
+        "SPEEDTIER_ALLOW_VOLATILE_REDIS": "1",  # the test Redis runs without AOF
         "INTERNAL_API_TOKEN": TOKEN,
     }
     command = [sys.executable, "-m", "services.cli", "api", "--port", str(port), "--workers", "1"]

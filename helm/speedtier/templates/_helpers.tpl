@@ -209,6 +209,7 @@ SPEEDTIER_ENV: {{ $c.environment | quote }}
 LOG_LEVEL: {{ $c.logLevel | quote }}
 SPEEDTIER_REDIS_NAMESPACE: {{ $c.redisNamespace | quote }}
 SPEEDTIER_DATA_DIR: {{ $c.dataDir | quote }}
+SPEEDTIER_ALLOW_VOLATILE_REDIS: {{ $c.allowVolatileRedis | default false | toString | quote }}
 SPEEDTIER_QUEUE_PREFETCH: {{ $c.queuePrefetch | int | quote }}
 SPEEDTIER_WORKER_POLL_MS: {{ $c.workerPollMs | int | quote }}
 SPEEDTIER_WORKER_DRAIN_SECONDS: {{ include "speedtier.drainSeconds" . | quote }}

@@ -1,0 +1,191 @@
+"""Whether the Redis that holds queued work survives a restart: "202 means durable" rests on it.
+
+Every process checks at start-up (:func:`verify_redis_persistence`, called by the bootstrap,
+``speedtier worker``, ``speedtier api`` and ``speedtier up``):
+
+=================================================  ==========================  =================
+Redis reports                                      production, staging         development, test
+=================================================  ==========================  =================
+``appendonly yes``, ``appendfsync always`` or       starts                      starts
+``everysec``
+``appendonly yes``, ``appendfsync no``              starts, WARNING (the OS     the same
+                                                    flushes: up to ~30 s lost
+                                                    on power loss)
+``appendonly no`` (RDB snapshots or nothing)        refuses to start            WARNING, once
+                                                    (:class:`VolatileRedis`),
+                                                    unless
+                                                    ``SPEEDTIER_ALLOW_VOLATILE_
+                                                    REDIS`` (then a WARNING)
+``CONFIG`` unavailable (managed Redis)              WARNING: cannot be          the same
+                                                    verified, starts
+Redis unreachable                                   WARNING: not verified,      the same
+                                                    starts (and retries as
+                                                    without the check)
+=================================================  ==========================  =================
+
+"Once" spans a process tree: the first process to warn notes it in the environment its
+children inherit (``speedtier up``'s processes, a worker pool's children), so a development
+run prints the warning once, not once per process. Production and staging ignore the note:
+each process verifies again and refuses on its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import redis
+
+from shared.config import Settings
+
+log = logging.getLogger(__name__)
+
+#: Set in the environment (to a hash of the Redis URL) once a development warning was logged.
+WARNED_ENV = "SPEEDTIER_REDIS_PERSISTENCE_WARNED"
+DURABLE_FSYNC = ("always", "everysec")
+CHECK_TIMEOUT_SECONDS = 5.0
+
+
+class VolatileRedis(RuntimeError):
+    """Production or staging Redis without AOF persistence: accepted work could be lost."""
+
+
+@dataclass(frozen=True)
+class Persistence:
+    """What Redis says about its persistence.
+
+    Attributes:
+      appendonly: whether AOF is on; None when it could not be read.
+      appendfsync: ``always``, ``everysec`` or ``no``; None when it could not be read.
+      save: the RDB snapshot schedule (``""``: none); None when it could not be read.
+      unverifiable: why CONFIG could not be read (managed Redis, ACL), else None.
+    """
+
+    appendonly: bool | None
+    appendfsync: str | None
+    save: str | None
+    unverifiable: str | None = None
+
+
+def inspect_persistence(client: redis.Redis) -> Persistence:
+    """Read ``CONFIG GET appendonly|appendfsync|save``, or ``INFO persistence`` where
+    CONFIG is disabled (managed Redis: then ``unverifiable`` says why).
+
+    Raises:
+      redis.ConnectionError, redis.TimeoutError: Redis did not answer.
+    """
+    config: dict[str, str] = {}
+    try:
+        for name in ("appendonly", "appendfsync", "save"):
+            config |= {_text(k): _text(v) for k, v in client.config_get(name).items()}
+    except redis.ResponseError as exc:  # renamed or disabled CONFIG, or an ACL without it
+        reason = str(exc).strip() or type(exc).__name__
+        try:
+            info = client.info("persistence")
+        except redis.ResponseError:
+            return Persistence(None, None, None, unverifiable=reason)
+        enabled = info.get("aof_enabled")
+        appendonly = None if enabled is None else bool(int(enabled))
+        return Persistence(appendonly, None, None, unverifiable=reason)
+    if "appendonly" not in config:
+        return Persistence(None, None, None, unverifiable="CONFIG GET answered nothing")
+    return Persistence(
+        appendonly=config["appendonly"] == "yes",
+        appendfsync=config.get("appendfsync"),
+        save=config.get("save"),
+    )
+
+
+def verify_redis_persistence(settings: Settings) -> Persistence | None:
+    """Check the persistence of ``settings.redis_url`` as the table above says.
+
+    Returns:
+      What Redis reported, or None when it could not be reached (or no URL is set).
+
+    Raises:
+      VolatileRedis: in production or staging when AOF is off and
+        ``SPEEDTIER_ALLOW_VOLATILE_REDIS`` is not set.
+    """
+    if not settings.redis_url:
+        return None
+    client = redis.Redis.from_url(
+        settings.redis_url,
+        socket_connect_timeout=CHECK_TIMEOUT_SECONDS,
+        socket_timeout=CHECK_TIMEOUT_SECONDS,
+    )
+    try:
+        found = inspect_persistence(client)
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        _warn(settings, f"could not check Redis persistence (Redis did not answer: {exc})")
+        return None
+    finally:
+        client.close()
+    _judge(settings, found)
+    return found
+
+
+def _judge(settings: Settings, found: Persistence) -> None:
+    where = _describe(settings.redis_url or "")
+    if found.unverifiable is not None:
+        seen = {True: "; INFO reports AOF on", False: "; INFO reports AOF off", None: ""}
+        _warn(
+            settings,
+            f"cannot verify the persistence of Redis {where} (CONFIG GET failed: "
+            f"{found.unverifiable}{seen[found.appendonly]}). Accepted jobs are only as "
+            "durable as the provider makes them: make sure it persists writes (AOF, or a "
+            "replicated transaction log) before relying on '202 means durable'",
+        )
+        return
+    if not found.appendonly:
+        message = (
+            f"Redis {where} has appendonly=no (RDB snapshots: {found.save or 'none'}): a Redis "
+            "restart loses every job accepted since the last snapshot, so '202 means durable' "
+            "does not hold. Turn AOF on: 'appendonly yes' with 'appendfsync everysec' (or "
+            "'always')"
+        )
+        if settings.environment in ("production", "staging"):
+            if not settings.allow_volatile_redis:
+                raise VolatileRedis(
+                    f"refusing to start in SPEEDTIER_ENV={settings.environment}: {message}; "
+                    "or set SPEEDTIER_ALLOW_VOLATILE_REDIS=1 to accept losing jobs"
+                )
+            log.warning("%s (allowed by SPEEDTIER_ALLOW_VOLATILE_REDIS)", message)
+            return
+        _warn(settings, message)
+        return
+    if found.appendfsync not in DURABLE_FSYNC:
+        _warn(
+            settings,
+            f"Redis {where} has appendonly=yes but appendfsync={found.appendfsync}: the OS "
+            "decides when writes reach the disk, so a power loss can lose about the last 30 s "
+            "of accepted jobs; 'appendfsync everysec' bounds that to about a second",
+        )
+
+
+def _warn(settings: Settings, message: str) -> None:
+    """Log ``message`` once per process tree in development/test, every time elsewhere."""
+    if settings.environment in ("production", "staging"):
+        log.warning(message)
+        return
+    mark = hashlib.sha256((settings.redis_url or "").encode()).hexdigest()[:16]
+    if os.environ.get(WARNED_ENV) == mark:
+        return
+    os.environ[WARNED_ENV] = mark
+    log.warning(message)
+
+
+def _describe(url: str) -> str:
+    """``url`` without its credentials."""
+    parts = urlsplit(url)
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.hostname or parts.path or '?'}{port}{parts.path if parts.hostname else ''}"
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
