@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import click
+from sqlalchemy.engine import make_url
 
 from shared.config import load_settings
 from shared.db import migrate
+from shared.runtime_file import resolve
 
 
 def _database_url() -> str:
-    url = load_settings().database_url
+    url = resolve(load_settings()).database_url
     if not url:
         raise click.ClickException(
-            "DATABASE_URL is not set; export it, e.g. "
-            "DATABASE_URL=postgresql://user@host:5432/dbname"
+            "DATABASE_URL is not set and no `speedtier up` runs from this folder; export it, "
+            "e.g. DATABASE_URL=postgresql://user@host:5432/dbname"
         )
     return url
 
@@ -42,8 +44,10 @@ def upgrade(branch: str) -> None:
 @db.command("current")
 def current() -> None:
     """Show the applied revision of each branch and the newest available."""
-    applied = migrate.current(_database_url())
+    url = _database_url()
+    applied = migrate.current(url)
     heads = migrate.heads()
+    click.echo(f"database: {make_url(url).render_as_string(hide_password=True)}")
     for branch, revision in applied.items():
         state = "up to date" if revision == heads[branch] else f"head is {heads[branch]}"
         click.echo(f"{branch}: {revision or '(not applied)'} ({state})")

@@ -8,6 +8,7 @@ import click
 
 from services.health import CHECK_TIMEOUT_SECONDS, check_readiness, is_ready
 from shared.config import load_settings
+from shared.runtime_file import resolve
 
 
 @click.command("ready")
@@ -20,7 +21,7 @@ from shared.config import load_settings
 )
 def ready(timeout: float) -> None:
     """Exit 0 when Redis and PostgreSQL answer, 1 (naming what failed) otherwise."""
-    checks = check_readiness(load_settings(), timeout=timeout)
+    checks = check_readiness(resolve(load_settings()), timeout=timeout)
     for name, error in checks.items():
         if error is None:
             click.echo(f"{name}: ok")

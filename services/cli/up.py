@@ -8,12 +8,14 @@ per tier run as children of a :class:`~services.supervisor.ProcessGroup`.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import signal
 import sys
+from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import click
 
@@ -23,10 +25,12 @@ from shared.config import TIER_NAMES, Settings, load_settings
 from shared.embedded import (
     EmbeddedServiceError,
     Mode,
+    Origin,
     ResolvedService,
     ensure_postgres,
     ensure_redis,
 )
+from shared.redis_persistence import VolatileRedis, verify_redis_persistence
 
 if TYPE_CHECKING:
     from services.demo.run import DemoThread
@@ -103,12 +107,16 @@ def run_up(
     """
     previous_term = signal.signal(signal.SIGTERM, _interrupt)  # until the group takes over
     services: list[ResolvedService] = []
+    lock: IO[bytes] | None = None
     try:
+        lock = hold_data_dir(settings.data_dir)
         services.append(ensure_redis(settings, mode=mode))
         services.append(ensure_postgres(settings, mode=mode))
         redis_service, postgres_service = services
-        _say(f"Redis       {redis_service.describe()}")
+        namespace = redis_namespace(settings, redis_service)
+        _say(f"Redis       {redis_service.describe()}, key namespace {namespace!r}")
         _say(f"PostgreSQL  {postgres_service.describe()}")
+        verify_redis_persistence(settings.model_copy(update={"redis_url": redis_service.url}))
         _migrate(postgres_service.url)
         group = ProcessGroup(
             process_specs(
@@ -117,6 +125,7 @@ def run_up(
                 host=host,
                 port=port,
                 allow_private_crawl=demo,
+                redis_namespace=namespace,
             ),
             grace_seconds=settings.worker_drain_seconds + 5,
             label=LABEL,
@@ -124,7 +133,10 @@ def run_up(
         with group.handle_signals():
             group.start()
             runtime_file.write(
-                settings.data_dir, redis_url=redis_service.url, database_url=postgres_service.url
+                settings.data_dir,
+                redis_url=redis_service.url,
+                database_url=postgres_service.url,
+                redis_namespace=namespace,
             )
             _say(f"API         http://{host}:{port}  (Ctrl-C stops everything)")
             _say("other speedtier commands run from this folder use these services")
@@ -134,7 +146,7 @@ def run_up(
             finally:
                 if running_demo is not None:
                     running_demo.stop()
-    except EmbeddedServiceError as exc:
+    except (EmbeddedServiceError, DataDirInUse, VolatileRedis) as exc:
         _say(f"error: {exc}")
         return 1
     except KeyboardInterrupt:
@@ -142,6 +154,8 @@ def run_up(
         return 130
     finally:
         runtime_file.remove(settings.data_dir)
+        if lock is not None:
+            lock.close()
         # Shutting the servers down must not be cut short by a second Ctrl-C.
         previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -154,7 +168,13 @@ def run_up(
 
 
 def process_specs(
-    redis_url: str, database_url: str, *, host: str, port: int, allow_private_crawl: bool = False
+    redis_url: str,
+    database_url: str,
+    *,
+    host: str,
+    port: int,
+    allow_private_crawl: bool = False,
+    redis_namespace: str | None = None,
 ) -> list[ProcessSpec]:
     """The children of ``speedtier up``, each run as ``python -m services.cli ...``.
 
@@ -167,6 +187,8 @@ def process_specs(
         "DATABASE_URL": database_url,
         "SPEEDTIER_ENV": "development",
     }
+    if redis_namespace is not None:
+        env["SPEEDTIER_REDIS_NAMESPACE"] = redis_namespace
     if allow_private_crawl:
         env["SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS"] = "true"
     cli = [sys.executable, "-m", "services.cli"]
@@ -178,6 +200,46 @@ def process_specs(
         ProcessSpec(f"worker.{tier}", [*cli, "worker", "--tier", tier], env) for tier in TIER_NAMES
     ]
     return specs
+
+
+class DataDirInUse(RuntimeError):
+    """Another ``speedtier up`` runs from the same data directory."""
+
+
+def hold_data_dir(data_dir: str) -> IO[bytes]:
+    """Lock ``data_dir`` for this ``up`` (the kernel releases the lock when we die).
+
+    Raises:
+      DataDirInUse: another ``speedtier up`` holds it.
+    """
+    directory = Path(data_dir).expanduser().resolve()
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = (directory / "up.lock").open("wb")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        running = runtime_file.read(data_dir)
+        raise DataDirInUse(
+            f"another `speedtier up` is already running from {directory}"
+            + (f" (Redis {running['redis_url']})" if running else "")
+            + "; stop it first, or give this one its own SPEEDTIER_DATA_DIR"
+        ) from None
+    return lock
+
+
+def redis_namespace(settings: Settings, redis_service: ResolvedService) -> str:
+    """The key namespace of this ``up``'s processes.
+
+    ``SPEEDTIER_REDIS_NAMESPACE`` when set. An embedded Redis belongs to this data directory
+    alone, so the default serves. Any other Redis (configured, or found on 6379) may be
+    shared with another checkout's ``up``: the namespace is then this data directory's own,
+    so neither consumes the other's jobs (which would run against the other's database) nor
+    takes its scheduler's leader lock.
+    """
+    if "redis_namespace" in settings.model_fields_set or redis_service.origin is Origin.EMBEDDED:
+        return settings.redis_namespace
+    return runtime_file.namespace_for(settings.data_dir, prefix=settings.redis_namespace)
 
 
 def _start_demo(settings: Settings, group: ProcessGroup, host: str, port: int) -> DemoThread:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -161,8 +162,10 @@ def test_other_drivers_are_refused(url: str) -> None:
 
 
 @pytest.fixture
-def cli(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> CliRunner:
     monkeypatch.delenv("DATABASE_URL", raising=False)
+    # no `speedtier up` running from the checkout may lend its database to these commands
+    monkeypatch.setenv("SPEEDTIER_DATA_DIR", str(tmp_path / "data"))
     return CliRunner()
 
 
