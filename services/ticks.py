@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from shared.inputs import Text
 from tiers.families import Family
 from tiers.policies import RetryPolicy
 
@@ -58,7 +59,7 @@ class Tick:
 
 
 class TickParams(BaseModel):
-    slot: str = Field(min_length=1, max_length=64)
+    slot: Text = Field(min_length=1, max_length=64)
 
 
 def tick_family(tick: Tick) -> Family:

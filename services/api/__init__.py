@@ -20,6 +20,8 @@ from services.api import health, jobs_routes, openapi
 from services.api.auth import install_bearer_auth
 from services.api.context import attach_platform
 from services.api.errors import register_error_handlers
+from services.api.request import ApiRequest
+from services.api.validation import IdConverter
 from services.bootstrap import Platform, bootstrap
 from shared.config import Settings, load_settings
 
@@ -73,6 +75,8 @@ def create_app(platform: Platform | None = None, settings: Settings | None = Non
         )
 
     app = Flask(__name__, static_folder=None)
+    app.request_class = ApiRequest
+    app.url_map.converters["id"] = IdConverter
     app.config["MAX_CONTENT_LENGTH"] = settings.api_max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     attach_platform(app, platform)

@@ -7,59 +7,150 @@ A service exposes its own ``/internal/<service>/enqueue`` in one line::
     )
     # in register(platform): platform.add_blueprint(blueprint)
 
-or, next to other routes of its blueprint, with a view that returns
-``enqueue_requests(KINDS)`` under ``@describe_enqueue(...)``.
-
 A batch is accepted whole or not at all: every item is validated before any is enqueued, a
 202 means every job is durably in Redis, and an unreachable Redis answers 503.
+
+The body is validated against one model per route, built from the registered families: each
+kind's request is ``kind``, ``organization_id`` (an id for tenant kinds, ``null`` for platform
+kinds such as ticks) and the kind's parameter model, strict (``"42"`` is not a number, unknown
+fields are refused). The OpenAPI document shows the same model, a ``oneOf`` by ``kind``.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from typing import Annotated, Any, Literal, Union, cast
 
 from flask import Blueprint, jsonify, request
 from flask.typing import ResponseReturnValue
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError, create_model
 
 from router.requests import JobRequest
 from services.api.context import current_platform
-from services.api.errors import validation_failed
+from services.api.errors import field_path
 from services.api.openapi import ResponseSpec, View, describe
-from services.api.schemas import EnqueueAccepted, EnqueueBody, EnqueuedJob, ErrorBody
+from services.api.schemas import (
+    MAX_REQUESTS_PER_CALL,
+    EnqueueAccepted,
+    EnqueuedJob,
+    ErrorBody,
+    OrganizationId,
+    StrictRequest,
+)
 from shared.errors import ValidationFailed
 
 ENQUEUE_RESPONSES: dict[int, ResponseSpec] = {
     202: ("Every job is durably in Redis; one answer per request, in order.", EnqueueAccepted),
     503: ("Redis is unreachable; nothing can be assumed accepted, retry later.", ErrorBody),
 }
+_ENVELOPE = frozenset({"kind", "organization_id"})
+_TAG_ERRORS = frozenset({"union_tag_invalid", "union_tag_not_found"})
 
 
-def parse_enqueue_body(raw: bytes, kinds: Collection[str] | None = None) -> list[JobRequest]:
-    """Validate an enqueue body's shape and kinds into job requests.
+@functools.cache
+def request_model(kind: str, params: type[BaseModel], tenant_scoped: bool) -> type[BaseModel]:
+    """One kind's request as the API takes it: its parameters plus ``kind`` and
+    ``organization_id``, strict."""
+    organization: Any = OrganizationId if tenant_scoped else None
+    return create_model(
+        "".join(part.capitalize() for part in _words(kind)) + "Request",
+        __base__=(params, StrictRequest),
+        __doc__=f"A `{kind}` request.",
+        kind=(cast(Any, Literal)[kind], ...),
+        organization_id=(
+            organization,
+            Field(
+                description="The tenant the work belongs to."
+                if tenant_scoped
+                else "Always null: this work belongs to no tenant."
+            ),
+        ),
+    )
 
-    Parameters:
-      raw: the request body (JSON, whatever the declared content type).
-      kinds: the kinds this route accepts; None accepts every registered kind.
 
-    Raises:
-      ValidationFailed: with a message per field path (``requests[0].organization_id``).
+def _words(kind: str) -> list[str]:
+    return [w for w in kind.replace(":", "_").replace("-", "_").split("_") if w]
+
+
+@functools.cache
+def _body_model(name: str, items: tuple[type[BaseModel], ...]) -> type[BaseModel]:
+    item: Any = Annotated[Union[items], Field(discriminator="kind")]  # noqa: UP007
+    return create_model(
+        name,
+        __base__=StrictRequest,
+        __doc__="A batch, accepted whole or not at all.",
+        requests=(list[item], Field(min_length=1, max_length=MAX_REQUESTS_PER_CALL)),
+    )
+
+
+@dataclass(frozen=True)
+class EnqueueContract:
+    """What one enqueue route accepts.
+
+    Attributes:
+      body_name: the name of its body's schema in the OpenAPI document.
+      kinds: the kinds it accepts; None: every registered kind.
     """
-    try:
-        body = EnqueueBody.model_validate_json(raw, strict=True)
-    except ValidationError as exc:
-        raise validation_failed(exc) from None
-    if kinds is not None:
-        accepted = ", ".join(sorted(kinds))
-        errors = {
-            f"requests[{index}].kind": f"kind {item.kind!r} is not accepted here ({accepted})"
-            for index, item in enumerate(body.requests)
-            if item.kind not in kinds
-        }
-        if errors:
-            raise ValidationFailed(errors)
-    return [JobRequest(item.kind, item.organization_id, item.params()) for item in body.requests]
+
+    body_name: str
+    kinds: frozenset[str] | None = None
+
+    def body_model(self) -> type[BaseModel]:
+        """The body model of the current app's registered (and accepted) kinds."""
+        families = sorted(current_platform().registry, key=lambda family: family.kind)
+        items = tuple(
+            request_model(family.kind, family.params, family.tenant_scoped)
+            for family in families
+            if self.kinds is None or family.kind in self.kinds
+        )
+        if not items:
+            raise RuntimeError(f"{self.body_name}: none of its kinds is registered")
+        return _body_model(self.body_name, items)
+
+    def parse(self, raw: bytes) -> list[JobRequest]:
+        """Validate an enqueue body into job requests.
+
+        Raises:
+          ValidationFailed: with a message per field path (``requests[0].organization_id``).
+        """
+        try:
+            body = self.body_model().model_validate_json(raw)
+        except ValidationError as exc:
+            raise ValidationFailed(self._errors(exc)) from None
+        return [
+            JobRequest(
+                item.kind,
+                item.organization_id,
+                item.model_dump(mode="json", exclude_unset=True, exclude=set(_ENVELOPE)),
+            )
+            for item in body.requests  # type: ignore[attr-defined]
+        ]
+
+    def _errors(self, error: ValidationError) -> dict[str, str]:
+        fields: dict[str, str] = {}
+        for item in error.errors(include_url=False):
+            location = item["loc"]
+            if item["type"] in _TAG_ERRORS:
+                path, message = f"{field_path(location)}.kind", self._kind_error(item["input"])
+            else:
+                if location[:1] == ("requests",) and len(location) > 2:
+                    location = location[:2] + location[3:]  # drop the union's tag
+                path, message = field_path(location), item["msg"]
+            fields.setdefault(path, message)
+        return fields
+
+    def _kind_error(self, given: Any) -> str:
+        kind = given.get("kind") if isinstance(given, dict) else None
+        if isinstance(given, dict) and "kind" not in given:
+            return "Field required"
+        if not isinstance(kind, str):
+            return "Input should be a valid string"
+        registered = current_platform().registry.kinds()
+        if kind in registered and self.kinds is not None:
+            return f"kind {kind!r} is not accepted here ({', '.join(sorted(self.kinds))})"
+        return f"unknown kind {kind!r} (known: {', '.join(registered) or 'none registered'})"
 
 
 #: A service's hook that completes requests before routing (e.g. looks up each record's
@@ -68,10 +159,10 @@ Prepare = Callable[[list[JobRequest]], list[JobRequest]]
 
 
 def enqueue_requests(
-    kinds: Collection[str] | None = None, prepare: Prepare | None = None
+    contract: EnqueueContract, prepare: Prepare | None = None
 ) -> ResponseReturnValue:
     """The body of an enqueue view: parse the request, enqueue through the router, 202."""
-    requests = parse_enqueue_body(request.get_data(cache=False), kinds)
+    requests = contract.parse(request.get_data(cache=False))
     if prepare is not None:
         requests = prepare(requests)
     jobs = current_platform().router.enqueue_many(requests)
@@ -79,15 +170,16 @@ def enqueue_requests(
     return jsonify(answer.model_dump(mode="json")), 202
 
 
-def describe_enqueue(summary: str, kinds: Collection[str] | None = None) -> Callable[[View], View]:
-    """The OpenAPI description of an enqueue view accepting ``kinds``."""
+def describe_enqueue(summary: str, contract: EnqueueContract) -> Callable[[View], View]:
+    """The OpenAPI description of an enqueue view under ``contract``."""
+    kinds = contract.kinds
     listed = ", ".join(f"`{kind}`" for kind in sorted(kinds)) if kinds else "any registered kind"
     return describe(
         summary,
         description=f"Kinds: {listed}. Each request's other fields are the kind's parameters. "
         "The batch is validated whole before anything is enqueued; an id already waiting, "
         "delayed or running is deduplicated.",
-        body=EnqueueBody,
+        body=contract.body_model,
         responses=ENQUEUE_RESPONSES,
     )
 
@@ -102,11 +194,12 @@ def enqueue_blueprint(
     """A blueprint with one route, ``POST <url_prefix>/enqueue``, accepting ``kinds``
     (completed by ``prepare`` before routing, when given)."""
     blueprint = Blueprint(name, __name__, url_prefix=url_prefix)
-    accepted = frozenset(kinds)
+    body_name = "".join(part.capitalize() for part in _words(name)) + "EnqueueBody"
+    contract = EnqueueContract(body_name, frozenset(kinds))
 
     @blueprint.post("/enqueue")
-    @describe_enqueue(summary, accepted)
+    @describe_enqueue(summary, contract)
     def enqueue() -> ResponseReturnValue:
-        return enqueue_requests(accepted, prepare)
+        return enqueue_requests(contract, prepare)
 
     return blueprint

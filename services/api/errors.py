@@ -4,11 +4,14 @@
 cause                                       status  body
 ==========================================  ======  =========================================
 ``ValidationFailed`` (bad JSON, types,      400     ``{"error": "invalid_request",
-missing fields, unknown kinds)                       "fields": {path: message}}``
+missing fields, unknown kinds, NUL)                  "fields": {path: message}}``
 body over ``SPEEDTIER_API_MAX_BODY_BYTES``  413     ``{"error": "payload_too_large", ...}``
-no route                                    404     ``{"error": "not_found"}``
+(declared or streamed)
+no route, a path id that is not an id       404     ``{"error": "not_found"}``
 route without that method                   405     ``{"error": "method_not_allowed"}``
 ``QueueUnavailable``, Redis unreachable     503     ``{"error": "queue_unavailable"}``
+PostgreSQL unreachable (SQLAlchemy or       503     ``{"error": "database_unavailable"}``
+psycopg operational/connection errors)
 anything else                               500     ``{"error": "internal_error"}``
 ==========================================  ======  =========================================
 
@@ -21,7 +24,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import psycopg
 import redis
+import sqlalchemy.exc
 from flask import Flask, Response, current_app, jsonify
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException, InternalServerError, RequestEntityTooLarge
@@ -39,6 +44,16 @@ REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (
     redis.ConnectionError,
     redis.TimeoutError,
     redis.exceptions.ReadOnlyError,
+)
+
+#: PostgreSQL failures that mean "the database cannot be reached now": a refused or lost
+#: connection, an exhausted pool. Anything else from the database stays a 500.
+DATABASE_UNAVAILABLE: tuple[type[Exception], ...] = (
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    sqlalchemy.exc.TimeoutError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
 )
 
 
@@ -83,6 +98,16 @@ def _queue_unavailable(exc: Exception) -> Response:
     return response
 
 
+def _database_unavailable(exc: Exception) -> Response:
+    first_line = next(iter(str(exc).splitlines()), type(exc).__name__)
+    log.warning("PostgreSQL unavailable, answering 503: %s", first_line)
+    response = error_response(
+        503, "database_unavailable", message="PostgreSQL is unreachable; retry later."
+    )
+    response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    return response
+
+
 def _too_large(exc: RequestEntityTooLarge) -> Response:
     limit = current_app.config.get("MAX_CONTENT_LENGTH")
     return error_response(
@@ -117,6 +142,8 @@ def register_error_handlers(app: Flask) -> None:
     app.register_error_handler(QueueUnavailable, _queue_unavailable)
     for error in REDIS_UNAVAILABLE:
         app.register_error_handler(error, _queue_unavailable)
+    for error in DATABASE_UNAVAILABLE:
+        app.register_error_handler(error, _database_unavailable)
     app.register_error_handler(RequestEntityTooLarge, _too_large)
     app.register_error_handler(InternalServerError, _internal_error)
     app.register_error_handler(HTTPException, _http_error)

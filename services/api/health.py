@@ -21,7 +21,9 @@ blueprint = Blueprint("health", __name__)
 
 
 @blueprint.get("/healthz")
-@describe("Liveness: the process answers", responses={200: ("Alive.", Liveness)})
+@describe(
+    "Liveness: the process answers", responses={200: ("Alive.", Liveness)}, needs_services=False
+)
 def healthz() -> ResponseReturnValue:
     return jsonify(Liveness().model_dump())
 

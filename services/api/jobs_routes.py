@@ -4,21 +4,22 @@ from __future__ import annotations
 
 from flask import Blueprint, jsonify, request
 from flask.typing import ResponseReturnValue
-from pydantic import ValidationError
 
 from services.api.context import current_platform
-from services.api.enqueue import describe_enqueue, enqueue_requests
-from services.api.errors import error_response, validation_failed
+from services.api.enqueue import EnqueueContract, describe_enqueue, enqueue_requests
+from services.api.errors import error_response
 from services.api.openapi import describe
 from services.api.schemas import ErrorBody, JobQuery, JobRecord
+from services.api.validation import parse_fields
 
 blueprint = Blueprint("jobs", __name__, url_prefix="/internal/jobs")
+ANY_KIND = EnqueueContract("EnqueueBody")
 
 
 @blueprint.post("/enqueue")
-@describe_enqueue("Enqueue jobs of any registered kind")
+@describe_enqueue("Enqueue jobs of any registered kind", ANY_KIND)
 def enqueue() -> ResponseReturnValue:
-    return enqueue_requests()
+    return enqueue_requests(ANY_KIND)
 
 
 @blueprint.get("/<job_id>")
@@ -33,10 +34,7 @@ def enqueue() -> ResponseReturnValue:
     },
 )
 def show(job_id: str) -> ResponseReturnValue:
-    try:
-        query = JobQuery.model_validate(request.args.to_dict())
-    except ValidationError as exc:
-        raise validation_failed(exc) from None
+    query = parse_fields(JobQuery, request.args.to_dict())
     record = job_record(job_id, current_platform().broker.jobs.record(job_id))
     if record is None or query.organization_id not in (None, record.organization_id):
         return error_response(404, "not_found", message=f"no job {job_id!r}")

@@ -2,7 +2,11 @@
 
 Views declare what they take and answer with :func:`describe`; the document walks
 ``app.url_map``, so every registered route appears (an undescribed one with its name only)
-and request and response schemas come from the pydantic models that validate them.
+and request and response schemas come from the pydantic models that validate them. Path
+parameters take their schema from their converter (``<id:...>`` is an integer from 1), and
+the answers every route of a kind can give are added to its own: 400 and 413 with a body or
+query, 401 behind a credential, 404 with an id in the path, 503 when it needs Redis or
+PostgreSQL.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ from services.api.schemas import ErrorBody, InvalidRequestBody
 View = TypeVar("View", bound=Callable[..., Any])
 Mode = Literal["validation", "serialization"]
 ResponseSpec = tuple[str, type[BaseModel] | None]
+#: A body model, or a function of the current app that builds it (an enqueue body depends on
+#: the registered families).
+BodySpec = type[BaseModel] | Callable[[], type[BaseModel]]
 
 _ATTRIBUTE = "__openapi__"
 _CACHE_KEY = "speedtier.openapi"
@@ -41,29 +48,37 @@ class RouteDoc:
       summary: one line.
       description: longer text (Markdown).
       body: the JSON request body's model.
+      form: the ``multipart/form-data`` body's model (files as ``bytes`` fields).
       query: the query string's model (flat fields only).
       responses: status -> (description, body model or None).
+      needs_services: the route reads Redis or PostgreSQL (so may answer 503).
     """
 
     summary: str
     description: str = ""
-    body: type[BaseModel] | None = None
+    body: BodySpec | None = None
+    form: type[BaseModel] | None = None
     query: type[BaseModel] | None = None
     responses: Mapping[int, ResponseSpec] = field(default_factory=dict)
+    needs_services: bool = True
 
 
 def describe(
     summary: str,
     *,
     description: str = "",
-    body: type[BaseModel] | None = None,
+    body: BodySpec | None = None,
+    form: type[BaseModel] | None = None,
     query: type[BaseModel] | None = None,
     responses: Mapping[int, ResponseSpec] | None = None,
+    needs_services: bool = True,
 ) -> Callable[[View], View]:
     """Attach a :class:`RouteDoc` to a view (put it below the route decorator)."""
 
     def attach(view: View) -> View:
-        doc = RouteDoc(summary, description, body, query, dict(responses or {}))
+        doc = RouteDoc(
+            summary, description, body, form, query, dict(responses or {}), needs_services
+        )
         setattr(view, _ATTRIBUTE, doc)
         return view
 
@@ -94,38 +109,71 @@ def openapi_path(rule: str) -> str:
     return _ARGUMENT.sub(r"{\1}", rule)
 
 
-def _responses(path: str, doc: RouteDoc) -> dict[int, ResponseSpec]:
-    """The view's own responses plus the ones every route of its kind can give."""
-    implied: dict[int, ResponseSpec] = {}
-    if doc.body is not None or doc.query is not None:
-        implied[400] = ("Invalid request; nothing was changed.", InvalidRequestBody)
-    if doc.body is not None:
-        implied[413] = ("The body is over the size limit.", ErrorBody)
-    if is_protected(path):
-        implied[401] = ("Missing or wrong bearer token.", ErrorBody)
-    return {**implied, **doc.responses}
-
-
 @dataclass
 class _Operation:
     rule: Rule
     method: str
     path: str
     doc: RouteDoc
+    body: type[BaseModel] | None
+
+    def has_ids(self) -> bool:
+        return any(hasattr(c, "json_schema") for c in self.rule._converters.values())
+
+    def responses(self) -> dict[int, ResponseSpec]:
+        """The view's own responses plus the ones every route of its kind can give."""
+        doc, implied = self.doc, dict[int, ResponseSpec]()
+        if self.body is not None or doc.form is not None or doc.query is not None:
+            implied[400] = ("Invalid request; nothing was changed.", InvalidRequestBody)
+        if self.body is not None or doc.form is not None:
+            implied[413] = ("The body is over the size limit.", ErrorBody)
+        if is_protected(self.path):
+            implied[401] = ("Missing or wrong bearer token.", ErrorBody)
+        elif _needs_api_key(self.rule.endpoint, self.path):
+            implied[401] = ("Missing, unknown or revoked API key.", ErrorBody)
+        if self.has_ids():
+            implied[404] = ("Nothing of that id in the organization, or not an id.", ErrorBody)
+        if doc.needs_services:
+            implied[503] = (
+                "Redis or PostgreSQL is unreachable; retry after Retry-After.",
+                ErrorBody,
+            )
+        return {**implied, **doc.responses}
 
     def models(self) -> list[tuple[type[BaseModel], Mode]]:
         found: list[tuple[type[BaseModel], Mode]] = []
-        if self.doc.body is not None:
-            found.append((self.doc.body, "validation"))
-        found += [(m, "serialization") for _, m in _responses(self.path, self.doc).values() if m]
+        for model in (self.body, self.doc.form):
+            if model is not None:
+                found.append((model, "validation"))
+        found += [(m, "serialization") for _, m in self.responses().values() if m]
         return found
 
 
+def _path_parameter(rule: Rule, name: str) -> dict[str, Any]:
+    converter = rule._converters.get(name)
+    parameter: dict[str, Any] = {"name": name, "in": "path", "required": True}
+    if converter is not None and hasattr(converter, "json_schema"):
+        parameter["description"] = getattr(converter, "description", "")
+        return {**parameter, "schema": dict(converter.json_schema)}
+    return {**parameter, "schema": {"type": "string"}}
+
+
+def _query_schema(field_schema: dict[str, Any]) -> dict[str, Any]:
+    """A query field's schema: a query string cannot say null, so an optional field is its
+    value's schema (left out means none)."""
+    choices = field_schema.get("anyOf", [])
+    values = [choice for choice in choices if choice.get("type") != "null"]
+    if len(values) == 1 and len(values) < len(choices):
+        rest = {k: v for k, v in field_schema.items() if k != "anyOf"}
+        if rest.get("default") is None:
+            rest.pop("default", None)
+        field_schema = rest | values[0]
+    return field_schema
+
+
 def _parameters(operation: _Operation) -> list[dict[str, Any]]:
-    parameters: list[dict[str, Any]] = [
-        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-        for name in sorted(operation.rule.arguments)
-    ]
+    rule = operation.rule
+    parameters = [_path_parameter(rule, name) for name in sorted(rule.arguments)]
     if operation.doc.query is not None:
         schema = operation.doc.query.model_json_schema()
         required = set(schema.get("required", []))
@@ -133,7 +181,7 @@ def _parameters(operation: _Operation) -> list[dict[str, Any]]:
             parameter = {"name": name, "in": "query", "required": name in required}
             if "description" in field_schema:
                 parameter["description"] = field_schema.pop("description")
-            parameters.append({**parameter, "schema": field_schema})
+            parameters.append({**parameter, "schema": _query_schema(field_schema)})
     return parameters
 
 
@@ -159,13 +207,15 @@ def _operation_object(
     parameters = _parameters(operation)
     if parameters:
         result["parameters"] = parameters
-    if doc.body is not None:
-        result["requestBody"] = {
-            "required": True,
-            "content": {"application/json": {"schema": refs[(doc.body, "validation")]}},
-        }
+    content: dict[str, Any] = {}
+    if operation.body is not None:
+        content["application/json"] = {"schema": refs[(operation.body, "validation")]}
+    if doc.form is not None:
+        content["multipart/form-data"] = {"schema": refs[(doc.form, "validation")]}
+    if content:
+        result["requestBody"] = {"required": True, "content": content}
     responses: dict[str, Any] = {}
-    for status, (description, model) in sorted(_responses(operation.path, doc).items()):
+    for status, (description, model) in sorted(operation.responses().items()):
         responses[str(status)] = {"description": description}
         if model is not None:
             schema = refs[(model, "serialization")]
@@ -187,9 +237,13 @@ def build_document(app: Flask) -> dict[str, Any]:
     for rule in sorted(app.url_map.iter_rules(), key=lambda r: (r.rule, r.endpoint)):
         view = app.view_functions[rule.endpoint]
         doc = route_doc(view) or RouteDoc(summary=rule.endpoint)
+        body = doc.body
+        if body is not None and not isinstance(body, type):
+            with app.app_context():
+                body = body()
         path = openapi_path(rule.rule)
         methods = sorted((rule.methods or set()) - _IGNORED_METHODS)
-        operations += [_Operation(rule, method, path, doc) for method in methods]
+        operations += [_Operation(rule, method, path, doc, body) for method in methods]
 
     models = list(dict.fromkeys(m for op in operations for m in op.models()))
     refs, definitions = models_json_schema(models, ref_template="#/components/schemas/{model}")
@@ -207,8 +261,17 @@ def build_document(app: Flask) -> dict[str, Any]:
         "info": {
             "title": "speedtier internal API",
             "version": _version(),
-            "description": "Enqueue routes for the main application, job lookup, health. "
-            "Every /internal route needs `Authorization: Bearer <INTERNAL_API_TOKEN>`.",
+            "description": "Enqueue routes for the main application, job lookup, health, and "
+            "the ingestion API. Every /internal route needs `Authorization: Bearer "
+            "<INTERNAL_API_TOKEN>`; the public ingestion routes an organization's API key, "
+            "checked before anything else (401 first). Input rules, on every route: JSON "
+            "bodies are strict (no string is read as a number, unknown fields are refused); "
+            "an integer may be written `5` or `5.0`, not `5.5`; no string may contain NUL "
+            "(U+0000): a 400 names the field; lengths count a string as sent, before "
+            "surrounding whitespace is trimmed from names, audiences and queries; a path id is "
+            "an integer from 1, anything else answers 404; a body over the limit is a 413, "
+            "with or without Content-Length; 503 with Retry-After means Redis or PostgreSQL "
+            "is unreachable.",
         },
         "paths": paths,
         "components": {
@@ -229,7 +292,9 @@ blueprint = Blueprint("openapi", __name__)
 
 
 @blueprint.get("/internal/openapi.json")
-@describe("This document", responses={200: ("The OpenAPI 3.1 document.", None)})
+@describe(
+    "This document", responses={200: ("The OpenAPI 3.1 document.", None)}, needs_services=False
+)
 def openapi_document() -> ResponseReturnValue:
     document = current_app.extensions.get(_CACHE_KEY)
     if document is None:

@@ -1,43 +1,28 @@
 """Request and response bodies of the internal API.
 
 The same models validate requests and describe them in the OpenAPI document, so the two
-cannot drift apart.
+cannot drift apart. Enqueue bodies are built per route from the registered families'
+parameter models (:mod:`services.api.enqueue`).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.inputs import Id
 
 #: Requests accepted in one call; the body limit (SPEEDTIER_API_MAX_BODY_BYTES) also applies.
 MAX_REQUESTS_PER_CALL = 1000
 
-OrganizationId = Annotated[StrictInt, Field(ge=1, le=2**63 - 1)]
+OrganizationId = Id
 
 
-class EnqueueItem(BaseModel):
-    """One unit of work: its kind, its organization, and the kind's own parameters as
-    further fields of the same object."""
+class StrictRequest(BaseModel):
+    """A request body: no coercion from strings, no unknown fields."""
 
-    model_config = ConfigDict(extra="allow")
-
-    kind: StrictStr = Field(min_length=1, max_length=200, examples=["sync_document"])
-    organization_id: OrganizationId | None = Field(
-        description="The tenant the work belongs to; null only for platform kinds (ticks)."
-    )
-
-    def params(self) -> dict[str, object]:
-        """The kind's parameters: every field but ``kind`` and ``organization_id``."""
-        return dict(self.model_extra or {})
-
-
-class EnqueueBody(BaseModel):
-    """``POST .../enqueue``: a batch accepted whole or not at all."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    requests: list[EnqueueItem] = Field(min_length=1, max_length=MAX_REQUESTS_PER_CALL)
+    model_config = ConfigDict(strict=True, extra="forbid")
 
 
 class EnqueuedJob(BaseModel):
@@ -57,9 +42,12 @@ class EnqueueAccepted(BaseModel):
 
 
 class JobQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     organization_id: int | None = Field(
         None,
         ge=1,
+        le=2**63 - 1,
         description="When given, a job of another organization answers 404 like an unknown id.",
     )
 

@@ -2,8 +2,10 @@
 
 Every public route of the ingestion blueprint needs ``Authorization: Bearer <key>``; the
 key names the organization every query of the request is scoped to, so a route cannot be
-called for another tenant, and cannot forget the check (it is the blueprint's
-``before_request``, not a per-view decorator). Keys are stored as SHA-256 only
+called for another tenant, and cannot forget the check. The check guards the blueprint's
+whole public path space (``/knowledge-bases...``, ``/search``) before routing is looked at,
+so a path that matches no route, a wrong method or a malformed id answers 401 without a key,
+and reveals nothing about the routes. Keys are stored as SHA-256 only
 (:func:`services.ingestion.store.organization_for_key`). ``/internal`` routes of the same
 blueprint are left to the internal bearer token (:mod:`services.api.auth`).
 """
@@ -11,6 +13,7 @@ blueprint are left to the internal bearer token (:mod:`services.api.auth`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 
 from flask import Blueprint, Response, g, request
 
@@ -39,10 +42,12 @@ def unauthorized(reason: str, *, credential_given: bool = True) -> Response:
     return bearer_unauthorized(reason, realm=REALM, credential_given=credential_given)
 
 
+def _under(path: str, prefixes: Sequence[str]) -> bool:
+    return any(path == prefix or path.startswith(prefix + "/") for prefix in prefixes)
+
+
 def authenticate() -> Response | None:
     """Resolve the request's key to its organization, or answer 401."""
-    if is_protected(request.path):
-        return None
     key = presented_key()
     if key is None:
         return unauthorized("missing API key", credential_given=False)
@@ -55,10 +60,20 @@ def authenticate() -> Response | None:
     return None
 
 
-def require_api_key(blueprint: Blueprint) -> None:
-    """Authenticate every non-``/internal`` request to ``blueprint`` by API key."""
-    blueprint.before_request(authenticate)
+def require_api_key(blueprint: Blueprint, public_paths: Sequence[str]) -> None:
+    """Authenticate by API key every request under ``public_paths`` (``/internal`` ones
+    excepted), whether or not it matches one of ``blueprint``'s routes."""
+    blueprint.before_app_request(_guard(tuple(public_paths)))
     document_api_key_auth(blueprint.name)
+
+
+def _guard(public_paths: tuple[str, ...]) -> Callable[[], Response | None]:
+    def authenticate_public_paths() -> Response | None:
+        if is_protected(request.path) or not _under(request.path, public_paths):
+            return None
+        return authenticate()
+
+    return authenticate_public_paths
 
 
 def current_organization_id() -> int:

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from router.requests import JobRequest
+from shared.inputs import Id
 from tiers.families import Family
 from tiers.policies import RetryPolicy
 
@@ -29,21 +30,19 @@ INGEST_RETRY = RetryPolicy(max_attempts=3, base_seconds=30.0)
 #: only what escapes that (the database being away).
 REFRESH_RETRY = RetryPolicy(max_attempts=2, base_seconds=60.0)
 
-MAX_ID = 2**63 - 1
-
 
 class IngestParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    document_id: int = Field(ge=1, le=MAX_ID)
-    knowledge_base_id: int | None = Field(None, ge=1, le=MAX_ID)
+    document_id: Id
+    knowledge_base_id: Id | None = None
 
 
 class RefreshParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    document_id: int = Field(ge=1, le=MAX_ID)
-    knowledge_base_id: int | None = Field(None, ge=1, le=MAX_ID)
+    document_id: Id
+    knowledge_base_id: Id | None = None
 
 
 def ingest_job_id(document_id: int) -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import difflib
 import logging
 import math
-import posixpath
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -38,11 +37,13 @@ from services.api.context import current_platform
 from services.api.errors import REDIS_UNAVAILABLE, RETRY_AFTER_SECONDS, error_response
 from services.api.openapi import ResponseSpec, describe
 from services.api.schemas import ErrorBody
+from services.api.validation import parse_fields, parse_json
 from services.ingestion import pipeline, store
 from services.ingestion.api_auth import current_organization_id, require_api_key
 from services.ingestion.embedders import Embedder
 from services.ingestion.families import ingest_request
 from services.ingestion.index_writer import DocumentChunker
+from services.ingestion.inputs import document_input, json_body
 from services.ingestion.schemas import (
     ApiKeyCreate,
     ApiKeyCreated,
@@ -52,7 +53,7 @@ from services.ingestion.schemas import (
     DocumentOut,
     DocumentPage,
     DocumentPageQuery,
-    FileUploadFields,
+    FileUploadForm,
     KnowledgeBaseCreate,
     KnowledgeBaseOut,
     KnowledgeBasePage,
@@ -64,11 +65,7 @@ from services.ingestion.schemas import (
     VersionDiff,
     VersionList,
     VersionOut,
-    checked_document_json,
-    parse_fields,
-    parse_json,
 )
-from services.knowledge_sync.providers.url_crawl import normalize_url
 from shared.db.base import utcnow
 from shared.db.engine import session_scope
 from shared.db.models.ingestion import MAX_SOURCE_BYTES
@@ -81,10 +78,10 @@ NAME = "ingestion"
 #: escaping of a text); content over 10 MB inside it is refused by the store (also 413).
 UPLOAD_BODY_LIMIT = MAX_SOURCE_BYTES + 1024 * 1024
 _COMPONENTS = "speedtier.ingestion"
-_ID = "int(min=1,max=9223372036854775807)"
-_BASE = f"/knowledge-bases/<{_ID}:knowledge_base_id>"
-_DOCUMENT = f"{_BASE}/documents/<{_ID}:document_id>"
-_FORM_FIELDS = frozenset({"name", "audience"})
+_BASE = "/knowledge-bases/<id:knowledge_base_id>"
+_DOCUMENT = f"{_BASE}/documents/<id:document_id>"
+#: The public path space, every path of which needs an API key (unrouted ones too).
+PUBLIC_PATHS = ("/knowledge-bases", "/search")
 QUEUE_UNAVAILABLE: tuple[type[Exception], ...] = (QueueUnavailable, *REDIS_UNAVAILABLE)
 
 AUTH: dict[int, ResponseSpec] = {401: ("Missing, unknown or revoked API key.", ErrorBody)}
@@ -123,13 +120,6 @@ def answer(model: BaseModel, status: int = 200, location: str | None = None) -> 
     if location is not None:
         response.headers["Location"] = location
     return response
-
-
-def json_body() -> bytes:
-    """The raw JSON body. Raises ValidationFailed for another content type."""
-    if not request.is_json:
-        raise ValidationFailed({"body": "the body must be application/json"})
-    return request.get_data(cache=False)
 
 
 def query_args() -> dict[str, str]:
@@ -207,69 +197,6 @@ def delete_knowledge_base(knowledge_base_id: int) -> ResponseReturnValue:
 # -- documents -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class DocumentInput:
-    name: str
-    source: store.DocumentSource
-    audience: list[str]
-    connector: str | None = None
-
-
-def file_input() -> DocumentInput:
-    """A ``multipart/form-data`` upload. Raises ValidationFailed (a zero-byte file too:
-    nothing is stored for it)."""
-    errors = {f: "unknown field" for f in (set(request.form) - _FORM_FIELDS)}
-    errors |= {f: "unknown file field" for f in set(request.files) - {"file"}}
-    audience = [
-        part.strip() for value in request.form.getlist("audience") for part in value.split(",")
-    ]
-    fields = parse_fields(
-        FileUploadFields,
-        {"name": request.form.get("name"), "audience": [a for a in audience if a]},
-    )
-    uploads = request.files.getlist("file")
-    data = b""
-    if not uploads:
-        errors["file"] = "Field required (a file part)"
-    elif len(uploads) > 1:
-        errors["file"] = "one file per request"
-    else:
-        data = uploads[0].read()
-        if not data:
-            errors["file"] = "zero-byte file"
-    filename = posixpath.basename((uploads[0].filename or "").replace("\\", "/")) if uploads else ""
-    name = fields.name or filename.strip()
-    if not name and "file" not in errors:
-        errors["name"] = "Field required (the file has no name to default to)"
-    if errors:
-        raise ValidationFailed(errors)
-    upload = uploads[0]
-    source = store.FileSource(data, upload.content_type or None, filename or None)
-    return DocumentInput(name[: store.MAX_NAME_LENGTH], source, fields.audience)
-
-
-def json_input() -> DocumentInput:
-    """A JSON text or URL document. Raises ValidationFailed."""
-    body = checked_document_json(parse_json(DocumentJsonCreate, json_body()))
-    if body.text is not None:
-        assert body.name is not None
-        return DocumentInput(body.name, store.TextSource(body.text), body.audience)
-    assert body.url is not None
-    source = store.UrlSource(body.url, body.crawl_depth)
-    name = body.name or normalize_url(body.url) or body.url
-    return DocumentInput(name[: store.MAX_NAME_LENGTH], source, body.audience, body.connector)
-
-
-def document_input() -> DocumentInput:
-    if request.mimetype == "multipart/form-data":
-        return file_input()
-    if request.is_json:
-        return json_input()
-    raise ValidationFailed(
-        {"body": "send multipart/form-data with a file, or JSON with a text or a url"}
-    )
-
-
 def enqueue_ingestion(organization_id: int, document_id: int, knowledge_base_id: int) -> bool:
     """Enqueue the document's ingestion job; False when the queue is unavailable (the
     document is committed in ``processing``, so the sweep tick enqueues it instead)."""
@@ -293,6 +220,7 @@ def enqueue_ingestion(organization_id: int, document_id: int, knowledge_base_id:
     "queue is unavailable the platform's minute sweep picks it up. An unreadable, truncated "
     "or unsupported file is accepted and ends `failed` with a reason. Bodies up to 11 MB.",
     body=DocumentJsonCreate,
+    form=FileUploadForm,
     responses={
         202: ("Stored in `processing`; ingestion is under way.", DocumentAccepted),
         413: ("The body or its content is over the 10 MB content limit.", ErrorBody),
@@ -654,7 +582,7 @@ def blueprint(*, chunker: DocumentChunker, embedder: Embedder) -> Blueprint:
     """The ingestion API, searching and rolling back with ``chunker`` and ``embedder``
     (the ones the ingestion jobs use, so vectors stay comparable)."""
     routes = Blueprint(NAME, __name__)
-    require_api_key(routes)
+    require_api_key(routes, PUBLIC_PATHS)
     routes.before_request(allow_uploads)
 
     def attach(state: BlueprintSetupState) -> None:

@@ -2,33 +2,24 @@
 
 The same models validate requests and describe them in the OpenAPI document. Requests are
 strict (no coercion, no unknown fields) so a wrong type is a 400 naming the field, never a
-silently converted value.
+silently converted value; strings and integers follow :mod:`shared.inputs` (no NUL,
+lengths as sent then trimmed, ``5.0`` is an integer).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictInt,
-    StrictStr,
-    StringConstraints,
-    ValidationError,
-)
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from services.api.errors import validation_failed
+from services.api.schemas import StrictRequest
 from services.knowledge_sync.providers.url_crawl import normalize_url
 from shared.db.models.ingestion import KbDocument, KbDocumentVersion, KnowledgeBase
 from shared.errors import ValidationFailed
+from shared.inputs import MAX_ID, NUL_FREE, TRIMMED, WHOLE_NUMBER, Id, JsonInt
 
-#: The largest id a bigint column holds; a larger one cannot name a record.
-MAX_ID = 2**63 - 1
 MAX_NAME_LENGTH = 255
 MAX_CRAWL_DEPTH = 5
 MAX_AUDIENCE = 100
@@ -36,11 +27,12 @@ MAX_QUERY_LENGTH = 2000
 MAX_TOP_K = 50
 MAX_PAGE = 100
 
-Id = Annotated[StrictInt, Field(ge=1, le=MAX_ID)]
-Name = Annotated[StrictStr, StringConstraints(strip_whitespace=True, min_length=1, max_length=255)]
-AudienceEntry = Annotated[
-    StrictStr, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)
-]
+MAX_CONNECTOR = 200
+MAX_URL_LENGTH = 2048
+MAX_VERSION = 2**31 - 1
+
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH), TRIMMED]
+AudienceEntry = Annotated[str, Field(min_length=1, max_length=200), TRIMMED]
 Audience = Annotated[
     list[AudienceEntry],
     Field(
@@ -48,8 +40,8 @@ Audience = Annotated[
         description="Who may retrieve the document; empty: everyone in the organization.",
     ),
 ]
-M = TypeVar("M", bound=BaseModel)
-Connector = Annotated[StrictStr, StringConstraints(min_length=1, max_length=200)]
+Connector = Annotated[str, Field(min_length=1, max_length=MAX_CONNECTOR), NUL_FREE]
+Version = Annotated[int, Field(ge=1, le=MAX_VERSION), WHOLE_NUMBER]
 RefreshSchedule = Literal["hourly", "daily", "weekly"]
 DocumentStatus = Literal["processing", "ready", "failed"]
 
@@ -60,14 +52,10 @@ def _http_url(value: str) -> str:
     return value
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
 # -- knowledge bases -----------------------------------------------------------------------
 
 
-class KnowledgeBaseCreate(Strict):
+class KnowledgeBaseCreate(StrictRequest):
     name: Name
     refresh_schedule: RefreshSchedule | None = Field(
         None,
@@ -111,7 +99,7 @@ class DocumentPageQuery(PageQuery):
 # -- documents -----------------------------------------------------------------------------
 
 
-class DocumentJsonCreate(Strict):
+class DocumentJsonCreate(StrictRequest):
     """A JSON document: ``text`` (with a ``name``) or ``url`` (name defaults to the URL).
 
     A file is uploaded as ``multipart/form-data`` instead: ``file``, optional ``name``
@@ -119,20 +107,36 @@ class DocumentJsonCreate(Strict):
     """
 
     name: Name | None = None
-    text: StrictStr | None = Field(None, min_length=1)
-    url: Annotated[StrictStr, Field(max_length=2048), AfterValidator(_http_url)] | None = None
-    crawl_depth: int = Field(0, ge=0, le=MAX_CRAWL_DEPTH, description="Same-host link depth.")
+    text: Annotated[str, Field(min_length=1), NUL_FREE] | None = None
+    url: (
+        Annotated[str, Field(max_length=MAX_URL_LENGTH), NUL_FREE, AfterValidator(_http_url)] | None
+    ) = None
+    crawl_depth: JsonInt = Field(0, ge=0, le=MAX_CRAWL_DEPTH, description="Same-host link depth.")
     connector: Connector | None = Field(
         None, description="The connector binding the URL document came through."
     )
     audience: Audience = []
 
 
-class FileUploadFields(Strict):
+class FileUploadFields(StrictRequest):
     """The form fields next to an uploaded ``file``."""
 
     name: Name | None = None
     audience: Audience = []
+
+
+class UploadedFile(StrictRequest):
+    """What a multipart file part says about itself, stored with the document."""
+
+    filename: Annotated[str, NUL_FREE] | None = None
+    content_type: Annotated[str, NUL_FREE] | None = None
+
+
+class FileUploadForm(FileUploadFields):
+    """``multipart/form-data``: a ``file`` part, ``name`` (default: the file's name) and
+    ``audience`` (repeated, or comma-separated)."""
+
+    file: bytes = Field(description="The document's bytes (at most 10 MB).")
 
 
 class DocumentOut(BaseModel):
@@ -218,8 +222,8 @@ class VersionList(BaseModel):
 class DiffQuery(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    from_version: int = Field(alias="from", ge=1, le=2**31 - 1, description="The old version.")
-    to_version: int = Field(alias="to", ge=1, le=2**31 - 1, description="The new version.")
+    from_version: int = Field(alias="from", ge=1, le=MAX_VERSION, description="The old version.")
+    to_version: int = Field(alias="to", ge=1, le=MAX_VERSION, description="The new version.")
 
 
 class VersionDiff(BaseModel):
@@ -228,18 +232,16 @@ class VersionDiff(BaseModel):
     diff: str = Field(description="A unified diff of the two versions' extracted text.")
 
 
-class RollbackBody(Strict):
-    version: int = Field(ge=1, le=2**31 - 1, description="A kept version's number.")
+class RollbackBody(StrictRequest):
+    version: Version = Field(description="A kept version's number.")
 
 
 # -- search --------------------------------------------------------------------------------
 
 
-class SearchBody(Strict):
-    query: Annotated[StrictStr, StringConstraints(strip_whitespace=True, min_length=1)] = Field(
-        max_length=MAX_QUERY_LENGTH
-    )
-    top_k: int = Field(10, ge=1, le=MAX_TOP_K)
+class SearchBody(StrictRequest):
+    query: Annotated[str, Field(min_length=1, max_length=MAX_QUERY_LENGTH), TRIMMED]
+    top_k: JsonInt = Field(10, ge=1, le=MAX_TOP_K)
     audience: Audience = Field(
         [],
         description="The caller's audiences: chunks restricted to other audiences are left "
@@ -262,7 +264,7 @@ class SearchResults(BaseModel):
 # -- API keys ------------------------------------------------------------------------------
 
 
-class ApiKeyCreate(Strict):
+class ApiKeyCreate(StrictRequest):
     organization_id: Id
     name: Name
 
@@ -277,24 +279,7 @@ class ApiKeyCreated(BaseModel):
     created_at: datetime
 
 
-# -- parsing -------------------------------------------------------------------------------
-
-
-def parse_json(model: type[M], raw: bytes) -> M:
-    """A JSON body as ``model``. Raises ValidationFailed naming each bad field."""
-    try:
-        return model.model_validate_json(raw or b"null")
-    except ValidationError as exc:
-        raise validation_failed(exc) from None
-
-
-def parse_fields(model: type[M], fields: Mapping[str, object]) -> M:
-    """Query parameters or form fields as ``model``. Raises ValidationFailed naming each
-    bad field."""
-    try:
-        return model.model_validate(fields)
-    except ValidationError as exc:
-        raise validation_failed(exc) from None
+# -- cross-field rules ----------------------------------------------------------------
 
 
 def checked_document_json(body: DocumentJsonCreate) -> DocumentJsonCreate:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl
 
+from shared.inputs import NUL_FREE, Id, JsonInt
 from tiers.families import Family
 from tiers.policies import WindowRule
 
@@ -29,35 +30,31 @@ DOCUMENT_WINDOWS = {
 #: The chunk worker's queue limiter: 60 jobs a minute (and 4 at once, GROUP_CAPS).
 CHUNK_WINDOWS = {"*": WindowRule(60, 60.0)}
 
-#: Rails ids are PostgreSQL bigints: a larger id can name no record, and would fail every
-#: attempt of its job with a database error instead of being refused with a 400.
-MAX_ID = 2**63 - 1
-
 
 class _Routed(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    provider: str | None = Field(None, max_length=64)
-    organization_data_source_id: int | None = Field(None, ge=1, le=MAX_ID)
+    provider: Annotated[str, NUL_FREE] | None = Field(None, max_length=64)
+    organization_data_source_id: Id | None = None
 
 
 class SourceParams(_Routed):
-    source_id: int = Field(ge=1, le=MAX_ID)
+    source_id: Id
 
 
 class DocumentParams(_Routed):
-    document_id: int = Field(ge=1, le=MAX_ID)
+    document_id: Id
 
 
 class CrawlStartParams(_Routed):
-    crawl_task_id: int = Field(ge=1, le=MAX_ID)
+    crawl_task_id: Id
 
 
 class CrawlUrlParams(_Routed):
-    crawl_task_id: int = Field(ge=1, le=MAX_ID)
+    crawl_task_id: Id
     url: HttpUrl
     parent_url: HttpUrl | None = None
-    depth: int = Field(0, ge=0, le=100)
+    depth: JsonInt = Field(0, ge=0, le=100)
 
 
 def crawl_url_job_id(crawl_task_id: int, url: str) -> str:

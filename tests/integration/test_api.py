@@ -218,7 +218,31 @@ BAD_INPUTS: list[tuple[str, Any, str, str]] = [
         "null organization for a tenant kind",
         {"requests": [plain("a", org=None)]},
         "requests[0].organization_id",
-        "must be an integer from 1",
+        "valid integer",
+    ),
+    (
+        "organization for a platform kind",
+        {"requests": [{"kind": "tick:group-slot-reaper", "organization_id": 7, "slot": "s"}]},
+        "requests[0].organization_id",
+        "should be null",
+    ),
+    (
+        "parameter as a numeric string",
+        {"requests": [plain("a", times="3")]},
+        "requests[0].times",
+        "valid integer",
+    ),
+    (
+        "parameter with a fraction",
+        {"requests": [plain("a", times=3.5)]},
+        "requests[0].times",
+        "valid integer",
+    ),
+    (
+        "unknown parameter",
+        {"requests": [plain("a", colour="red")]},
+        "requests[0].colour",
+        "not permitted",
     ),
     (
         "kind not a string",
@@ -471,8 +495,22 @@ def test_openapi_describes_every_route(app: Flask, client: FlaskClient) -> None:
     }
     assert {"202", "400", "401", "413", "503"} <= set(enqueue["responses"])
     schemas = document["components"]["schemas"]
-    assert {"EnqueueBody", "EnqueueItem", "EnqueueAccepted", "JobRecord"} <= set(schemas)
-    assert schemas["EnqueueItem"]["required"] == ["kind", "organization_id"]
+    assert {"EnqueueBody", "TPlainRequest", "EnqueueAccepted", "JobRecord"} <= set(schemas)
+    # One request schema per kind, chosen by ``kind``: the kind's parameters, its tenancy.
+    items = schemas["EnqueueBody"]["properties"]["requests"]["items"]
+    assert items["discriminator"]["propertyName"] == "kind"
+    assert items["discriminator"]["mapping"]["t_plain"] == "#/components/schemas/TPlainRequest"
+    plain_request = schemas["TPlainRequest"]
+    assert {"kind", "organization_id", "item"} <= set(plain_request["required"])
+    assert plain_request["additionalProperties"] is False
+    assert plain_request["properties"]["organization_id"]["type"] == "integer"
+    tick = schemas["TickGroupSlotReaperRequest"]["properties"]
+    assert tick["organization_id"]["type"] == "null"
+    assert tick["slot"]["pattern"] == "^[^\\x00]*$"
+    service = document["paths"]["/internal/plain_service/enqueue"]["post"]["requestBody"]
+    service_schema = service["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
+    service_items = schemas[service_schema]["properties"]["requests"]["items"]
+    assert set(service_items["discriminator"]["mapping"]) == {"t_plain"}
     assert document["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
     assert "t_plain" in document["paths"]["/internal/plain_service/enqueue"]["post"]["description"]
 
