@@ -4,8 +4,9 @@
 to) into the markdown a URL document stores as its source bytes, through the URL crawl's
 SSRF-guarded fetcher. Its failures are sorted the way a document shows them: terminal
 (:class:`FetchFailed`: unreachable, redirecting off-host, over 10 MB, unsupported,
-disallowed) or transient (:class:`TransientFailure`, retried; on the last attempt it fails
-the document as ``unreachable or redirecting URL``).
+disallowed, or an address the guard refused, ``refused: address 10.0.0.1 is private``, also
+logged as a WARNING naming the organization) or transient (:class:`TransientFailure`,
+retried; on the last attempt it fails the document as ``unreachable or redirecting URL``).
 
 :func:`refresh_interval_seconds` and :func:`next_refresh_time` are the freshness clock's
 arithmetic: the recrawl interval (daily by default, hourly at the soonest) or the base's
@@ -19,7 +20,12 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
-from services.knowledge_sync.providers.url_crawl import CrawledPage, Disallowed
+from services.knowledge_sync.providers.url_crawl import (
+    AddressRefused,
+    CrawledPage,
+    Disallowed,
+    log_refusal,
+)
 from shared.db.models.ingestion import MAX_SOURCE_BYTES
 from shared.errors import Delay, Retryable, Unrecoverable
 
@@ -71,13 +77,16 @@ def _page_text(page: CrawledPage) -> str:
     return page.markdown
 
 
-def _fetch_one(url: str, fetch: PageFetch) -> CrawledPage:
+def _fetch_one(url: str, fetch: PageFetch, *, organization_id: int, requested: str) -> CrawledPage:
     try:
         page = fetch(url)
     except Disallowed as exc:
         raise FetchFailed(DISALLOWED) from exc
     except (Delay, TransientFailure):
         raise
+    except AddressRefused as exc:
+        log_refusal(exc, organization_id=organization_id, requested=requested)
+        raise FetchFailed(exc.reason) from exc
     except Unrecoverable as exc:
         message = str(exc)
         reason = (
@@ -95,20 +104,23 @@ def _fetch_one(url: str, fetch: PageFetch) -> CrawledPage:
     return page
 
 
-def fetch_url_source(url: str, crawl_depth: int, fetch: PageFetch) -> bytes:
+def fetch_url_source(
+    url: str, crawl_depth: int, fetch: PageFetch, *, organization_id: int
+) -> bytes:
     """The page at ``url`` (and same-host pages linked from it, ``crawl_depth`` links deep,
-    at most :data:`MAX_CRAWL_PAGES`) as markdown, the way a URL document stores it.
+    at most :data:`MAX_CRAWL_PAGES`) as markdown, the way a URL document stores it, for
+    ``organization_id`` (named in the log when the SSRF guard refuses an address).
 
     A linked page that fails is left out; only the first page decides the outcome.
 
     Raises:
-      FetchFailed: the first page is unreachable (4xx, refused address, too many
-        redirects), redirects to another host, is over 10 MB, of an unsupported type or
+      FetchFailed: the first page is unreachable (4xx, too many redirects), its address
+        is refused, it redirects to another host, is over 10 MB, of an unsupported type or
         disallowed by robots.txt.
       TransientFailure: a failure a later attempt may not meet (5xx, connection, DNS).
       Delay: the host asked to wait (429 with Retry-After, or the politeness window).
     """
-    first = _fetch_one(url, fetch)
+    first = _fetch_one(url, fetch, organization_id=organization_id, requested=url)
     parts = [_page_text(first)]
     size = len(parts[0].encode())
     seen = {url, first.final_url}
@@ -119,7 +131,7 @@ def fetch_url_source(url: str, crawl_depth: int, fetch: PageFetch) -> bytes:
             continue
         seen.add(link)
         try:
-            page = _fetch_one(link, fetch)
+            page = _fetch_one(link, fetch, organization_id=organization_id, requested=url)
         except (FetchFailed, TransientFailure) as exc:
             log.info("crawl of %s: leaving out %s (%s)", url, link, exc)
             continue

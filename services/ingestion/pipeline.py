@@ -347,7 +347,9 @@ def ingest_document(
         if document.kind == "url" and source is None:
             if fetch is None:
                 raise Unrecoverable(f"document {document_id}: a URL document needs a fetcher")
-            source = fetched = fetch_url_source(document.url or "", document.crawl_depth, fetch)
+            source = fetched = fetch_url_source(
+                document.url or "", document.crawl_depth, fetch, organization_id=organization_id
+            )
         content_type = MARKDOWN_CONTENT_TYPE if document.kind == "url" else document.content_type
         extracted = extract(source or b"", content_type=content_type, filename=document.filename)
         source = None  # the text is what follows; the bytes stay in the database

@@ -88,7 +88,9 @@ def refresh_document(
     submitted_at = document.submitted_at
     interval = refresh_interval_of(session, document, recrawl_interval_seconds)
     try:
-        fetched = fetch_url_source(document.url, document.crawl_depth, fetch)
+        fetched = fetch_url_source(
+            document.url, document.crawl_depth, fetch, organization_id=organization_id
+        )
         text = extract(fetched, content_type=MARKDOWN_CONTENT_TYPE, filename=None).text
     except (FetchFailed, ExtractionFailed, Retryable) as exc:
         reason = getattr(exc, "reason", None) or str(exc)

@@ -26,7 +26,12 @@ from sqlalchemy.orm import Session
 
 from services.knowledge_sync import crawl_ledger
 from services.knowledge_sync.crawl_ledger import ChildRequest
-from services.knowledge_sync.providers.url_crawl import CrawledPage, Disallowed
+from services.knowledge_sync.providers.url_crawl import (
+    AddressRefused,
+    CrawledPage,
+    Disallowed,
+    log_refusal,
+)
 from shared.errors import Delay, RecordMissing, Unrecoverable
 
 
@@ -109,6 +114,9 @@ def crawl_url_step(
         raise
     except Disallowed as exc:
         return _finish_without_page(session, org, task, url, str(exc), None)
+    except AddressRefused as exc:
+        log_refusal(exc, organization_id=org, requested=url)
+        return _finish_without_page(session, org, task, url, exc.reason, exc)
     except Unrecoverable as exc:
         return _finish_without_page(session, org, task, url, str(exc), exc)
     except Exception as exc:

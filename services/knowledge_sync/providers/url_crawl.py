@@ -11,14 +11,16 @@ makes itself, which never happen here: nothing is rendered or executed.
 
 Failures speak the error hierarchy (:mod:`shared.http` semantics): 5xx, 429 without
 Retry-After, timeouts and transport errors are ``Retryable``; 429 with Retry-After is a
-``Delay``; a refused address, other 4xx, an unsupported content type, a page over the size
-limit and too many redirects are ``Unrecoverable``. A URL robots.txt forbids raises
+``Delay``; a refused address (:class:`AddressRefused`, with its own reason), other 4xx, an
+unsupported content type, a page over the size limit and too many redirects are
+``Unrecoverable``. A URL robots.txt forbids raises
 :class:`Disallowed`, which is not a job failure: the crawl finishes the URL without content.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 import threading
 import time
@@ -41,6 +43,8 @@ from shared.http import raise_for_status
 from tiers.attempts import current_window_hold
 from tiers.policies import WindowRule
 from tiers.rate_window import RateWindows
+
+log = logging.getLogger(__name__)
 
 MAX_PAGE_BYTES = 10 * 1024 * 1024
 MAX_REDIRECTS = 5
@@ -67,6 +71,33 @@ _BOILERPLATE = (
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class AddressRefused(Unrecoverable):
+    """The SSRF guard refused to connect: ``host`` resolves to a non-public ``address``.
+
+    ``reason`` is what a URL document shows (``refused: address 10.0.0.1 is private``);
+    :func:`log_refusal` writes the WARNING an operator needs to see who asked for it.
+    """
+
+    def __init__(self, url: str, host: str, address: str, kind: str) -> None:
+        self.url, self.host, self.address, self.kind = url, host, address, kind
+        self.reason = f"refused: address {address} is {kind}"
+        super().__init__(f"GET {url}: {host} {self.reason}")
+
+
+def log_refusal(refused: AddressRefused, *, organization_id: int, requested: str) -> None:
+    """The WARNING of a refused address: the organization, the URL it asked for, and the
+    URL, host and address refused (a redirect hop or robots.txt may be what was refused)."""
+    log.warning(
+        "SSRF guard: refused %s for organization %s (asked for %s): %s resolves to %s, which is %s",
+        refused.url,
+        organization_id,
+        requested,
+        refused.host,
+        refused.address,
+        refused.kind,
+    )
 
 
 class Disallowed(Exception):
@@ -169,6 +200,24 @@ def is_public_address(address: Address) -> bool:
     )
 
 
+def non_public_kind(address: Address) -> str:
+    """What makes a refused address non-public, in words: loopback, link-local,
+    unspecified, multicast, private, reserved or not globally routable."""
+    if isinstance(address, ipaddress.IPv6Address):
+        embedded = _embedded_ipv4(address)
+        if embedded is not None and not is_public_address(embedded):
+            return non_public_kind(embedded)
+    checks = (
+        ("loopback", address.is_loopback),
+        ("link-local", address.is_link_local),
+        ("unspecified", address.is_unspecified),
+        ("multicast", address.is_multicast),
+        ("private", address.is_private),
+        ("reserved", address.is_reserved),
+    )
+    return next((kind for kind, applies in checks if applies), "not globally routable")
+
+
 @dataclass(frozen=True)
 class AddressGuard:
     """Which addresses the crawler may connect to.
@@ -186,12 +235,13 @@ class AddressGuard:
             return True
         return any(address in network for network in self.allowed_networks)
 
-    def resolve(self, host: str, port: int) -> list[str]:
-        """The addresses of ``host`` to connect to, in resolver order.
+    def resolve(self, host: str, port: int, url: str = "") -> list[str]:
+        """The addresses of ``host`` (the host of ``url``) to connect to, in resolver order.
 
         Raises:
-          Unrecoverable: when any address is refused (a host that answers one private
-            address among public ones is refused whole) or the name is not encodable.
+          AddressRefused: when any address is refused (a host that answers one private
+            address among public ones is refused whole).
+          Unrecoverable: when the name is not encodable.
           Retryable: when the name does not resolve (DNS failures are often transient).
         """
         try:
@@ -203,8 +253,9 @@ class AddressGuard:
         addresses: list[str] = []
         for info in infos:
             text = str(info[4][0]).split("%", 1)[0]
-            if not self.permits(ipaddress.ip_address(text)):
-                raise Unrecoverable(f"{host}: refused, resolves to non-public address {text}")
+            address = ipaddress.ip_address(text)
+            if not self.permits(address):
+                raise AddressRefused(url or host, host, text, non_public_kind(address))
             if text not in addresses:
                 addresses.append(text)
         if not addresses:
@@ -247,7 +298,7 @@ def _pinned_get(
     scheme, host, port = _origin(url)
     headers = {"Host": parts.netloc, "User-Agent": user_agent, "Accept": accept}
     failure: requests.RequestException | None = None
-    for address in guard.resolve(host, port)[:_MAX_ADDRESSES_TRIED]:
+    for address in guard.resolve(host, port, url)[:_MAX_ADDRESSES_TRIED]:
         netloc = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
         target = urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
         session = requests.Session()
