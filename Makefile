@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: run test lint typecheck pytest bench services install clean
+.PHONY: run test lint typecheck pytest bench chaos services install clean
 
 $(STAMP): setup.cfg pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found (Python 3.11 is required)"; exit 1; }
@@ -43,3 +43,6 @@ bench: install services
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+
+chaos: install services
+	$(BIN)/python -m bench.chaos

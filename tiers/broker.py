@@ -125,7 +125,9 @@ class TierBroker(RedisBroker):
         found = self._ids_of(queue_name, unknown) if unknown else {}
         for data, message, reason in rejected:
             options = message.options if message is not None else {}
-            redis_id = options.get("redis_message_id") or found.get(data)
+            redis_id = options.get("redis_message_id")
+            if redis_id is None and found.get(data):
+                redis_id = found[data].pop()
             if not isinstance(redis_id, str):
                 log.error("%s on %s: its id could not be found; left as is", reason, queue_name)
                 continue
@@ -142,16 +144,20 @@ class TierBroker(RedisBroker):
         if entries:
             self.jobs.reject(queue_name, self.broker_id, entries)
 
-    def _ids_of(self, queue_name: str, datas: Sequence[bytes]) -> dict[bytes, str]:
-        """Redis ids of fetched messages known only by their data (undecodable ones): look
-        through this worker's unacked messages of the queue."""
+    def _ids_of(self, queue_name: str, datas: Sequence[bytes]) -> dict[bytes, list[str]]:
+        """Redis ids of fetched messages known only by their data (undecodable ones), found
+        among this worker's unacked messages of the queue; identical data, several ids."""
         acks = f"{self.namespace}:__acks__.{self.broker_id}.{queue_name}"
         ids = [self._text(i) for i in self.client.smembers(acks)]
         if not ids:
             return {}
         values = self.client.hmget(f"{self.namespace}:{queue_name}.msgs", ids)
         wanted = set(datas)
-        return {value: i for i, value in zip(ids, values, strict=True) if value in wanted}
+        found: dict[bytes, list[str]] = {}
+        for redis_id, value in zip(ids, values, strict=True):
+            if value in wanted:
+                found.setdefault(value, []).append(redis_id)
+        return found
 
     @staticmethod
     def _text(value: bytes | str) -> str:

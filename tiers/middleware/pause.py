@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -15,8 +16,9 @@ from tiers.middleware.held import Held
 
 log = logging.getLogger(__name__)
 
-#: How long a job waits when its family's kill switch cannot be read (PostgreSQL down).
-UNREADABLE_DELAY_SECONDS = 10.0
+#: How long a job waits when its family's kill switch cannot be read (PostgreSQL down), plus
+#: up to half again at random so the waiting jobs do not all come back at once.
+UNREADABLE_DELAY_SECONDS = 5.0
 
 
 class PauseSwitch(Middleware):
@@ -40,7 +42,8 @@ class PauseSwitch(Middleware):
         except Exception as exc:
             # Unread, the switch might be raised: do not run. Its store being down says
             # nothing about the job, so it waits without spending an attempt.
-            delay = Delay.after(UNREADABLE_DELAY_SECONDS, reason="kill switch unreadable")
+            wait = UNREADABLE_DELAY_SECONDS * (1 + random.random() / 2)
+            delay = Delay.after(wait, reason="kill switch unreadable")
             log.warning("kill switch %s unreadable (%s); job delayed", family.pause_flag, exc)
             raise Held(delay) from exc
         if paused:

@@ -1,0 +1,122 @@
+"""The chaos suite's job families, handler and ledger (imported by its worker processes).
+
+Four kinds of job, all on the fast tier, all behind a kill switch read from PostgreSQL:
+
+=============  ============================================================================
+kind           what the handler does
+=============  ============================================================================
+``plain``      returns (a family without a group: claimed a fetched batch at a time)
+``grouped``    returns (at most 2 running per organization: slots, leases, parked lists)
+``delayed``    first run: ``Delay`` 1 s (back through the delay queue); then returns
+``retrying``   first run: ``Retryable`` (an attempt spent, back after 0.2 s); then returns
+``pg``         reads PostgreSQL, then returns (an outage delays it, spends nothing)
+=============  ============================================================================
+
+The ledger (Redis hashes under ``<ns>:chaos:``): ``starts`` (runs begun per item),
+``settled`` (runs the platform settled as ``completed`` per item: more than one is an effect
+run twice, a finished job brought back), and ``done`` (completion times, for recovery).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis
+from dramatiq.broker import Broker
+from dramatiq.middleware import Middleware
+from pydantic import BaseModel
+from sqlalchemy import Engine, text
+
+from shared.errors import Delay, Retryable
+from tiers.families import Family
+from tiers.middleware.outcomes import Outcomes
+from tiers.policies import RetryPolicy
+
+PAUSE_FLAG = "pause_api2_chaos"
+KINDS = ("plain", "grouped", "delayed", "retrying", "pg")
+RETRY = RetryPolicy(max_attempts=5, base_seconds=0.2)
+_STATE: dict[str, Any] = {}
+
+
+class Params(BaseModel):
+    item: str
+    kind: str = "plain"
+
+
+def ledger_key(namespace: str, name: str) -> str:
+    return f"{namespace}:chaos:{name}"
+
+
+def handler(organization_id: int, item: str, kind: str) -> None:
+    client: redis.Redis = _STATE["client"]
+    starts = int(client.hincrby(ledger_key(_STATE["ns"], "starts"), item, 1))
+    if kind == "delayed" and starts == 1:
+        raise Delay.after(1.0, reason="chaos")
+    if kind == "retrying" and starts == 1:
+        raise Retryable("chaos: first attempt fails")
+    if kind == "pg":
+        engine: Engine = _STATE["engine"]
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+
+
+class SettledLedger(Middleware):
+    """Counts, after the outcome is settled, each run the job record shows completed by this
+    very delivery. Installed before Outcomes, so its after-hook runs after Outcomes'."""
+
+    def __init__(self, client: redis.Redis, namespace: str) -> None:
+        self.client = client
+        self.namespace = namespace
+
+    def after_process_message(
+        self, broker: Broker, message: Any, *, result: Any = None, exception: Any = None
+    ) -> None:
+        if exception is not None or "st_job" not in message.options:
+            return
+        record = self.client.hmget(
+            f"{self.namespace}:job:{message.options['st_job']}", "state", "cur"
+        )
+        if record[0] == b"completed" and record[1] == message.options["redis_message_id"].encode():
+            item = message.kwargs["item"]
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hincrby(ledger_key(self.namespace, "settled"), item, 1)
+            pipe.rpush(ledger_key(self.namespace, "done"), f"{time.time():.3f}")
+            pipe.execute()
+
+
+def families() -> list[Family]:
+    common: dict[str, Any] = {
+        "handler": handler,
+        "params": Params,
+        "fixed_tier": "fast",
+        "pause_flag": PAUSE_FLAG,
+        "retry": RETRY,
+    }
+    return [
+        Family(
+            name="chaos_plain", kind="chaos_plain", job_id=lambda o, p: f"chaos-{p.item}", **common
+        ),
+        Family(
+            name="chaos_grouped",
+            kind="chaos_grouped",
+            job_id=lambda o, p: f"chaos-{p.item}",
+            group_caps={"fast": 2},
+            **common,
+        ),
+    ]
+
+
+def family_of(kind: str) -> str:
+    return "chaos_grouped" if kind == "grouped" else "chaos_plain"
+
+
+def register(platform: Any) -> None:
+    """Service-module entry point: ``bootstrap(services=["bench.chaos.workload"])``."""
+    client = redis.Redis.from_url(platform.settings.redis_url)
+    _STATE.update(client=client, ns=platform.settings.redis_namespace, engine=platform.engine)
+    for family in families():
+        platform.add_family(family)
+    platform.broker.add_middleware(
+        SettledLedger(client, platform.settings.redis_namespace), before=Outcomes
+    )
