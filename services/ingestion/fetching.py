@@ -20,12 +20,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
-from services.knowledge_sync.providers.url_crawl import (
-    AddressRefused,
-    CrawledPage,
-    Disallowed,
-    log_refusal,
-)
+from services.knowledge_sync.providers.ssrf_guard import AddressRefused, log_refusal
+from services.knowledge_sync.providers.url_crawl import CrawledPage, Disallowed
 from shared.db.models.ingestion import MAX_SOURCE_BYTES
 from shared.errors import Delay, Retryable, Unrecoverable
 

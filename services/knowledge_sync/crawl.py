@@ -26,12 +26,8 @@ from sqlalchemy.orm import Session
 
 from services.knowledge_sync import crawl_ledger
 from services.knowledge_sync.crawl_ledger import ChildRequest
-from services.knowledge_sync.providers.url_crawl import (
-    AddressRefused,
-    CrawledPage,
-    Disallowed,
-    log_refusal,
-)
+from services.knowledge_sync.providers.ssrf_guard import AddressRefused, log_refusal
+from services.knowledge_sync.providers.url_crawl import CrawledPage, Disallowed
 from shared.errors import Delay, RecordMissing, Unrecoverable
 
 

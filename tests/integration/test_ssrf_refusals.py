@@ -25,7 +25,7 @@ from services.knowledge_sync.crawl import crawl_url_step
 from services.knowledge_sync.providers.url_crawl import CrawledPage, fetch_page, normalize_url
 from shared.db.models import KnowledgeBaseCrawlTask, KnowledgeBaseSource, Organization
 
-GUARD_LOGGER = "services.knowledge_sync.providers.url_crawl"
+GUARD_LOGGER = "services.knowledge_sync.providers.ssrf_guard"
 #: The guard as production runs it: no private networks (the test site's loopback aside).
 guarded: Callable[[str], CrawledPage] = partial(
     fetch_page, allow_private=False, timeout=5, allowed_networks=["127.0.0.1/32"]

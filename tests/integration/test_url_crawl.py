@@ -13,13 +13,13 @@ from urllib.parse import quote
 import pytest
 import redis
 
+from services.knowledge_sync.providers.ssrf_guard import is_public_address
 from services.knowledge_sync.providers.url_crawl import (
     CrawledPage,
     Disallowed,
     HostPoliteness,
     RobotsCache,
     fetch_page,
-    is_public_address,
     normalize_url,
     page_fetcher,
 )

@@ -1,27 +1,24 @@
 """Fetch one web page for a URL crawl, safely and politely.
 
 :func:`fetch_page` GETs a page and turns it into markdown plus the page's same-host links.
-Every request, redirect hops and robots.txt included, goes through the same SSRF guard:
-the host is resolved once, every address it resolves to must be public (unless private
-networks are allowed), and the connection is made to the checked address itself, so a
-second DNS answer cannot point the request elsewhere (no DNS rebinding between check and
-connect). The residual risks are a TLS server that is reachable at the checked public
+Every request, redirect hops and robots.txt included, goes through the same SSRF guard
+(:mod:`.ssrf_guard`): the host is resolved once, every address it resolves to must be public
+(unless private networks are allowed), and the connection is made to the checked address
+itself, so a second DNS answer cannot point the request elsewhere (no DNS rebinding between
+check and connect). The residual risks are a TLS server that is reachable at the checked public
 address but proxies onward, which no client-side check can see, and requests the page
 makes itself, which never happen here: nothing is rendered or executed.
 
 Failures speak the error hierarchy (:mod:`shared.http` semantics): 5xx, 429 without
 Retry-After, timeouts and transport errors are ``Retryable``; 429 with Retry-After is a
-``Delay``; a refused address (:class:`AddressRefused`, with its own reason), other 4xx, an
-unsupported content type, a page over the size limit and too many redirects are
+``Delay``; a refused address (``ssrf_guard.AddressRefused``, with its own reason), other
+4xx, an unsupported content type, a page over the size limit and too many redirects are
 ``Unrecoverable``. A URL robots.txt forbids raises
 :class:`Disallowed`, which is not a job failure: the crawl finishes the URL without content.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import logging
-import socket
 import threading
 import time
 import urllib.robotparser
@@ -38,13 +35,12 @@ import urllib3.exceptions
 from markdownify import markdownify
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
+from services.knowledge_sync.providers.ssrf_guard import AddressGuard, Network, address_guard
 from shared.errors import Retryable, Unrecoverable
 from shared.http import raise_for_status
 from tiers.attempts import current_window_hold
 from tiers.policies import WindowRule
 from tiers.rate_window import RateWindows
-
-log = logging.getLogger(__name__)
 
 MAX_PAGE_BYTES = 10 * 1024 * 1024
 MAX_REDIRECTS = 5
@@ -59,7 +55,6 @@ TEXT_TYPES = frozenset({"text/plain", "text/markdown", "text/x-markdown"})
 _ACCEPT = "text/html,application/xhtml+xml;q=0.9,text/plain;q=0.8,text/markdown;q=0.8"
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _MAX_ADDRESSES_TRIED = 4
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 # Boilerplate dropped before conversion (links are collected before, from the whole page).
 _BOILERPLATE = (
@@ -68,36 +63,6 @@ _BOILERPLATE = (
     '[aria-hidden="true"], [role="navigation"], [role="banner"], [role="contentinfo"], '
     '[role="search"], [role="complementary"]'
 )
-
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-class AddressRefused(Unrecoverable):
-    """The SSRF guard refused to connect: ``host`` resolves to a non-public ``address``.
-
-    ``reason`` is what a URL document shows (``refused: address 10.0.0.1 is private``);
-    :func:`log_refusal` writes the WARNING an operator needs to see who asked for it.
-    """
-
-    def __init__(self, url: str, host: str, address: str, kind: str) -> None:
-        self.url, self.host, self.address, self.kind = url, host, address, kind
-        self.reason = f"refused: address {address} is {kind}"
-        super().__init__(f"GET {url}: {host} {self.reason}")
-
-
-def log_refusal(refused: AddressRefused, *, organization_id: int, requested: str) -> None:
-    """The WARNING of a refused address: the organization, the URL it asked for, and the
-    URL, host and address refused (a redirect hop or robots.txt may be what was refused)."""
-    log.warning(
-        "SSRF guard: refused %s for organization %s (asked for %s): %s resolves to %s, which is %s",
-        refused.url,
-        organization_id,
-        requested,
-        refused.host,
-        refused.address,
-        refused.kind,
-    )
 
 
 class Disallowed(Exception):
@@ -165,107 +130,6 @@ def _require_url(url: str) -> str:
     if normalized is None:
         raise Unrecoverable(f"{url!r} is not an http(s) URL")
     return normalized
-
-
-# -- SSRF guard ----------------------------------------------------------------------------
-
-
-def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    if address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    if address.sixtofour is not None:
-        return address.sixtofour
-    if address.teredo is not None:
-        return address.teredo[1]
-    if address in _NAT64:
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    return None
-
-
-def is_public_address(address: Address) -> bool:
-    """False for private, loopback, link-local, multicast, reserved, unspecified and other
-    non-global addresses, including IPv4 addresses embedded in IPv6 ones."""
-    if isinstance(address, ipaddress.IPv6Address):
-        embedded = _embedded_ipv4(address)
-        if embedded is not None and not is_public_address(embedded):
-            return False
-    return not (
-        address.is_private
-        or address.is_loopback
-        or address.is_link_local
-        or address.is_multicast
-        or address.is_reserved
-        or address.is_unspecified
-        or not address.is_global
-    )
-
-
-def non_public_kind(address: Address) -> str:
-    """What makes a refused address non-public, in words: loopback, link-local,
-    unspecified, multicast, private, reserved or not globally routable."""
-    if isinstance(address, ipaddress.IPv6Address):
-        embedded = _embedded_ipv4(address)
-        if embedded is not None and not is_public_address(embedded):
-            return non_public_kind(embedded)
-    checks = (
-        ("loopback", address.is_loopback),
-        ("link-local", address.is_link_local),
-        ("unspecified", address.is_unspecified),
-        ("multicast", address.is_multicast),
-        ("private", address.is_private),
-        ("reserved", address.is_reserved),
-    )
-    return next((kind for kind, applies in checks if applies), "not globally routable")
-
-
-@dataclass(frozen=True)
-class AddressGuard:
-    """Which addresses the crawler may connect to.
-
-    Attributes:
-      allow_private: allow every address (development, tests against local servers).
-      allowed_networks: networks allowed even when private (an internal docs host).
-    """
-
-    allow_private: bool
-    allowed_networks: tuple[Network, ...] = ()
-
-    def permits(self, address: Address) -> bool:
-        if self.allow_private or is_public_address(address):
-            return True
-        return any(address in network for network in self.allowed_networks)
-
-    def resolve(self, host: str, port: int, url: str = "") -> list[str]:
-        """The addresses of ``host`` (the host of ``url``) to connect to, in resolver order.
-
-        Raises:
-          AddressRefused: when any address is refused (a host that answers one private
-            address among public ones is refused whole).
-          Unrecoverable: when the name is not encodable.
-          Retryable: when the name does not resolve (DNS failures are often transient).
-        """
-        try:
-            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except UnicodeError as exc:
-            raise Unrecoverable(f"{host}: invalid host name: {exc}") from exc
-        except OSError as exc:
-            raise Retryable(f"{host}: cannot resolve: {exc}") from exc
-        addresses: list[str] = []
-        for info in infos:
-            text = str(info[4][0]).split("%", 1)[0]
-            address = ipaddress.ip_address(text)
-            if not self.permits(address):
-                raise AddressRefused(url or host, host, text, non_public_kind(address))
-            if text not in addresses:
-                addresses.append(text)
-        if not addresses:
-            raise Retryable(f"{host}: no address")
-        return addresses
-
-
-def _guard(allow_private: bool, allowed_networks: Sequence[str | Network]) -> AddressGuard:
-    networks = tuple(ipaddress.ip_network(n) for n in allowed_networks)
-    return AddressGuard(allow_private, networks)
 
 
 class _PinnedTLSAdapter(requests.adapters.HTTPAdapter):
@@ -530,7 +394,7 @@ class RobotsCache:
         ttl_seconds: float = 3600.0,
         allowed_networks: Sequence[str | Network] = (),
     ) -> None:
-        self._guard = _guard(allow_private, allowed_networks)
+        self._guard = address_guard(allow_private, allowed_networks)
         self._timeout = timeout
         self._user_agent = user_agent
         self._ttl = ttl_seconds
@@ -620,7 +484,7 @@ def fetch_page(
       Retryable / Unrecoverable: as described in the module docstring.
     """
     current = _require_url(url)
-    guard = _guard(allow_private, allowed_networks)
+    guard = address_guard(allow_private, allowed_networks)
     if robots is not None:
         robots.check(current)
     if politeness is not None:
