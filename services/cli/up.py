@@ -19,6 +19,7 @@ from typing import IO, TYPE_CHECKING
 
 import click
 
+from services.namespace_claim import NamespaceClaim, NamespaceTaken
 from services.supervisor import ProcessGroup, ProcessSpec
 from shared import runtime_file
 from shared.config import TIER_NAMES, Settings, load_settings
@@ -108,6 +109,7 @@ def run_up(
     previous_term = signal.signal(signal.SIGTERM, _interrupt)  # until the group takes over
     services: list[ResolvedService] = []
     lock: IO[bytes] | None = None
+    claim: NamespaceClaim | None = None
     try:
         lock = hold_data_dir(settings.data_dir)
         services.append(ensure_redis(settings, mode=mode))
@@ -116,6 +118,8 @@ def run_up(
         namespace = redis_namespace(settings, redis_service)
         _say(f"Redis       {redis_service.describe()}, key namespace {namespace!r}")
         _say(f"PostgreSQL  {postgres_service.describe()}")
+        claim = NamespaceClaim(redis_service.url, namespace, settings.data_dir)
+        claim.acquire()
         verify_redis_persistence(settings.model_copy(update={"redis_url": redis_service.url}))
         _migrate(postgres_service.url)
         group = ProcessGroup(
@@ -146,7 +150,7 @@ def run_up(
             finally:
                 if running_demo is not None:
                     running_demo.stop()
-    except (EmbeddedServiceError, DataDirInUse, VolatileRedis) as exc:
+    except (EmbeddedServiceError, DataDirInUse, NamespaceTaken, VolatileRedis) as exc:
         _say(f"error: {exc}")
         return 1
     except KeyboardInterrupt:
@@ -154,6 +158,8 @@ def run_up(
         return 130
     finally:
         runtime_file.remove(settings.data_dir)
+        if claim is not None:
+            claim.release()
         if lock is not None:
             lock.close()
         # Shutting the servers down must not be cut short by a second Ctrl-C.

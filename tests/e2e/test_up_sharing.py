@@ -210,6 +210,14 @@ def test_two_ups_on_one_redis_keep_apart_and_commands_find_their_up(
         )
         assert again.returncode == 1
         assert "another `speedtier up` is already running from" in again.stdout
+        # and so is one from another folder that names the first one's namespace explicitly
+        same_namespace = base_env(
+            tmp_path / "c", DATABASE_URL=databases[1], SPEEDTIER_REDIS_NAMESPACE=namespaces[0]
+        )
+        third = speedtier("up", "--no-embedded", "--port", str(free_port()), env=same_namespace)
+        assert third.returncode == 1
+        assert f"already uses the Redis namespace '{namespaces[0]}'" in third.stdout
+        assert str(ups[0].data_dir) in third.stdout
     finally:
         for up in ups:
             up.stop()
