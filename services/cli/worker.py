@@ -50,7 +50,12 @@ def worker(tier: str, processes: int | None, threads: int | None, prefetch: int)
         _run_one(tier, threads, prefetch)
         return
     configure_logging(settings.log_level)
-    verify_redis_persistence(resolve(settings))  # once, before any child starts
+    # Checked once, before any child starts: a child that cannot start would only be restarted.
+    resolved = resolve(settings)
+    for name, value in (("REDIS_URL", resolved.redis_url), ("DATABASE_URL", resolved.database_url)):
+        if not value:
+            raise click.ClickException(f"{name} is not set (speedtier up provides one locally)")
+    verify_redis_persistence(resolved)
     sys.exit(_supervise(tier, processes, threads, prefetch))
 
 

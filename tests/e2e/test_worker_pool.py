@@ -230,3 +230,24 @@ def test_a_crash_loop_stops_the_pool_with_a_failure_status(tmp_path: Path) -> No
     assert elapsed >= 0.7
     assert drained.read_text() == "drained"
     assert all(child is None or child.exitcode is not None for child in pool.children)
+
+
+def test_a_pool_without_redis_or_database_fails_at_once_instead_of_crash_looping(
+    tmp_path: Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    env["SPEEDTIER_DATA_DIR"] = str(tmp_path / "data")  # no `speedtier up` lends its URLs
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "services.cli", "worker", "--tier", "fast", "--processes", "2"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "Error: REDIS_URL is not set" in result.stderr
+    assert "started fast-" not in result.stderr
+    assert time.monotonic() - started < 30  # no restart backoff was waited out
