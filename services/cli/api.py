@@ -9,6 +9,7 @@ from flask import Flask
 from gunicorn.app.base import BaseApplication
 
 from services.api import MissingToken, api_token, create_app
+from services.api.gunicorn_worker import WORKER_CLASS
 from shared.config import load_settings
 from shared.observability import configure_logging
 from shared.redis_persistence import verify_redis_persistence
@@ -40,7 +41,7 @@ def server_options(host: str, port: int, workers: int, log_level: str) -> dict[s
     return {
         "bind": f"{host}:{port}",
         "workers": workers,
-        "worker_class": "gthread",
+        "worker_class": WORKER_CLASS,  # gthread, answering gunicorn's own refusals in JSON
         "threads": THREADS_PER_WORKER,
         "graceful_timeout": GRACEFUL_TIMEOUT_SECONDS,
         "timeout": WORKER_TIMEOUT_SECONDS,

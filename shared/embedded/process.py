@@ -52,6 +52,24 @@ class EmbeddedService:
             self._lock.close()
             self._lock = None
 
+    def crash(self) -> None:
+        """SIGKILL the server, as a crash would (no shutdown, no final save), and let go of
+        its data directory: starting it again on the same directory recovers what it had
+        written (the embedded Redis keeps an append-only file). For fault tests and the
+        chaos suite."""
+        if self._lock is None:
+            return
+        try:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            # Reaps our own child (the shutdown finds it gone) or waits for an adopted one.
+            with contextlib.suppress(Exception):
+                self._shutdown()
+            wait_gone(self.pid, 15.0)
+        finally:
+            self._lock.close()
+            self._lock = None
+
 
 def acquire_lock(directory: Path, name: str) -> IO[bytes]:
     lock = (directory / ".lock").open("wb")

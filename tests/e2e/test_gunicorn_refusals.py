@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from services.api.gunicorn_worker import WORKER_CLASS
-
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "secret"
 
@@ -61,9 +59,10 @@ def server(redis_url: str, database_url: str, namespace: str) -> Iterator[int]:
         "SPEEDTIER_ENV": "test",
         "INTERNAL_API_TOKEN": TOKEN,
     }
+    # The real command: `speedtier api` must run the JSON-refusing worker class.
     command = [
-        sys.executable, "-m", "gunicorn", "--worker-class", WORKER_CLASS, "--workers", "1",
-        "--bind", f"127.0.0.1:{port}", "services.api:create_app()",
+        sys.executable, "-m", "services.cli", "api",
+        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
     ]  # fmt: skip
     process = subprocess.Popen(
         command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE

@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 from dramatiq import Actor
 from dramatiq.message import Message
 
-from bench.chaos.servers import DurableRedis
 from router.enqueue import Router
 from router.registry import Registry
 from router.requests import JobRequest
+from shared.embedded import EmbeddedService, start_embedded_redis
 from tests import platform_harness as h
 from tiers.broker import TierBroker
 
@@ -50,19 +51,20 @@ def broker(redis_url: str, namespace: str) -> Iterator[TierBroker]:
 
 
 @pytest.fixture
-def durable_redis() -> Iterator[DurableRedis]:
-    server = DurableRedis(fsync="always")
-    server.start()
-    yield server
-    server.stop()
+def durable_redis(tmp_path: Path) -> Iterator[list[EmbeddedService]]:
+    """The embedded Redis (append-only file), in a list so a test can swap in its restart."""
+    servers = [start_embedded_redis(tmp_path / "redis")]
+    yield servers
+    servers[-1].stop()
 
 
 def test_delayed_jobs_held_by_a_live_worker_run_after_redis_restarts(
-    durable_redis: DurableRedis,
+    durable_redis: list[EmbeddedService], tmp_path: Path
 ) -> None:
     namespace = "blip"
-    broker = h.make_broker(durable_redis.url, namespace)
-    client = redis.Redis.from_url(durable_redis.url)
+    url = durable_redis[0].url
+    broker = h.make_broker(url, namespace)
+    client = redis.Redis.from_url(url)
     items = [f"d{i}" for i in range(22)]
     make_router(broker).enqueue_many([request(i, mode="delay", times=1, delay=4) for i in items])
     held = f"{namespace}:__acks__.{broker.broker_id}.{QUEUE}.DQ"
@@ -70,9 +72,11 @@ def test_delayed_jobs_held_by_a_live_worker_run_after_redis_restarts(
         # Given 22 jobs delayed 4 s, every one fetched into the worker's delay queue
         h.wait_until(lambda: all_in(broker, items, "delayed") and client.scard(held) == 22)
         # When Redis is killed and comes back 1.5 s later, the worker still running
-        durable_redis.kill()
+        durable_redis[0].crash()
         time.sleep(1.5)
-        durable_redis.start()
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        durable_redis.append(start_embedded_redis(tmp_path / "redis", port=port))
+        assert durable_redis[-1].url == url
         # Then every job runs once more and completes
         h.wait_until(lambda: all_in(broker, items, "completed"), timeout=30)
     assert [runs(client, namespace, i) for i in items] == [2] * 22
