@@ -76,7 +76,9 @@ class Output:
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_up_demo_ingests_the_sample_knowledge_base_and_answers_searches(tmp_path: Path) -> None:
+def test_up_demo_ingests_the_sample_knowledge_base_and_answers_searches(
+    embedded_tmp_path: Path,
+) -> None:
     # Given a fresh data directory and free ports, nothing configured
     env = {
         key: value
@@ -84,7 +86,7 @@ def test_up_demo_ingests_the_sample_knowledge_base_and_answers_searches(tmp_path
         if key not in ("REDIS_URL", "DATABASE_URL", "SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS")
     }
     env |= {
-        "SPEEDTIER_DATA_DIR": str(tmp_path / "data"),
+        "SPEEDTIER_DATA_DIR": str(embedded_tmp_path / "data"),
         "SPEEDTIER_API_WORKERS": "1",
         "SPEEDTIER_FAST_PROCESSES": "1",
         "SPEEDTIER_WORKER_DRAIN_SECONDS": "5",

@@ -40,8 +40,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return load_settings(data_dir=str(tmp_path / "data"), redis_url=None, database_url=None)
+def settings(embedded_tmp_path: Path) -> Settings:
+    return load_settings(
+        data_dir=str(embedded_tmp_path / "data"), redis_url=None, database_url=None
+    )
 
 
 @pytest.fixture
@@ -287,10 +289,10 @@ def server_user_id() -> int:
 
 @as_root
 def test_data_under_a_closed_directory_is_reached_through_an_acl_for_the_server_user(
-    tmp_path: Path, started: Callable
+    embedded_tmp_path: Path, started: Callable
 ) -> None:
     # Given a data directory inside a directory closed to everyone but root (mode 0700)
-    closed = closed_directory(tmp_path / "closed")
+    closed = closed_directory(embedded_tmp_path / "closed")
     settings = load_settings(data_dir=str(closed / "data"), redis_url=None, database_url=None)
 
     # When the embedded PostgreSQL starts
@@ -316,13 +318,13 @@ def private_copy_of_the_wheel(closed: Path) -> Path:
 
 @as_root
 def test_binaries_under_a_closed_directory_run_from_a_copy_and_the_checkout_stays_closed(
-    tmp_path: Path,
+    embedded_tmp_path: Path,
 ) -> None:
     # Given the server's package in a directory closed to everyone but root (a checkout under
     # `mkdir -m 700`), and the data directory elsewhere
-    closed = closed_directory(tmp_path / "checkout")
+    closed = closed_directory(embedded_tmp_path / "checkout")
     site = private_copy_of_the_wheel(closed)
-    data = tmp_path / "data"
+    data = embedded_tmp_path / "data"
     script = textwrap.dedent(
         f"""
         import json, os
