@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 
 #: Set on a delivered message once a script (settle, promote) has acknowledged it to Dramatiq.
 ACKED_IN_SETTLE = "_st_acked_in_settle"
+#: The longest a consumer waits before reconnecting after an error; it waits no longer than
+#: the poll interval, so work resumes within a poll of Redis coming back.
 RESTART_DELAY_SECONDS = 1.0
 REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 
@@ -155,7 +157,7 @@ class TierConsumerThread(ConsumerThread):
             if self.running:
                 recovering = True
                 self._close_consumer()
-                time.sleep(RESTART_DELAY_SECONDS)
+                time.sleep(min(RESTART_DELAY_SECONDS, self.worker_timeout / 1000))
         self.broker.emit_before("consumer_thread_shutdown", self)
 
     def handle_delayed_messages(self) -> None:

@@ -17,10 +17,11 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
-def until_redis_answers(call: Callable[[], T], *, what: str, max_wait: float = 5.0) -> T:
-    """Run ``call``; on a connection or timeout error wait (0.2 s doubling to ``max_wait``)
-    and try again, logging each failure."""
-    wait = 0.2
+def until_redis_answers(call: Callable[[], T], *, what: str, max_wait: float = 0.5) -> T:
+    """Run ``call``; on a connection or timeout error wait (0.1 s doubling to ``max_wait``)
+    and try again, logging each failure. The wait stays short: a thread holding a finished
+    job's outcome should record it within a moment of Redis coming back."""
+    wait = 0.1
     while True:
         try:
             return call()

@@ -3,6 +3,7 @@ reads that say what became of every job."""
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import random
@@ -16,7 +17,7 @@ from typing import Any
 
 import redis
 
-from bench.chaos.workload import KINDS, family_of, ledger_key
+from bench.chaos.workload import DESIGNED_FAILURE, KINDS, family_of, ledger_key
 
 LIVE = {b"waiting", b"parked", b"delayed", b"active"}
 #: Worker settings: short heartbeats and leases so a killed worker's work returns quickly.
@@ -49,10 +50,21 @@ def settings_for(stores: Stores) -> Any:
     )
 
 
+class _DesignedFailures(logging.Filter):
+    """Drops Dramatiq's traceback for the workload's own ``retrying`` failures (one per
+    ``retrying`` job, by design); every other error is still printed."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (error is not None and str(error).startswith(DESIGNED_FAILURE))
+
+
 def worker_main(stores: Stores, threads: int) -> None:
     """One worker process over the chaos families (run in a spawned child)."""
     from services.bootstrap import bootstrap
     from tiers.worker import serve
+
+    logging.getLogger("dramatiq.worker.WorkerThread").addFilter(_DesignedFailures())
 
     platform = bootstrap(
         settings_for(stores), services=["bench.chaos.workload"], maintenance_chance=100_000

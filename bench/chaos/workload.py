@@ -36,6 +36,7 @@ from tiers.policies import RetryPolicy
 PAUSE_FLAG = "pause_api2_chaos"
 KINDS = ("plain", "grouped", "delayed", "retrying", "pg")
 RETRY = RetryPolicy(max_attempts=5, base_seconds=0.2)
+DESIGNED_FAILURE = "chaos: first attempt fails"
 _STATE: dict[str, Any] = {}
 
 
@@ -54,7 +55,7 @@ def handler(organization_id: int, item: str, kind: str) -> None:
     if kind == "delayed" and starts == 1:
         raise Delay.after(1.0, reason="chaos")
     if kind == "retrying" and starts == 1:
-        raise Retryable("chaos: first attempt fails")
+        raise Retryable(DESIGNED_FAILURE)
     if kind == "pg":
         engine: Engine = _STATE["engine"]
         with engine.connect() as connection:
