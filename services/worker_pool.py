@@ -112,8 +112,8 @@ class WorkerPool:
             while not self._received:
                 if self._reap():
                     log.error(
-                        "%s: crash loop (more than %d restarts within %.0f s); stopping the "
-                        "other children and exiting with status 1",
+                        "%s: crash loop (a child died again after %d restarts within %.0f s); "
+                        "stopping the other children and exiting with status 1",
                         self.name,
                         self.policy.max_restarts,
                         self.policy.window_seconds,
@@ -132,10 +132,6 @@ class WorkerPool:
                 self._sleep()
             self._join_all()
             return 0
-
-    def pids(self) -> list[int]:
-        """The pids of the children currently running."""
-        return [child.pid for child in self.children if child is not None and child.pid]
 
     # -- children ----------------------------------------------------------------------------
 

@@ -148,6 +148,8 @@ def test_a_killed_child_is_replaced_and_sigterm_drains_the_pool(
     try:
         wait_until(lambda: len(worker_children(supervisor.pid)) == 2, timeout=60)
         first = worker_children(supervisor.pid)
+        output.wait_count(CONSUMING, 2)  # both consuming before the first is killed
+        assert {int(m[1]) for m in output.matching(CONSUMING)} == first
         run_ticks(platform, ["before"])
 
         # When each original child is SIGKILLed in turn
@@ -203,7 +205,9 @@ def crash_unless_first(claim: str, drained: str) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_a_crash_loop_stops_the_pool_with_a_failure_status(tmp_path: Path) -> None:
+def test_a_crash_loop_stops_the_pool_with_a_failure_status(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     # Given a pool of 2 where one child runs and every other child dies at once,
     # with at most 3 restarts a minute
     policy = RestartPolicy(
@@ -229,6 +233,14 @@ def test_a_crash_loop_stops_the_pool_with_a_failure_status(tmp_path: Path) -> No
     assert pool.restarts == 3
     assert elapsed >= 0.7
     assert drained.read_text() == "drained"
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any("loop: crash loop (a child died again after 3 restarts" in e for e in errors)
+    restarts = [r.getMessage() for r in caplog.records if "; restarting it in" in r.getMessage()]
+    assert [m.split("restarting it in ")[1].split(" s")[0] for m in restarts] == [
+        "0.1",
+        "0.2",
+        "0.4",
+    ]
     assert all(child is None or child.exitcode is not None for child in pool.children)
 
 
