@@ -217,3 +217,37 @@ def test_a_database_outage_in_a_handler_delays_without_spending_an_attempt(
     assert record is not None
     assert (record["state"], record["failures"]) == ("delayed", "0")
     assert record["last_delay"].startswith("outage")
+
+
+def test_only_lost_connections_count_as_outages(database_url: str) -> None:
+    import psycopg
+    import sqlalchemy
+    from sqlalchemy import text
+
+    from shared.errors import Retryable
+    from shared.outages import is_infrastructure_outage
+
+    # A refused connection, raw and as SQLAlchemy wraps it, and raised from a Retryable
+    with pytest.raises(psycopg.OperationalError) as raw:
+        psycopg.connect("postgresql://127.0.0.1:1/none", connect_timeout=2)
+    engine = sqlalchemy.create_engine("postgresql+psycopg://127.0.0.1:1/none")
+    with pytest.raises(sqlalchemy.exc.OperationalError) as wrapped:
+        engine.connect()
+    try:
+        raise Retryable("could not read") from wrapped.value
+    except Retryable as chained:
+        assert is_infrastructure_outage(chained)
+    assert is_infrastructure_outage(raw.value)
+    assert is_infrastructure_outage(wrapped.value)
+    # A query's own failure (division by zero, a statement timeout) is not an outage
+    live = sqlalchemy.create_engine(database_url.replace("postgresql://", "postgresql+psycopg://"))
+    with live.connect() as connection:
+        with pytest.raises(sqlalchemy.exc.DataError) as division:
+            connection.execute(text("SELECT 1 / 0"))
+        connection.rollback()
+        connection.execute(text("SET statement_timeout = 10"))
+        with pytest.raises(sqlalchemy.exc.OperationalError) as timeout:
+            connection.execute(text("SELECT pg_sleep(1)"))
+    live.dispose()
+    assert not is_infrastructure_outage(division.value)
+    assert not is_infrastructure_outage(timeout.value)
