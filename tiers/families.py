@@ -1,7 +1,7 @@
 """A family: one kind of job with its own queue per tier, id format and policies.
 
 Services describe their families with this type and register them at bootstrap; the platform
-reads only what is here (the tier table supplies group caps).
+reads only what is here (the tier table supplies only the provider -> tier data).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from tiers.policies import DEFAULT_RETRY, RetryPolicy, WindowRule
-from tiers.table import TIERS, group_cap, queue_name, tier_for_provider
+from tiers.table import TIERS, queue_name, tier_for_provider
 
 DAY_SECONDS = 86_400.0
 
@@ -41,7 +41,7 @@ class Family:
         family as a whole (a queue limiter's concurrency).
       windows: provider (or ``*``) -> fixed window every start must fit in.
       time_limit_seconds: a run longer than this is interrupted and retried.
-      group_caps: tier -> per-group cap, in place of the tier table's ``GROUP_CAPS`` entry.
+      group_caps: tier -> per-group cap; a tier missing here (or None) has no group cap.
       tenant_scoped: requests carry a positive ``organization_id`` (platform ticks do not).
     """
 
@@ -79,9 +79,7 @@ class Family:
 
     def group_key(self, organization_id: int, tier: str) -> tuple[str, int] | None:
         """``(group key, cap)`` for a job, or None when the family has no cap in that tier."""
-        cap = self.group_caps.get(tier) if self.group_caps is not None else None
-        if cap is None:
-            cap = group_cap(self.name, tier)
+        cap = (self.group_caps or {}).get(tier)
         if cap is None:
             return None
         owner = "*" if self.group_by == "global" else str(organization_id)

@@ -1,7 +1,7 @@
-"""The tier table: which tiers exist, which provider runs in which tier, and group caps.
+"""The tier table: which tiers exist and which provider runs in which tier.
 
-This is data. Adding a provider is one line in ``PROVIDER_TIERS``; changing how many jobs of
-one organization may run at once in a family is one number in ``GROUP_CAPS``.
+This is data. Adding a provider is one line in ``PROVIDER_TIERS``. How many jobs of one
+organization may run at once is not here: each family declares its own (``Family.group_caps``).
 """
 
 from __future__ import annotations
@@ -47,18 +47,6 @@ PROVIDER_TIERS: dict[str, str] = {
 #: Where a provider missing from the table runs.
 DEFAULT_TIER = "slow"
 
-#: Per-organization concurrency cap of each (family, tier) group (seed 004: import 1;
-#: index 5 fast, 2 slow; webhook 5 fast, 2 slow; seed 003: one tenant's ingestion is serial).
-#: A family missing here has no group cap.
-GROUP_CAPS: dict[str, dict[str, int]] = {
-    "super_import": {"fast": 1, "slow": 1},
-    "super_index": {"fast": 5, "slow": 2},
-    "super_webhook": {"fast": 5, "slow": 2},
-    "ingestion": {"fast": 1, "slow": 1, "maintenance": 1},
-    # seed 000's chunk worker: concurrency 4 for the whole family (group_by="global")
-    "kb_document_chunks": {"fast": 4},
-}
-
 
 def tier_for_provider(provider: str | None) -> str:
     """The tier a provider's work runs in; an unknown or absent provider runs in the slow tier."""
@@ -72,8 +60,3 @@ def queue_name(family: str, tier: str) -> str:
     if tier not in TIERS:
         raise ValueError(f"unknown tier {tier!r}; known: {', '.join(TIERS)}")
     return f"{family}.{tier}"
-
-
-def group_cap(family: str, tier: str) -> int | None:
-    """The per-organization cap of a family in a tier, or None when the family has none."""
-    return GROUP_CAPS.get(family, {}).get(tier)

@@ -1,7 +1,7 @@
 """The ingestion job families: ingest one document, re-fetch one URL document.
 
-``ingestion`` runs in the fast tier with a group cap of one per organization (the tier
-table's ``GROUP_CAPS``): tenants ingest in parallel, one tenant's documents one at a time,
+``ingestion`` runs in the fast tier with a group cap of one per organization
+(``INGEST_GROUP_CAPS``): tenants ingest in parallel, one tenant's documents one at a time,
 which is the back-pressure the embedding provider's per-project rate limit calls for.
 ``ingestion_refresh`` fetches pages from arbitrary hosts, so it runs in the slow tier, also
 one at a time per organization; a changed page is handed back to ``ingestion``.
@@ -29,6 +29,9 @@ INGEST_RETRY = RetryPolicy(max_attempts=3, base_seconds=30.0)
 #: A refresh records its own failures and backs off per document; the platform retries
 #: only what escapes that (the database being away).
 REFRESH_RETRY = RetryPolicy(max_attempts=2, base_seconds=60.0)
+#: One tenant's documents ingest one at a time (seed 003); refreshes likewise.
+INGEST_GROUP_CAPS = {"fast": 1}
+REFRESH_GROUP_CAPS = {"slow": 1}
 
 
 class IngestParams(BaseModel):
@@ -85,6 +88,7 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
             fixed_tier="fast",
             pause_flag=PAUSE_FLAG,
             retry=INGEST_RETRY,
+            group_caps=INGEST_GROUP_CAPS,
         ),
         Family(
             name="ingestion_refresh",
@@ -95,6 +99,6 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
             fixed_tier="slow",
             pause_flag=PAUSE_FLAG,
             retry=REFRESH_RETRY,
-            group_caps={"slow": 1},
+            group_caps=REFRESH_GROUP_CAPS,
         ),
     ]

@@ -27,8 +27,9 @@ DOCUMENT_WINDOWS = {
     "scribe": WindowRule(50, 60.0),
     "*": WindowRule(3000, 60.0),
 }
-#: The chunk worker's queue limiter: 60 jobs a minute (and 4 at once, GROUP_CAPS).
+#: The chunk worker's queue limiter: 60 jobs a minute and 4 at once for the whole family.
 CHUNK_WINDOWS = {"*": WindowRule(60, 60.0)}
+CHUNK_GROUP_CAPS = {"fast": 4}
 
 
 class _Routed(BaseModel):
@@ -109,6 +110,7 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
             job_id=lambda _org, p: f"kb-document-chunks-{p.document_id}",
             fixed_tier="fast",
             group_by="global",
+            group_caps=CHUNK_GROUP_CAPS,
             windows=CHUNK_WINDOWS,
             pause_flag=PAUSE_FLAG,
         ),
