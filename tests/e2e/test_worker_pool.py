@@ -182,10 +182,24 @@ def test_a_killed_child_is_replaced_and_sigterm_drains_the_pool(
         drained = re.compile(r"maintenance-\d \(pid (\d+)\) exited with exit status 0")
         assert {int(m[1]) for m in output.matching(drained)} == current
     finally:
-        if supervisor.poll() is None:
-            supervisor.kill()
-            supervisor.wait()
+        stop_everything(supervisor)
         output.finish()
+
+
+def stop_everything(supervisor: subprocess.Popen[str]) -> None:
+    """After a failure: SIGTERM the pool, then SIGKILL it and whatever children it left."""
+    if supervisor.poll() is not None:
+        return
+    children = worker_children(supervisor.pid)
+    supervisor.terminate()
+    try:
+        supervisor.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        supervisor.kill()
+        supervisor.wait()
+    for pid in children | worker_children(supervisor.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 # -- the crash-loop limit, on real spawned children ------------------------------------------

@@ -241,9 +241,13 @@ def test_a_development_worker_pool_warns_once_for_all_its_processes(
         lines += pool.stderr.readlines()
         assert pool.wait(timeout=60) == 0
     finally:
-        if pool.poll() is None:
-            pool.kill()
-            pool.wait()
+        if pool.poll() is None:  # a failure above: let it stop its children, then insist
+            pool.terminate()
+            try:
+                pool.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pool.kill()
+                pool.wait()
         pool.stderr.close()
 
     # Then three processes started and the warning was printed once
