@@ -28,7 +28,7 @@ the websites' request logs with timestamps).
 Crawl politeness: production allows one request a second per host (``HostPoliteness``'s
 default rule), and nothing in the settings changes it, so a 300-page site takes at least
 300 s to crawl. ``host_rate`` (default 10/1) replaces that rule *in the worker processes
-this module starts only*, by swapping ``url_crawl.HostPoliteness`` for a subclass with
+this module starts only*, by swapping ``services.web.politeness.HostPoliteness`` for a subclass with
 another default rule before bootstrap; pass ``host_rate="1/1"`` for production's rule.
 """
 
@@ -440,18 +440,18 @@ def stop_workers(workers: Sequence[WorkerProcess], timeout: float = 20.0) -> Non
 def _scale_politeness(rate: str) -> None:
     """Make the crawler's per-host politeness rule ``rate`` in this process (before
     bootstrap: ``register`` looks ``HostPoliteness`` up when it builds the fetcher)."""
-    from services.knowledge_sync.providers import url_crawl
+    from services.web import politeness
     from shared.config import parse_rate
     from tiers.policies import WindowRule
 
     rule = WindowRule(*parse_rate(rate, field=HOST_RATE_ENV))
-    production = url_crawl.HostPoliteness
+    production = politeness.HostPoliteness
 
     class ScaledPoliteness(production):  # type: ignore[misc, valid-type]
         def __init__(self, windows: Any, rule: WindowRule = rule) -> None:
             super().__init__(windows, rule)
 
-    url_crawl.HostPoliteness = ScaledPoliteness  # type: ignore[misc]
+    politeness.HostPoliteness = ScaledPoliteness  # type: ignore[misc]
 
 
 def _outcome_counter(client: Any, namespace: str) -> Any:
@@ -463,6 +463,7 @@ def _outcome_counter(client: Any, namespace: str) -> Any:
 
     from shared.errors import Delay
     from tiers.middleware.held import Held
+    from tiers.options import WINDOW_ADMITTED
 
     key = f"{namespace}:e2e:outcomes"
     runs_key = f"{namespace}:e2e:window_runs"
@@ -482,7 +483,7 @@ def _outcome_counter(client: Any, namespace: str) -> Any:
             else:
                 outcome = f"raised:{type(exception).__name__}"
             client.hincrby(key, f"{message.actor_name}|{outcome}", 1)
-            window = message.options.get("st_window")
+            window = message.options.get(WINDOW_ADMITTED)
             if window and not isinstance(exception, Held):
                 client.hincrby(runs_key, window, 1)
 

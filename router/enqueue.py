@@ -15,6 +15,15 @@ from router.requests import JobRequest, RoutedJob, route_all
 from shared.errors import QueueUnavailable, ValidationFailed
 from shared.observability import warn
 from tiers.broker import TierBroker
+from tiers.options import (
+    GROUP,
+    GROUP_CAP,
+    JOB_ID,
+    KEEP_FINISHED,
+    ORGANIZATION,
+    PROVIDER,
+    WINDOW_SCOPE,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,18 +58,18 @@ class Router:
     def message_for(self, job: RoutedJob) -> Message[Any]:
         """The Dramatiq message of a routed job."""
         options: dict[str, Any] = {
-            "st_job": job.job_id,
-            "st_org": str(job.organization_id or ""),
+            JOB_ID: job.job_id,
+            ORGANIZATION: str(job.organization_id or ""),
         }
         group = job.family.group_key(job.organization_id or 0, job.tier)
         if group is not None:
-            options["st_group"], options["st_cap"] = group
+            options[GROUP], options[GROUP_CAP] = group
         if job.family.keep_finished:
-            options["st_keep"] = True
+            options[KEEP_FINISHED] = True
         if job.provider:
-            options["st_provider"] = job.provider
+            options[PROVIDER] = job.provider
         if job.family.window_scope is not None:
-            options["st_scope"] = job.family.window_scope(job.organization_id or 0, job.params)
+            options[WINDOW_SCOPE] = job.family.window_scope(job.organization_id or 0, job.params)
         kwargs = job.params.model_dump(mode="json")
         if job.family.tenant_scoped:
             kwargs["organization_id"] = job.organization_id

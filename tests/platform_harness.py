@@ -26,6 +26,7 @@ from shared.observability import EXPECTED_OUTCOMES
 from tiers.broker import TierBroker
 from tiers.families import Family
 from tiers.faults import FAULT_ENV
+from tiers.options import JOB_ID, WINDOW_ADMITTED
 from tiers.policies import RetryPolicy, WindowRule
 from tiers.stack import build_broker
 from tiers.worker import serve
@@ -48,8 +49,8 @@ def _trace(event: str, **fields: Any) -> None:
     record = {
         "ev": event,
         "t": time.time(),
-        "job": message.options["st_job"],
-        "window": message.options.get("st_window"),
+        "job": message.options[JOB_ID],
+        "window": message.options.get(WINDOW_ADMITTED),
         **fields,
     }
     client.rpush(f"{_STATE['ns']}:trace", json.dumps(record))

@@ -16,6 +16,7 @@ from dramatiq.middleware import Middleware
 from tiers.consumer import ACKED_IN_SETTLE, TierConsumer
 from tiers.faults import fault_point
 from tiers.job_store import EnqueueResult, JobStore
+from tiers.options import ETA, JOB_ID, REDIS_MESSAGE_ID
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ class TierBroker(RedisBroker):
             kept.append(data)
             decoded.append(message)
         held = self._held[queue_name]
-        held.update(message.options["redis_message_id"] for message in decoded)
+        held.update(message.options[REDIS_MESSAGE_ID] for message in decoded)
         if rejected:
             self._reject(queue_name, rejected)
         if not queue_name.endswith(".DQ"):
@@ -109,9 +110,9 @@ class TierBroker(RedisBroker):
         except Exception as exc:
             return None, f"undecodable message: {exc}"
         options = message.options
-        if not isinstance(options.get("redis_message_id"), str):
+        if not isinstance(options.get(REDIS_MESSAGE_ID), str):
             return message, "message without a redis message id"
-        if not isinstance(options.get("st_job"), str) or not options["st_job"]:
+        if not isinstance(options.get(JOB_ID), str) or not options[JOB_ID]:
             return message, "message without a job id (enqueue through the router)"
         if message.actor_name not in self.actors:
             return message, f"no actor {message.actor_name!r} in this worker"
@@ -125,13 +126,13 @@ class TierBroker(RedisBroker):
         found = self._ids_of(queue_name, unknown) if unknown else {}
         for data, message, reason in rejected:
             options = message.options if message is not None else {}
-            redis_id = options.get("redis_message_id")
+            redis_id = options.get(REDIS_MESSAGE_ID)
             if redis_id is None and found.get(data):
                 redis_id = found[data].pop()
             if not isinstance(redis_id, str):
                 log.error("%s on %s: its id could not be found; left as is", reason, queue_name)
                 continue
-            job_id = options.get("st_job")
+            job_id = options.get(JOB_ID)
             entries.append((redis_id, job_id if isinstance(job_id, str) else "", reason))
             log.error(
                 "dead-lettered message %s on %s (job %s): %s; data starts %r",
@@ -194,11 +195,11 @@ class TierBroker(RedisBroker):
     @staticmethod
     def prepare(message: Message[Any], delay: int | None = None) -> Message[Any]:
         """Give the message its per-enqueue Redis id (and an eta when delayed)."""
-        prepared = message.copy(options={"redis_message_id": str(uuid4())})
+        prepared = message.copy(options={REDIS_MESSAGE_ID: str(uuid4())})
         if delay is not None:
             prepared = prepared.copy(
                 queue_name=dq_name(prepared.queue_name),
-                options={"eta": current_millis() + delay},
+                options={ETA: current_millis() + delay},
             )
         return prepared
 
@@ -206,12 +207,12 @@ class TierBroker(RedisBroker):
         """Enqueue one message that carries a job id (``st_job``). A message without one is
         refused: outcomes, retries and dead-lettering all hang on the job record, so a bare
         ``actor.send`` would run once and vanish on failure."""
-        if not message.options.get("st_job"):
+        if not message.options.get(JOB_ID):
             raise ValueError(
                 f"message for {message.actor_name!r} has no job id: enqueue it through "
                 "router.Router, which gives it one"
             )
-        previous = message.options.get("redis_message_id", "")
+        previous = message.options.get(REDIS_MESSAGE_ID, "")
         prepared = self.prepare(message, delay)
         self.emit_before("enqueue", prepared, delay)
         self.jobs.enqueue_many([prepared], previous_redis_id=previous)

@@ -36,6 +36,7 @@ from dramatiq.message import Message
 from dramatiq.worker import ConsumerThread
 
 from tiers.faults import fault_point
+from tiers.options import JOB_ID, REDIS_MESSAGE_ID
 
 if TYPE_CHECKING:
     from tiers.broker import TierBroker
@@ -66,7 +67,7 @@ class TierConsumer(_RedisConsumer):
         self.message_cache = broker.take_leftovers(queue_name)
 
     def ack(self, message: Any) -> None:
-        redis_id = message.options.get("redis_message_id")
+        redis_id = message.options.get(REDIS_MESSAGE_ID)
         self.broker.jobs.claimed_at_fetch.pop(redis_id, None)
         if getattr(message, ACKED_IN_SETTLE, False):
             self.queued_message_ids.discard(message.message_id)
@@ -75,7 +76,7 @@ class TierConsumer(_RedisConsumer):
         self.broker.release_held(self.queue_name, [redis_id])
 
     def nack(self, message: Any) -> None:
-        redis_id = message.options.get("redis_message_id")
+        redis_id = message.options.get(REDIS_MESSAGE_ID)
         self.broker.jobs.claimed_at_fetch.pop(redis_id, None)
         super().nack(message)  # type: ignore[no-untyped-call]
         self.broker.release_held(self.queue_name, [redis_id])
@@ -91,7 +92,7 @@ class TierConsumer(_RedisConsumer):
         except REDIS_DOWN as exc:
             raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
         self.broker.release_held(
-            self.queue_name, (message.options["redis_message_id"] for message in messages)
+            self.queue_name, (message.options[REDIS_MESSAGE_ID] for message in messages)
         )
 
     def close(self) -> None:
@@ -179,7 +180,7 @@ class TierConsumerThread(ConsumerThread):
                 raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
             fault_point("promote.after")
             if verdict != "moved":
-                log.info("delayed job %s not moved: %s", message.options.get("st_job"), verdict)
+                log.info("delayed job %s not moved: %s", message.options.get(JOB_ID), verdict)
             setattr(message, ACKED_IN_SETTLE, True)
             self.post_process_message(message)
             self.delay_queue.task_done()

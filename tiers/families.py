@@ -94,3 +94,8 @@ class Family:
             if key in overrides:
                 return overrides[key]
         return self.windows.get(name) or self.windows.get("*")
+
+
+def family_of(message: Any, families: Mapping[str, Family]) -> Family | None:
+    """The family a message belongs to (its actor name), or None for an unknown actor."""
+    return families.get(message.actor_name)

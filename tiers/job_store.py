@@ -16,6 +16,16 @@ from uuid import uuid4
 import redis
 from dramatiq.message import Message
 
+from tiers.options import (
+    ETA,
+    GROUP,
+    GROUP_CAP,
+    JOB_ID,
+    KEEP_FINISHED,
+    ORGANIZATION,
+    REDIS_MESSAGE_ID,
+)
+
 #: A queued (not yet started) message holds its group slot this long before the reaper may
 #: hand it on; the start-time claim re-checks the cap, so a reaped slot never over-admits.
 QUEUED_LEASE_MS = 3_600_000
@@ -85,16 +95,16 @@ class JobStore:
     def _enqueue_args(self, message: Message[Any], previous_redis_id: str = "") -> list[Any]:
         options = message.options
         return [
-            options["st_job"],
+            options[JOB_ID],
             message.message_id,
-            options["redis_message_id"],
+            options[REDIS_MESSAGE_ID],
             message.encode(),
             message.queue_name,
-            options.get("st_group", ""),
-            options.get("st_cap", 0),
+            options.get(GROUP, ""),
+            options.get(GROUP_CAP, 0),
             now_ms(),
-            "1" if options.get("st_keep") else "0",
-            options.get("st_org", ""),
+            "1" if options.get(KEEP_FINISHED) else "0",
+            options.get(ORGANIZATION, ""),
             message.actor_name,
             QUEUED_LEASE_MS,
             previous_redis_id,
@@ -117,7 +127,7 @@ class JobStore:
         replies = pipe.execute()
         return [
             EnqueueResult(
-                job_id=message.options["st_job"],
+                job_id=message.options[JOB_ID],
                 outcome=reply[0].decode(),
                 message_id=reply[1].decode(),
                 queue=message.queue_name,
@@ -132,15 +142,15 @@ class JobStore:
         finished) or ``parked`` (group full; the message now waits in its group)."""
         options = message.options
         parked_form = message.copy(queue_name=main_queue)
-        parked_form.options.pop("eta", None)
+        parked_form.options.pop(ETA, None)
         reply = self._scripts["claim"](
             keys=[self.namespace],
             args=[
-                options["st_job"],
+                options[JOB_ID],
                 message.message_id,
-                options["redis_message_id"],
-                options.get("st_group", ""),
-                options.get("st_cap", 0),
+                options[REDIS_MESSAGE_ID],
+                options.get(GROUP, ""),
+                options.get(GROUP_CAP, 0),
                 now_ms(),
                 self.lease_ms,
                 parked_form.encode(),
@@ -156,19 +166,19 @@ class JobStore:
         batch = [
             message
             for message in messages
-            if "st_job" in message.options
-            and not message.options.get("st_group")
-            and "eta" not in message.options
+            if JOB_ID in message.options
+            and not message.options.get(GROUP)
+            and ETA not in message.options
         ]
         if not batch:
             return
         args: list[Any] = [now_ms()]
         for message in batch:
             options = message.options
-            args += [options["st_job"], message.message_id, options["redis_message_id"]]
+            args += [options[JOB_ID], message.message_id, options[REDIS_MESSAGE_ID]]
         verdicts = self._scripts["claim_many"](keys=[self.namespace], args=args)
         for message, verdict in zip(batch, verdicts, strict=True):
-            self.claimed_at_fetch[message.options["redis_message_id"]] = _text(verdict)
+            self.claimed_at_fetch[message.options[REDIS_MESSAGE_ID]] = _text(verdict)
 
     def unclaim_unstarted(self, messages: Iterable[Message[Any]]) -> None:
         """Messages handed back unrun (worker shutdown): drop their fetch-time verdicts and
@@ -176,9 +186,9 @@ class JobStore:
         args: list[str] = []
         for message in messages:
             options = message.options
-            verdict = self.claimed_at_fetch.pop(options.get("redis_message_id", ""), None)
+            verdict = self.claimed_at_fetch.pop(options.get(REDIS_MESSAGE_ID, ""), None)
             if verdict == "run":
-                args += [options["st_job"], options["redis_message_id"]]
+                args += [options[JOB_ID], options[REDIS_MESSAGE_ID]]
         if args:
             self._scripts["unclaim"](keys=[self.namespace], args=args)
 
@@ -203,15 +213,15 @@ class JobStore:
         reply = self._scripts["settle"](
             keys=[self.namespace],
             args=[
-                options["st_job"],
-                options["redis_message_id"],
-                options.get("st_group", ""),
+                options[JOB_ID],
+                options[REDIS_MESSAGE_ID],
+                options.get(GROUP, ""),
                 state,
                 now_ms(),
                 int(retention_seconds * 1000),
                 error[:2000],
                 failures,
-                next_message.options["redis_message_id"] if next_message else "",
+                next_message.options[REDIS_MESSAGE_ID] if next_message else "",
                 next_message.encode() if next_message else "",
                 next_message.queue_name if next_message else "",
                 QUEUED_LEASE_MS,
@@ -226,22 +236,22 @@ class JobStore:
         its delay-queue copy, in one step: ``moved``, ``gone`` (this worker no longer holds
         it), ``stale`` (superseded) or ``done`` (its job has finished)."""
         options = delayed.options
-        moved = delayed.copy(queue_name=queue, options={"redis_message_id": str(uuid4())})
-        moved.options.pop("eta", None)
+        moved = delayed.copy(queue_name=queue, options={REDIS_MESSAGE_ID: str(uuid4())})
+        moved.options.pop(ETA, None)
         reply = self._scripts["promote"](
             keys=[self.namespace],
             args=[
                 delayed.queue_name,
                 worker_id,
                 now_ms(),
-                options["st_job"],
+                options[JOB_ID],
                 delayed.message_id,
-                options["redis_message_id"],
-                moved.options["redis_message_id"],
+                options[REDIS_MESSAGE_ID],
+                moved.options[REDIS_MESSAGE_ID],
                 moved.encode(),
                 queue,
-                options.get("st_group", ""),
-                options.get("st_cap", 0),
+                options.get(GROUP, ""),
+                options.get(GROUP_CAP, 0),
                 QUEUED_LEASE_MS,
             ],
         )

@@ -10,6 +10,7 @@ from importlib import resources
 import redis
 
 from shared.errors import Delay
+from tiers.options import WINDOW_RESERVATION
 from tiers.policies import WindowRule
 
 #: How far ahead (in windows) a throttled start may be reserved.
@@ -121,7 +122,7 @@ class RateWindows:
             return f"{key}#{admission.window_index}"
         if admission.reserved_index is not None:
             # Its own start is counted in that window: wake exactly then, once.
-            carry = {"st_wres": f"{key}#{admission.reserved_index}"}
+            carry = {WINDOW_RESERVATION: f"{key}#{admission.reserved_index}"}
             raise Delay(admission.start_at, reason=reason, carry=carry)
         spread = random.uniform(0, jitter * rule.period_seconds)
         raise Delay(admission.start_at + spread, reason=reason)

@@ -31,6 +31,7 @@ from sqlalchemy import Engine, text
 from shared.errors import Delay, Retryable
 from tiers.families import Family
 from tiers.middleware.outcomes import Outcomes
+from tiers.options import JOB_ID, REDIS_MESSAGE_ID
 from tiers.policies import RetryPolicy
 
 PAUSE_FLAG = "pause_api2_chaos"
@@ -73,12 +74,12 @@ class SettledLedger(Middleware):
     def after_process_message(
         self, broker: Broker, message: Any, *, result: Any = None, exception: Any = None
     ) -> None:
-        if exception is not None or "st_job" not in message.options:
+        if exception is not None or JOB_ID not in message.options:
             return
         record = self.client.hmget(
-            f"{self.namespace}:job:{message.options['st_job']}", "state", "cur"
+            f"{self.namespace}:job:{message.options[JOB_ID]}", "state", "cur"
         )
-        if record[0] == b"completed" and record[1] == message.options["redis_message_id"].encode():
+        if record[0] == b"completed" and record[1] == message.options[REDIS_MESSAGE_ID].encode():
             item = message.kwargs["item"]
             pipe = self.client.pipeline(transaction=False)
             pipe.hincrby(ledger_key(self.namespace, "settled"), item, 1)

@@ -20,6 +20,7 @@ from router.requests import JobRequest
 from shared.embedded import EmbeddedService, start_embedded_redis
 from tests import platform_harness as h
 from tiers.broker import TierBroker
+from tiers.options import ETA, JOB_ID, REDIS_MESSAGE_ID
 
 QUEUE = "t_plain.fast"
 
@@ -109,7 +110,7 @@ def test_adjacent_malformed_messages_are_dead_lettered_and_good_jobs_still_run(
         redis_client.hset(f"{queue}.msgs", redis_id, data)
         redis_client.rpush(queue, redis_id)
     bare = Message(queue_name=QUEUE, actor_name="t_plain", args=(), kwargs={}, options={})
-    bare = bare.copy(options={"redis_message_id": "bare-1"})
+    bare = bare.copy(options={REDIS_MESSAGE_ID: "bare-1"})
     redis_client.hset(f"{queue}.msgs", "bare-1", bare.encode())
     redis_client.rpush(queue, "bare-1")
 
@@ -117,7 +118,7 @@ def test_adjacent_malformed_messages_are_dead_lettered_and_good_jobs_still_run(
         return TierBroker.prepare(
             Message(
                 queue_name=QUEUE, actor_name="no_such_actor", args=(), kwargs={}, options={}
-            ).copy(options={"st_job": "ghost-1"})
+            ).copy(options={JOB_ID: "ghost-1"})
         )
 
     ghost = ghost_message()
@@ -153,7 +154,7 @@ def test_a_delayed_copy_moved_again_after_the_job_completed_does_not_revive_it(
     # its ack, and the copy was redelivered)
     delayed = Message.decode(delayed_raw[0])
     moved = delayed.copy(queue_name=QUEUE)
-    moved.options.pop("eta")
+    moved.options.pop(ETA)
     broker.enqueue(moved)
     # Then the completed record stands and nothing is queued
     assert h.state(broker, "plain-m") == "completed"

@@ -13,6 +13,7 @@ from dramatiq.middleware import Middleware, SkipMessage
 
 from tiers.faults import fault_point
 from tiers.job_store import JobStore
+from tiers.options import GROUP, JOB_ID, REDIS_MESSAGE_ID
 from tiers.redis_retry import until_redis_answers
 
 log = logging.getLogger(__name__)
@@ -40,32 +41,32 @@ class GroupSlots(Middleware):
 
     def before_process_message(self, broker: Broker, message: Any) -> None:
         options = message.options
-        if "st_job" not in options:
+        if JOB_ID not in options:
             return
         # A job without a group was claimed when its batch was fetched (TierBroker.do_fetch).
-        verdict = self.jobs.claimed_at_fetch.pop(options["redis_message_id"], None)
+        verdict = self.jobs.claimed_at_fetch.pop(options[REDIS_MESSAGE_ID], None)
         if verdict is None:
             verdict = until_redis_answers(
                 lambda: self.jobs.claim(message, q_name(message.queue_name)),
                 what="claiming a job",
             )
         if verdict != "run":
-            log.info("job %s not run: %s", options["st_job"], verdict)
+            log.info("job %s not run: %s", options[JOB_ID], verdict)
             raise SkipMessage(verdict)
         fault_point("claim.after")
         with self._lock:
-            self._running[options["redis_message_id"]] = (
-                options.get("st_group", ""),
-                options["st_job"],
+            self._running[options[REDIS_MESSAGE_ID]] = (
+                options.get(GROUP, ""),
+                options[JOB_ID],
             )
 
     def was_claimed(self, message: Any) -> bool:
         with self._lock:
-            return message.options.get("redis_message_id") in self._running
+            return message.options.get(REDIS_MESSAGE_ID) in self._running
 
     def forget(self, message: Any) -> None:
         with self._lock:
-            self._running.pop(message.options.get("redis_message_id"), None)
+            self._running.pop(message.options.get(REDIS_MESSAGE_ID), None)
 
     # -- leases ------------------------------------------------------------------------------
 

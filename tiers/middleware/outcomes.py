@@ -31,11 +31,12 @@ from dramatiq.middleware import Middleware
 from shared.errors import Delay, JobError, Paused, RecordMissing, Retryable, Unrecoverable
 from shared.outages import is_infrastructure_outage
 from tiers.broker import ACKED_IN_SETTLE, TierBroker
-from tiers.families import Family
+from tiers.families import Family, family_of
 from tiers.faults import fault_point
 from tiers.job_store import JobStore
 from tiers.middleware.group_slots import GroupSlots
 from tiers.middleware.held import Held
+from tiers.options import ETA, FAILURES, JOB_ID, REDIS_MESSAGE_ID, WINDOW_RESERVATION
 from tiers.policies import DEFAULT_RETRY
 from tiers.redis_retry import until_redis_answers
 
@@ -78,15 +79,15 @@ class Outcomes(Middleware):
         if _is_outage(exception):
             log.warning(
                 "job %s met an infrastructure outage (%s); delayed, attempt not spent",
-                message.options["st_job"],
+                message.options[JOB_ID],
                 exception,
             )
             wait = OUTAGE_DELAY_SECONDS * (1 + random.random() / 2)
             exception = Delay.after(wait, reason=f"outage: {exception}"[:200])
-        family = self.families.get(message.actor_name)
+        family = family_of(message, self.families)
         retention = family.retention_seconds if family else 86_400.0
         policy = family.retry if family else DEFAULT_RETRY
-        failures = int(message.options.get("st_failures", 0))
+        failures = int(message.options.get(FAILURES, 0))
         next_message = None
         delay = f"{exception.reason}: {exception}" if isinstance(exception, Delay) else ""
         # A delay is not an error: the record's last_error keeps the last real failure.
@@ -119,7 +120,7 @@ class Outcomes(Middleware):
                 next_message = self._again_at(message, time.time() + wait, failures)
                 log.info(
                     "job %s attempt %d failed (%s); retrying in %.1fs",
-                    message.options["st_job"],
+                    message.options[JOB_ID],
                     failures,
                     error,
                     wait,
@@ -146,17 +147,17 @@ class Outcomes(Middleware):
         if ack is not None:
             setattr(message, ACKED_IN_SETTLE, True)
         if verdict == "stale":
-            log.warning("job %s was superseded while it ran", message.options["st_job"])
+            log.warning("job %s was superseded while it ran", message.options[JOB_ID])
 
     @staticmethod
     def _again_at(
         message: Any, until: float, failures: int, carry: Mapping[str, str] | None = None
     ) -> Any:
         options = {
-            "redis_message_id": str(uuid4()),
-            "eta": int(until * 1000),
-            "st_failures": failures,
-            "st_wres": None,  # a window reservation is good for one delivery only
+            REDIS_MESSAGE_ID: str(uuid4()),
+            ETA: int(until * 1000),
+            FAILURES: failures,
+            WINDOW_RESERVATION: None,  # a window reservation is good for one delivery only
             **(carry or {}),
         }
         return message.copy(queue_name=dq_name(q_name(message.queue_name)), options=options)

@@ -11,7 +11,7 @@ from dramatiq.broker import Broker
 from dramatiq.middleware import Middleware
 
 from shared.errors import Delay, Paused
-from tiers.families import Family
+from tiers.families import Family, family_of
 from tiers.middleware.held import Held
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ class PauseSwitch(Middleware):
         self.is_enabled = is_enabled
 
     def before_process_message(self, broker: Broker, message: Any) -> None:
-        family = self.families.get(message.actor_name)
+        family = family_of(message, self.families)
         if family is None or not family.pause_flag:
             return
         try:

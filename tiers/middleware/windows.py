@@ -9,8 +9,9 @@ from dramatiq.broker import Broker
 from dramatiq.middleware import Middleware
 
 from shared.errors import Delay, Retryable
-from tiers.families import Family
+from tiers.families import Family, family_of
 from tiers.middleware.held import Held
+from tiers.options import PROVIDER, WINDOW_ADMITTED, WINDOW_RESERVATION, WINDOW_SCOPE
 from tiers.policies import WindowRule
 from tiers.rate_window import RateWindows
 
@@ -42,18 +43,22 @@ class ProviderWindows(Middleware):
         self.jitter = jitter
 
     def before_process_message(self, broker: Broker, message: Any) -> None:
-        family = self.families.get(message.actor_name)
+        family = family_of(message, self.families)
         if family is None:
             return
-        provider = message.options.get("st_provider")
+        provider = message.options.get(PROVIDER)
         rule = family.window_for(provider, self.overrides)
         if rule is None:
             return
-        scope = message.options.get("st_scope") or "*"
+        scope = message.options.get(WINDOW_SCOPE) or "*"
         key = self.windows.key(family.name, (provider or "*").lower(), str(scope))
         try:
             admitted = self.windows.take_or_delay(
-                key, rule, reason="window", held=message.options.get("st_wres"), jitter=self.jitter
+                key,
+                rule,
+                reason="window",
+                held=message.options.get(WINDOW_RESERVATION),
+                jitter=self.jitter,
             )
         except Delay as delay:
             raise Held(delay) from None
@@ -61,4 +66,4 @@ class ProviderWindows(Middleware):
             # An unchecked window could let a storm through: retry under the policy instead.
             raise Held(Retryable(f"window {key} unreadable: {exc}")) from exc
         # Which window counted this run, for logs and for checking the limit held.
-        message.options["st_window"] = admitted
+        message.options[WINDOW_ADMITTED] = admitted
