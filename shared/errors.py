@@ -1,6 +1,11 @@
-"""The one exception tree every handler and provider client speaks.
+"""The one exception tree every handler, route and provider client speaks.
 
-Handlers raise these; the outcomes middleware in ``tiers`` classifies them once:
+``SpeedtierError`` is the root of every error the project defines: the job outcomes under
+``JobError``, ``ValidationFailed`` and ``QueueUnavailable`` for the API, and the domain
+errors of the service packages (``DocumentBusy``, ``DocumentTooLarge``, ...).
+
+Handlers raise the ``JobError`` outcomes; the outcomes middleware in ``tiers`` classifies
+them once:
 
 ========================  ==========================================================
 exception                  outcome
@@ -20,7 +25,11 @@ import time
 from collections.abc import Mapping
 
 
-class JobError(Exception):
+class SpeedtierError(Exception):
+    """Root of every exception the project defines."""
+
+
+class JobError(SpeedtierError):
     """Base of every outcome a handler can signal."""
 
 
@@ -67,7 +76,7 @@ class Paused(JobError):
         self.flag = flag
 
 
-class ValidationFailed(Exception):
+class ValidationFailed(SpeedtierError):
     """A request failed validation; ``errors`` maps a field path to its message."""
 
     def __init__(self, errors: dict[str, str]) -> None:
@@ -75,5 +84,5 @@ class ValidationFailed(Exception):
         self.errors = errors
 
 
-class QueueUnavailable(Exception):
+class QueueUnavailable(SpeedtierError):
     """The queue store (Redis) could not durably accept the work."""

@@ -38,7 +38,7 @@ from shared.db.models.ingestion import (
     UsageEvent,
 )
 from shared.db.tenant import organization_filter, select_scoped
-from shared.errors import RecordMissing
+from shared.errors import RecordMissing, SpeedtierError
 
 MAX_CRAWL_DEPTH = 5
 MAX_NAME_LENGTH = 255
@@ -48,11 +48,11 @@ API_KEY_PREFIX = "stk_"
 INGESTED_EVENT = "kb_document_ingested"
 
 
-class DocumentTooLarge(ValueError):
+class DocumentTooLarge(SpeedtierError):
     """The source is over the 10 MB content limit (the API answers 413)."""
 
 
-class DocumentBusy(Exception):
+class DocumentBusy(SpeedtierError):
     """The document is being ingested; the operation needs it ready or failed (409)."""
 
 
