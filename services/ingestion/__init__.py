@@ -17,7 +17,8 @@ def register(platform: Platform) -> None:
     from services.ingestion.families import families
     from services.ingestion.routes import blueprint
     from services.ingestion.ticks import SweepBounds, ingestion_refresh_tick, ingestion_sweep_tick
-    from services.knowledge_sync.providers.url_crawl import RobotsCache, page_fetcher
+    from services.web.fetch import page_fetcher
+    from services.web.robots import RobotsCache
     from tiers.rate_window import RateWindows
 
     settings = platform.settings

@@ -13,8 +13,8 @@ from router.enqueue import Router
 from services.ingestion import pipeline, refresh
 from services.ingestion.embedders import Embedder
 from services.ingestion.families import INGEST_KIND, INGEST_RETRY, REFRESH_KIND, ingest_request
-from services.ingestion.fetching import PageFetch
 from services.ingestion.index_writer import DocumentChunker
+from services.web.fetch import PageFetch
 from shared.db.engine import session_scope
 from tiers.attempts import current_attempt
 

@@ -33,7 +33,7 @@ from docx.table import Table
 from docx.text.paragraph import Paragraph
 from pypdf import PasswordType, PdfReader
 
-from services.knowledge_sync.providers.url_crawl import extract_html
+from services.web.html import extract_html
 from shared.errors import Unrecoverable
 
 MAX_BYTES = 10 * 1024 * 1024

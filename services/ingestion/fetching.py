@@ -1,12 +1,13 @@
 """URL documents: fetching their pages, and when to fetch them again.
 
 :func:`fetch_url_source` turns a URL (and, with a crawl depth, the same-host pages it links
-to) into the markdown a URL document stores as its source bytes, through the URL crawl's
-SSRF-guarded fetcher. Its failures are sorted the way a document shows them: terminal
-(:class:`FetchFailed`: unreachable, redirecting off-host, over 10 MB, unsupported,
-disallowed, or an address the guard refused, ``refused: address 10.0.0.1 is private``, also
-logged as a WARNING naming the organization) or transient (:class:`TransientFailure`,
-retried; on the last attempt it fails the document as ``unreachable or redirecting URL``).
+to) into the markdown a URL document stores as its source bytes, through the web kernel's
+SSRF-guarded fetcher. Its failures are sorted the way a document shows them
+(:func:`services.web.failures.fetch_or_fail`): terminal (``FetchFailed``: unreachable,
+redirecting off-host, over 10 MB, unsupported, disallowed, or an address the guard refused,
+``refused: address 10.0.0.1 is private``, also logged as a WARNING naming the organization)
+or transient (``TransientFailure``, retried; on the last attempt it fails the document as
+``unreachable or redirecting URL``).
 
 :func:`refresh_interval_seconds` and :func:`next_refresh_time` are the freshness clock's
 arithmetic: the recrawl interval (daily by default, hourly at the soonest) or the base's
@@ -16,23 +17,14 @@ refresh schedule when sooner, doubled per consecutive failure, capped at a week.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from datetime import datetime, timedelta
-from urllib.parse import urlsplit
 
-from services.knowledge_sync.providers.ssrf_guard import AddressRefused, log_refusal
-from services.knowledge_sync.providers.url_crawl import CrawledPage, Disallowed
+from services.web.failures import FetchFailed, TransientFailure, fetch_or_fail
+from services.web.fetch import CrawledPage, PageFetch
 from shared.db.models.ingestion import MAX_SOURCE_BYTES
-from shared.errors import Delay, Retryable, Unrecoverable
 
 log = logging.getLogger(__name__)
 
-PageFetch = Callable[[str], CrawledPage]
-
-UNREACHABLE = "unreachable or redirecting URL"
-DISALLOWED = "URL disallowed by robots.txt"
-OVERSIZE = "content over 10 MB"
-UNSUPPORTED = "unsupported content type"
 #: The type of the source bytes a URL document stores (the crawler's markdown); a restored
 #: version's text is stored the same way.
 MARKDOWN_CONTENT_TYPE = "text/markdown; charset=utf-8"
@@ -47,57 +39,10 @@ REFRESH_INTERVALS = {"hourly": 3600.0, "daily": 86_400.0, "weekly": 604_800.0}
 MAX_REFRESH_BACKOFF_SECONDS = 7 * 86_400.0
 
 
-class FetchFailed(Exception):
-    """A URL document's page cannot be had (terminal); ``reason`` is user-facing."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class TransientFailure(Retryable):
-    """A retryable failure that, on the last attempt, fails the document with ``reason``."""
-
-    def __init__(self, message: str, *, reason: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-def _host(url: str) -> str:
-    return (urlsplit(url).hostname or "").lower()
-
-
 def _page_text(page: CrawledPage) -> str:
     if page.title and not page.markdown.lstrip().startswith("# "):
         return f"# {page.title}\n\n{page.markdown}"
     return page.markdown
-
-
-def _fetch_one(url: str, fetch: PageFetch, *, organization_id: int, requested: str) -> CrawledPage:
-    try:
-        page = fetch(url)
-    except Disallowed as exc:
-        raise FetchFailed(DISALLOWED) from exc
-    except (Delay, TransientFailure):
-        raise
-    except AddressRefused as exc:
-        log_refusal(exc, organization_id=organization_id, requested=requested)
-        raise FetchFailed(exc.reason) from exc
-    except Unrecoverable as exc:
-        message = str(exc)
-        reason = (
-            OVERSIZE
-            if "content over" in message
-            else UNSUPPORTED
-            if "unsupported content type" in message
-            else UNREACHABLE
-        )
-        raise FetchFailed(reason) from exc
-    except Retryable as exc:
-        raise TransientFailure(str(exc), reason=UNREACHABLE) from exc
-    if _host(page.final_url) != _host(url):
-        raise FetchFailed(UNREACHABLE)
-    return page
 
 
 def fetch_url_source(
@@ -116,7 +61,7 @@ def fetch_url_source(
       TransientFailure: a failure a later attempt may not meet (5xx, connection, DNS).
       Delay: the host asked to wait (429 with Retry-After, or the politeness window).
     """
-    first = _fetch_one(url, fetch, organization_id=organization_id, requested=url)
+    first = fetch_or_fail(url, fetch, organization_id=organization_id, requested=url)
     parts = [_page_text(first)]
     size = len(parts[0].encode())
     seen = {url, first.final_url}
@@ -127,7 +72,7 @@ def fetch_url_source(
             continue
         seen.add(link)
         try:
-            page = _fetch_one(link, fetch, organization_id=organization_id, requested=url)
+            page = fetch_or_fail(link, fetch, organization_id=organization_id, requested=url)
         except (FetchFailed, TransientFailure) as exc:
             log.info("crawl of %s: leaving out %s (%s)", url, link, exc)
             continue

@@ -20,7 +20,7 @@ from services.ingestion.schemas import (
     UploadedFile,
     checked_document_json,
 )
-from services.knowledge_sync.providers.url_crawl import normalize_url
+from services.web.urls import normalize_url
 from shared.errors import ValidationFailed
 
 _FORM_FIELDS = frozenset({"name", "audience"})

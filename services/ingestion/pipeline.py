@@ -44,14 +44,13 @@ from services.ingestion.embedders import Embedder
 from services.ingestion.fetching import (
     DEFAULT_RECRAWL_INTERVAL_SECONDS,
     MARKDOWN_CONTENT_TYPE,
-    FetchFailed,
-    PageFetch,
-    TransientFailure,
     fetch_url_source,
     next_refresh_time,
     refresh_interval_seconds,
 )
 from services.ingestion.index_writer import DocumentChunker
+from services.web.failures import FetchFailed, TransientFailure
+from services.web.fetch import PageFetch
 from shared.db.engine import session_scope
 from shared.db.models.ingestion import KbChunk, KbDocument, KbDocumentVersion
 from shared.db.vector import embedding_storage
@@ -322,7 +321,7 @@ def ingest_document(
     Parameters:
       chunker / embedder: the shared chunk/embed component.
       now: the time written as ``ready_at``, ``failed_at`` or ``last_fetched_at``.
-      fetch: fetches a page (``url_crawl.page_fetcher``); needed for a URL document whose
+      fetch: fetches a page (``services.web.fetch.page_fetcher``); needed for a URL document whose
         page has not been stored yet.
       recrawl_interval_seconds: a fetched URL document's next refresh is due after this
         (or its base's schedule, when sooner).

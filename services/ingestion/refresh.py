@@ -26,12 +26,12 @@ from services.ingestion import store
 from services.ingestion.fetching import (
     DEFAULT_RECRAWL_INTERVAL_SECONDS,
     MARKDOWN_CONTENT_TYPE,
-    FetchFailed,
-    PageFetch,
     fetch_url_source,
     next_refresh_time,
 )
 from services.ingestion.pipeline import content_digest, refresh_interval_of
+from services.web.failures import FetchFailed
+from services.web.fetch import PageFetch
 from shared.db.models.ingestion import KbDocument
 from shared.errors import Retryable
 

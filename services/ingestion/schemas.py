@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from services.api.schemas import StrictRequest
-from services.knowledge_sync.providers.url_crawl import normalize_url
+from services.web.urls import normalize_url
 from shared.db.models.ingestion import KbDocument, KbDocumentVersion, KnowledgeBase
 from shared.errors import ValidationFailed
 from shared.inputs import MAX_ID, NUL_FREE, TRIMMED, WHOLE_NUMBER, Id, JsonInt

@@ -25,7 +25,7 @@ from sqlalchemy import delete, func, or_, select, text, update
 from sqlalchemy.orm import Session, undefer
 
 from services.ingestion.fetching import refresh_interval_seconds
-from services.knowledge_sync.providers.url_crawl import normalize_url
+from services.web.urls import normalize_url
 from shared.db.base import utcnow
 from shared.db.models.ingestion import (
     MAX_SOURCE_BYTES,

@@ -17,13 +17,11 @@ def register(platform: Platform) -> None:
     from services.knowledge_sync.crawling import CrawlContext
     from services.knowledge_sync.families import families
     from services.knowledge_sync.providers.registry import PROVIDERS, default_base_url
-    from services.knowledge_sync.providers.url_crawl import (
-        HostPoliteness,
-        RobotsCache,
-        page_fetcher,
-    )
     from services.knowledge_sync.runs import SyncContext
     from services.knowledge_sync.ticks import daily_sync_tick
+    from services.web.fetch import page_fetcher
+    from services.web.politeness import HostPoliteness
+    from services.web.robots import RobotsCache
     from shared.config import parse_rate
     from tiers.policies import WindowRule
     from tiers.rate_window import RateWindows

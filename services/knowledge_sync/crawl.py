@@ -26,8 +26,9 @@ from sqlalchemy.orm import Session
 
 from services.knowledge_sync import crawl_ledger
 from services.knowledge_sync.crawl_ledger import ChildRequest
-from services.knowledge_sync.providers.ssrf_guard import AddressRefused, log_refusal
-from services.knowledge_sync.providers.url_crawl import CrawledPage, Disallowed
+from services.web.fetch import CrawledPage
+from services.web.robots import Disallowed
+from services.web.ssrf_guard import AddressRefused, log_refusal
 from shared.errors import Delay, RecordMissing, Unrecoverable
 
 

@@ -30,7 +30,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from router.requests import JobRequest
-from services.knowledge_sync.providers.url_crawl import normalize_url
+from services.web.urls import normalize_url
 from shared.db.base import utcnow
 from shared.db.models.api2 import KnowledgeBaseCrawlTaskUrl as LedgerRow
 from shared.db.models.rails import KnowledgeBaseCrawlTask as CrawlTask

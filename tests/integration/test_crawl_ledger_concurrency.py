@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from services.knowledge_sync import crawl_ledger as ledger
 from services.knowledge_sync.crawl import crawl_url_step
-from services.knowledge_sync.providers.url_crawl import CrawledPage
+from services.web.fetch import CrawledPage
 from shared.db.engine import session_scope
 from shared.db.models import (
     KnowledgeBaseCrawlTask,

@@ -23,7 +23,8 @@ from sqlalchemy.orm import Session
 
 from services.knowledge_sync import crawl_ledger as ledger
 from services.knowledge_sync.crawl import crawl_url_step
-from services.knowledge_sync.providers.url_crawl import CrawledPage, Disallowed
+from services.web.fetch import CrawledPage
+from services.web.robots import Disallowed
 from shared.db.models import (
     KnowledgeBaseCrawlTask,
     KnowledgeBaseCrawlTaskUrl,

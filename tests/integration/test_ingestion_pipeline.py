@@ -33,14 +33,15 @@ from services.ingestion import batches, pipeline, refresh, search, store
 from services.ingestion.chunking import Chunker
 from services.ingestion.embedders import HashingEmbedder
 from services.ingestion.families import ingest_job_id
-from services.ingestion.fetching import DEFAULT_RECRAWL_INTERVAL_SECONDS, UNREACHABLE, PageFetch
+from services.ingestion.fetching import DEFAULT_RECRAWL_INTERVAL_SECONDS
 from services.ingestion.ticks import (
     SweepBounds,
     documents_to_ingest,
     documents_to_refresh,
     sweep_processing,
 )
-from services.knowledge_sync.providers.url_crawl import page_fetcher
+from services.web.failures import UNREACHABLE
+from services.web.fetch import PageFetch, page_fetcher
 from shared.config import load_settings
 from shared.db import migrate
 from shared.db.base import API2_SCHEMA, Api2Base

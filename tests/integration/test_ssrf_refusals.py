@@ -22,10 +22,11 @@ from services.ingestion.chunking import Chunker
 from services.ingestion.embedders import HashingEmbedder
 from services.knowledge_sync import crawl_ledger
 from services.knowledge_sync.crawl import crawl_url_step
-from services.knowledge_sync.providers.url_crawl import CrawledPage, fetch_page, normalize_url
+from services.web.fetch import CrawledPage, fetch_page
+from services.web.urls import normalize_url
 from shared.db.models import KnowledgeBaseCrawlTask, KnowledgeBaseSource, Organization
 
-GUARD_LOGGER = "services.knowledge_sync.providers.ssrf_guard"
+GUARD_LOGGER = "services.web.ssrf_guard"
 #: The guard as production runs it: no private networks (the test site's loopback aside).
 guarded: Callable[[str], CrawledPage] = partial(
     fetch_page, allow_private=False, timeout=5, allowed_networks=["127.0.0.1/32"]

@@ -13,16 +13,11 @@ from urllib.parse import quote
 import pytest
 import redis
 
-from services.knowledge_sync.providers.ssrf_guard import is_public_address
-from services.knowledge_sync.providers.url_crawl import (
-    CrawledPage,
-    Disallowed,
-    HostPoliteness,
-    RobotsCache,
-    fetch_page,
-    normalize_url,
-    page_fetcher,
-)
+from services.web.fetch import CrawledPage, fetch_page, page_fetcher
+from services.web.politeness import HostPoliteness
+from services.web.robots import Disallowed, RobotsCache
+from services.web.ssrf_guard import is_public_address
+from services.web.urls import normalize_url
 from shared.errors import Delay, Retryable, Unrecoverable
 from shared.http import NotFound
 from tests.fakes.website import NAV_MARKER, SCRIPT_MARKER, STYLE_MARKER, FakeWebsite

@@ -1,0 +1,98 @@
+"""robots.txt per origin: fetched through the SSRF guard, kept a while, asked per URL."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.robotparser
+from collections.abc import Sequence
+
+from services.web.pinned_get import DEFAULT_USER_AGENT
+from services.web.redirects import get_following
+from services.web.response_body import read_body
+from services.web.ssrf_guard import Network, address_guard
+from services.web.urls import origin, require_url
+from shared.http import raise_for_status
+
+ROBOTS_MAX_BYTES = 500 * 1024  # RFC 9309: parse at least the first 500 KiB
+
+
+class Disallowed(Exception):
+    """robots.txt forbids the URL: finish it without content; this is not a job failure."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(f"{url}: disallowed by robots.txt")
+        self.url = url
+
+
+class RobotsCache:
+    """robots.txt per scheme, host and port, fetched through the guard and kept ``ttl``.
+
+    Following RFC 9309: a 4xx robots.txt (404 included) allows everything; 5xx, 429 and an
+    unreachable host raise (``Retryable`` / ``Delay``) and are not cached. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        *,
+        allow_private: bool,
+        timeout: float,
+        user_agent: str = DEFAULT_USER_AGENT,
+        ttl_seconds: float = 3600.0,
+        allowed_networks: Sequence[str | Network] = (),
+    ) -> None:
+        self._guard = address_guard(allow_private, allowed_networks)
+        self._timeout = timeout
+        self._user_agent = user_agent
+        self._ttl = ttl_seconds
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, str, int], tuple[float, urllib.robotparser.RobotFileParser]]
+        self._entries = {}
+
+    def allowed(self, url: str) -> bool:
+        """Whether robots.txt lets this crawler fetch ``url``."""
+        normalized = require_url(url)
+        parser = self._parser(origin(normalized))
+        return parser.can_fetch(self._user_agent.split("/", 1)[0], normalized)
+
+    def check(self, url: str) -> None:
+        """Raise :class:`Disallowed` when robots.txt forbids ``url``."""
+        if not self.allowed(url):
+            raise Disallowed(url)
+
+    def _parser(self, site: tuple[str, str, int]) -> urllib.robotparser.RobotFileParser:
+        now = time.monotonic()
+        with self._lock:
+            entry = self._entries.get(site)
+        if entry is not None and entry[0] > now:
+            return entry[1]
+        parser = self._fetch(site)
+        with self._lock:
+            self._entries[site] = (now + self._ttl, parser)
+        return parser
+
+    def _fetch(self, site: tuple[str, str, int]) -> urllib.robotparser.RobotFileParser:
+        scheme, host, port = site
+        url = require_url(f"{scheme}://{host if ':' not in host else f'[{host}]'}:{port}/")
+        robots_url = url + "robots.txt"
+        parser = urllib.robotparser.RobotFileParser(robots_url)
+        with get_following(
+            robots_url,
+            self._guard,
+            timeout=self._timeout,
+            user_agent=self._user_agent,
+            accept="*/*",
+        ) as (_, response):
+            if 400 <= response.status_code < 500 and response.status_code != 429:
+                parser.parse([])
+                return parser
+            raise_for_status(response, f"GET {robots_url}")
+            body = read_body(
+                response,
+                f"GET {robots_url}",
+                max_bytes=ROBOTS_MAX_BYTES,
+                timeout=self._timeout,
+                truncate=True,
+            )
+        parser.parse(body.decode("utf-8", errors="replace").splitlines())
+        return parser
