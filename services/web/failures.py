@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from services.web.fetch import CrawledPage, PageFetch
 from services.web.robots import Disallowed
 from services.web.ssrf_guard import AddressRefused, log_refusal
-from shared.errors import Delay, Retryable, Unrecoverable
+from shared.errors import Delay, Retryable, SpeedtierError, Unrecoverable
 
 UNREACHABLE = "unreachable or redirecting URL"
 DISALLOWED = "URL disallowed by robots.txt"
@@ -23,7 +23,7 @@ OVERSIZE = "content over 10 MB"
 UNSUPPORTED = "unsupported content type"
 
 
-class FetchFailed(Exception):
+class FetchFailed(SpeedtierError):
     """A page cannot be had (terminal); ``reason`` is user-facing."""
 
     def __init__(self, reason: str) -> None:

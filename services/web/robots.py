@@ -12,12 +12,13 @@ from services.web.redirects import get_following
 from services.web.response_body import read_body
 from services.web.ssrf_guard import Network, address_guard
 from services.web.urls import origin, require_url
+from shared.errors import SpeedtierError
 from shared.http import raise_for_status
 
 ROBOTS_MAX_BYTES = 500 * 1024  # RFC 9309: parse at least the first 500 KiB
 
 
-class Disallowed(Exception):
+class Disallowed(SpeedtierError):
     """robots.txt forbids the URL: finish it without content; this is not a job failure."""
 
     def __init__(self, url: str) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from services.ingestion import store
+from services.web.failures import FetchFailed
+from services.web.robots import Disallowed
 from shared.errors import (
     Delay,
     JobError,
@@ -30,6 +32,8 @@ from shared.errors import (
         QueueUnavailable("redis down"),
         store.DocumentBusy("document 1 is being ingested"),
         store.DocumentTooLarge("content over 10 MB"),
+        Disallowed("https://example.com/private"),
+        FetchFailed("unreachable or redirecting URL"),
     ],
 )
 def test_every_project_error_is_a_speedtier_error(error: Exception) -> None:
@@ -41,3 +45,5 @@ def test_only_job_outcomes_are_job_errors() -> None:
     assert not isinstance(ValidationFailed({}), JobError)
     assert not isinstance(QueueUnavailable(), JobError)
     assert not isinstance(store.DocumentTooLarge(), JobError)
+    # robots.txt refusing a URL finishes it without content; it is not a job failure.
+    assert not isinstance(Disallowed("https://example.com/"), JobError)
