@@ -1,139 +1,89 @@
 """One typed settings object, read from the environment.
 
-Every field is documented in the README's configuration table; the environment variable is
-the field's ``validation_alias``. Nothing reads the environment at import time: call
-:func:`load_settings` from a bootstrap function.
+Every field is documented in the README's configuration table. A field is read from
+``SPEEDTIER_<FIELD>`` (``env_prefix``); only the names that do not follow that rule carry an
+explicit alias: the conventional unprefixed ones (``REDIS_URL``, ``DATABASE_URL``,
+``INTERNAL_API_TOKEN``, ``SENTRY_DSN``, ``LOG_LEVEL``) and two shorter ones
+(``SPEEDTIER_ENV``, ``SPEEDTIER_FLAGS``). :func:`environment_variables` lists the name of
+every field. Nothing reads the environment at import time: call :func:`load_settings` from a
+bootstrap function.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 TIER_NAMES = ("fast", "slow", "maintenance")
-
-
-def _env(name: str) -> AliasChoices:
-    return AliasChoices(name)
+ENV_PREFIX = "SPEEDTIER_"
 
 
 class Settings(BaseSettings):
     """Runtime configuration of every speedtier process."""
 
-    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+    # populate_by_name: load_settings(redis_url=...) names fields, not variables.
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="ignore", populate_by_name=True, frozen=True
+    )
 
     environment: Literal["development", "test", "staging", "production"] = Field(
-        "development", validation_alias=_env("SPEEDTIER_ENV")
+        "development", validation_alias="SPEEDTIER_ENV"
     )
-    redis_url: str | None = Field(None, validation_alias=_env("REDIS_URL"))
-    database_url: str | None = Field(None, validation_alias=_env("DATABASE_URL"))
-    internal_api_token: SecretStr | None = Field(None, validation_alias=_env("INTERNAL_API_TOKEN"))
-    sentry_dsn: str | None = Field(None, validation_alias=_env("SENTRY_DSN"))
+    redis_url: str | None = Field(None, validation_alias="REDIS_URL")
+    database_url: str | None = Field(None, validation_alias="DATABASE_URL")
+    internal_api_token: SecretStr | None = Field(None, validation_alias="INTERNAL_API_TOKEN")
+    sentry_dsn: str | None = Field(None, validation_alias="SENTRY_DSN")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
-        "INFO", validation_alias=_env("LOG_LEVEL")
+        "INFO", validation_alias="LOG_LEVEL"
     )
-    redis_namespace: str = Field(
-        "speedtier",
-        validation_alias=_env("SPEEDTIER_REDIS_NAMESPACE"),
-        pattern=r"^[A-Za-z0-9_.-]+$",
-    )
-    data_dir: str = Field(".speedtier", validation_alias=_env("SPEEDTIER_DATA_DIR"))
-    allow_volatile_redis: bool = Field(
-        False, validation_alias=_env("SPEEDTIER_ALLOW_VOLATILE_REDIS")
-    )
+    redis_namespace: str = Field("speedtier", pattern=r"^[A-Za-z0-9_.-]+$")
+    data_dir: str = ".speedtier"
+    allow_volatile_redis: bool = False
 
-    fast_processes: int = Field(2, ge=1, validation_alias=_env("SPEEDTIER_FAST_PROCESSES"))
-    fast_threads: int = Field(8, ge=1, validation_alias=_env("SPEEDTIER_FAST_THREADS"))
-    slow_processes: int = Field(1, ge=1, validation_alias=_env("SPEEDTIER_SLOW_PROCESSES"))
-    slow_threads: int = Field(4, ge=1, validation_alias=_env("SPEEDTIER_SLOW_THREADS"))
-    maintenance_processes: int = Field(
-        1, ge=1, validation_alias=_env("SPEEDTIER_MAINTENANCE_PROCESSES")
-    )
-    maintenance_threads: int = Field(
-        2, ge=1, validation_alias=_env("SPEEDTIER_MAINTENANCE_THREADS")
-    )
-    queue_prefetch: int = Field(0, ge=0, validation_alias=_env("SPEEDTIER_QUEUE_PREFETCH"))
-    worker_drain_seconds: int = Field(
-        25, ge=1, validation_alias=_env("SPEEDTIER_WORKER_DRAIN_SECONDS")
-    )
-    worker_poll_ms: int = Field(
-        500, ge=10, le=5000, validation_alias=_env("SPEEDTIER_WORKER_POLL_MS")
-    )
+    fast_processes: int = Field(2, ge=1)
+    fast_threads: int = Field(8, ge=1)
+    slow_processes: int = Field(1, ge=1)
+    slow_threads: int = Field(4, ge=1)
+    maintenance_processes: int = Field(1, ge=1)
+    maintenance_threads: int = Field(2, ge=1)
+    queue_prefetch: int = Field(0, ge=0)
+    worker_drain_seconds: int = Field(25, ge=1)
+    worker_poll_ms: int = Field(500, ge=10, le=5000)
 
-    group_lease_seconds: float = Field(
-        30.0, gt=0, validation_alias=_env("SPEEDTIER_GROUP_LEASE_SECONDS")
-    )
-    heartbeat_timeout_seconds: float = Field(
-        60.0, gt=0, validation_alias=_env("SPEEDTIER_HEARTBEAT_TIMEOUT_SECONDS")
-    )
-    windows: dict[str, str] = Field(
-        default_factory=dict, validation_alias=_env("SPEEDTIER_WINDOWS")
-    )
+    group_lease_seconds: float = Field(30.0, gt=0)
+    heartbeat_timeout_seconds: float = Field(60.0, gt=0)
+    windows: dict[str, str] = Field(default_factory=dict)
     flag_overrides: dict[str, bool] = Field(
-        default_factory=dict, validation_alias=_env("SPEEDTIER_FLAGS")
+        default_factory=dict, validation_alias="SPEEDTIER_FLAGS"
     )
-    flag_cache_seconds: float = Field(
-        2.0, ge=0, validation_alias=_env("SPEEDTIER_FLAG_CACHE_SECONDS")
-    )
+    flag_cache_seconds: float = Field(2.0, ge=0)
 
-    provider_urls: dict[str, str] = Field(
-        default_factory=dict, validation_alias=_env("SPEEDTIER_PROVIDER_URLS")
-    )
-    http_timeout_seconds: float = Field(
-        30.0, gt=0, validation_alias=_env("SPEEDTIER_HTTP_TIMEOUT_SECONDS")
-    )
-    crawl_host_rate: str = Field("1/1", validation_alias=_env("SPEEDTIER_CRAWL_HOST_RATE"))
-    crawl_allow_private_networks: bool = Field(
-        False, validation_alias=_env("SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS")
-    )
+    provider_urls: dict[str, str] = Field(default_factory=dict)
+    http_timeout_seconds: float = Field(30.0, gt=0)
+    crawl_host_rate: str = "1/1"
+    crawl_allow_private_networks: bool = False
 
-    embedder: Literal["hashing", "openai", "local"] = Field(
-        "hashing", validation_alias=_env("SPEEDTIER_EMBEDDER")
-    )
-    embedding_api_url: str = Field(
-        "https://api.openai.com/v1", validation_alias=_env("SPEEDTIER_EMBEDDING_API_URL")
-    )
-    embedding_api_key: SecretStr | None = Field(
-        None, validation_alias=_env("SPEEDTIER_EMBEDDING_API_KEY")
-    )
-    embedding_model: str = Field(
-        "text-embedding-3-small", validation_alias=_env("SPEEDTIER_EMBEDDING_MODEL")
-    )
-    embedding_dimensions: int | None = Field(
-        None, ge=1, validation_alias=_env("SPEEDTIER_EMBEDDING_DIMENSIONS")
-    )
-    embedding_batch_size: int = Field(
-        64, ge=1, le=2048, validation_alias=_env("SPEEDTIER_EMBEDDING_BATCH_SIZE")
-    )
-    embedding_rate: str | None = Field(None, validation_alias=_env("SPEEDTIER_EMBEDDING_RATE"))
-    embedding_api_project: str | None = Field(
-        None, validation_alias=_env("SPEEDTIER_EMBEDDING_API_PROJECT")
-    )
+    embedder: Literal["hashing", "openai", "local"] = "hashing"
+    embedding_api_url: str = "https://api.openai.com/v1"
+    embedding_api_key: SecretStr | None = None
+    embedding_model: str = "text-embedding-3-small"
+    embedding_dimensions: int | None = Field(None, ge=1)
+    embedding_batch_size: int = Field(64, ge=1, le=2048)
+    embedding_rate: str | None = None
+    embedding_api_project: str | None = None
 
-    ingestion_tick_limit: int = Field(
-        200, ge=1, validation_alias=_env("SPEEDTIER_INGESTION_TICK_LIMIT")
-    )
-    ingestion_tenant_slice: int = Field(
-        20, ge=1, validation_alias=_env("SPEEDTIER_INGESTION_TENANT_SLICE")
-    )
-    recrawl_interval_seconds: float = Field(
-        86_400.0, ge=3600.0, validation_alias=_env("SPEEDTIER_RECRAWL_INTERVAL_SECONDS")
-    )
+    ingestion_tick_limit: int = Field(200, ge=1)
+    ingestion_tenant_slice: int = Field(20, ge=1)
+    recrawl_interval_seconds: float = Field(86_400.0, ge=3600.0)
 
-    api_host: str = Field("127.0.0.1", validation_alias=_env("SPEEDTIER_API_HOST"))
-    api_port: int = Field(8080, ge=1, le=65535, validation_alias=_env("SPEEDTIER_API_PORT"))
-    api_workers: int = Field(2, ge=1, validation_alias=_env("SPEEDTIER_API_WORKERS"))
-    api_max_body_bytes: int = Field(
-        1_048_576, ge=1024, validation_alias=_env("SPEEDTIER_API_MAX_BODY_BYTES")
-    )
-    scheduler_misfire_grace_seconds: int = Field(
-        300, ge=1, validation_alias=_env("SPEEDTIER_SCHEDULER_MISFIRE_GRACE_SECONDS")
-    )
-    scheduler_lock_seconds: float = Field(
-        30.0, gt=0, validation_alias=_env("SPEEDTIER_SCHEDULER_LOCK_SECONDS")
-    )
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(8080, ge=1, le=65535)
+    api_workers: int = Field(2, ge=1)
+    api_max_body_bytes: int = Field(1_048_576, ge=1024)
+    scheduler_misfire_grace_seconds: int = Field(300, ge=1)
+    scheduler_lock_seconds: float = Field(30.0, gt=0)
 
     @field_validator("crawl_host_rate")
     @classmethod
@@ -180,6 +130,16 @@ def parse_rate(rate: str, *, field: str = "rate") -> tuple[int, float]:
     if limit < 1 or period <= 0:
         raise ValueError(f"{field}: limit and period must be positive, got {rate!r}")
     return limit, period
+
+
+def environment_variables() -> dict[str, str]:
+    """Field name -> the environment variable it is read from (the README's names)."""
+    return {
+        name: field.validation_alias
+        if isinstance(field.validation_alias, str)
+        else ENV_PREFIX + name.upper()
+        for name, field in Settings.model_fields.items()
+    }
 
 
 def load_settings(**overrides: object) -> Settings:

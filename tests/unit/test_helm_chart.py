@@ -27,7 +27,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from shared.config import TIER_NAMES, Settings, load_settings
+from shared.config import TIER_NAMES, environment_variables, load_settings
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "speedtier"
 KUBE_VERSION = "1.30.0"
@@ -497,12 +497,7 @@ def test_migrations_can_be_disabled() -> None:
 
 
 def _setting_env_names() -> set[str]:
-    names: set[str] = set()
-    for field in Settings.model_fields.values():
-        alias = field.validation_alias
-        choices = getattr(alias, "choices", [alias])
-        names.update(str(choice) for choice in choices if choice is not None)
-    return names
+    return set(environment_variables().values())
 
 
 def test_config_map_and_secret_cover_every_setting() -> None:
