@@ -189,7 +189,7 @@ def _instrument(env_engine: Any, chunker: Any, embedder: Any, on_step: Any) -> A
     """Call ``on_step(name)`` at the end of each step of an ingestion pass; returns an undo."""
     from sqlalchemy import event
 
-    from services.ingestion import extract as extract_module
+    from services.indexing import extract as extract_module
 
     split, embed, extract = chunker.split, embedder.embed, extract_module.extract
 
@@ -227,9 +227,9 @@ def _instrument(env_engine: Any, chunker: Any, embedder: Any, on_step: Any) -> A
 def step_peaks_main(values: dict[str, Any], organization: int, document_id: int, out: Any) -> None:
     """The spawned process: the worker's platform, one ingestion pass, peaks per step."""
     from services.bootstrap import bootstrap
+    from services.indexing.chunking import Chunker
+    from services.indexing.embedders import embedder_from_settings
     from services.ingestion import pipeline
-    from services.ingestion.chunking import Chunker
-    from services.ingestion.embedders import embedder_from_settings
     from shared.config import load_settings
     from shared.db.base import utcnow
     from shared.db.engine import session_scope
@@ -294,9 +294,9 @@ def profile(env: Stack, size: int, *, trace: bool = True) -> dict[str, Any]:
     with ``trace``, the same ingestion in this process under tracemalloc (slow: about 15
     minutes for 10 MiB on two cores)."""
     from bench.ingestion_corpus import Document, big_text
+    from services.indexing.chunking import Chunker
+    from services.indexing.embedders import embedder_from_settings
     from services.ingestion import pipeline
-    from services.ingestion.chunking import Chunker
-    from services.ingestion.embedders import embedder_from_settings
     from shared.db.base import utcnow
     from shared.db.engine import session_scope
 

@@ -100,10 +100,10 @@ def measure_sequential(
     """The same documents through ``pipeline.ingest_document`` one after another in this
     process (other tenants), timing extraction, splitting and embedding; the rest of each
     pass is the database (reads, version, chunk replacement, commit)."""
-    from services.ingestion import extract as extract_module
+    from services.indexing import extract as extract_module
+    from services.indexing.chunking import Chunker
+    from services.indexing.embedders import embedder_from_settings
     from services.ingestion import pipeline
-    from services.ingestion.chunking import Chunker
-    from services.ingestion.embedders import embedder_from_settings
     from shared.db.base import utcnow
     from shared.db.engine import session_scope
 

@@ -80,8 +80,8 @@ def measure_raw(embedder: Any, texts: list[str]) -> dict[str, Any]:
 def measure_ingestion(
     embedder: Any, documents: list[tuple[str, bytes]], say: Any
 ) -> dict[str, Any]:
+    from services.indexing.chunking import Chunker
     from services.ingestion import pipeline, store
-    from services.ingestion.chunking import Chunker
     from shared.db.base import utcnow
     from shared.db.engine import make_engine, make_session_factory, session_scope
     from shared.db.migrate import upgrade
@@ -164,9 +164,9 @@ def measure_ingestion(
 def run(documents: int, batch_size: int, say: Any) -> dict[str, Any]:
     import torch
 
-    from services.ingestion.chunking import Chunker
-    from services.ingestion.embedders import LocalModelEmbedder
-    from services.ingestion.extract import extract
+    from services.indexing.chunking import Chunker
+    from services.indexing.embedders import LocalModelEmbedder
+    from services.indexing.extract import extract
 
     load_before = list(os.getloadavg())
     embedder = LocalModelEmbedder(batch_size=batch_size)

@@ -41,7 +41,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
 from bench.common import markdown_table, percentile, rnd, verdict, write_result
-from services.ingestion.embedders import HashingEmbedder
+from services.indexing.embedders import HashingEmbedder
 from services.ingestion.search import (
     DEFAULT_EXACT_THRESHOLD,
     SearchScope,

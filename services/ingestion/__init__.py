@@ -1,5 +1,5 @@
-"""Knowledge-base ingestion and retrieval (seed 003), and the chunk/embed/index component
-that knowledge_sync's chunk step shares."""
+"""Knowledge-base ingestion and retrieval (seed 003), on the indexing kernel
+(:mod:`services.indexing`) that knowledge_sync's chunk step shares."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ if TYPE_CHECKING:
 
 def register(platform: Platform) -> None:
     """The ingestion and refresh families, the sweep and refresh ticks, and the API."""
+    from services.indexing.chunking import Chunker
+    from services.indexing.embedders import embedder_from_settings
     from services.ingestion.actors import IngestionContext, build_handlers
-    from services.ingestion.chunking import Chunker
-    from services.ingestion.embedders import embedder_from_settings
     from services.ingestion.families import families
     from services.ingestion.routes import blueprint
     from services.ingestion.ticks import SweepBounds, ingestion_refresh_tick, ingestion_sweep_tick

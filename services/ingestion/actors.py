@@ -10,10 +10,10 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from router.enqueue import Router
+from services.indexing.embedders import Embedder
+from services.indexing.index_writer import DocumentChunker
 from services.ingestion import pipeline, refresh
-from services.ingestion.embedders import Embedder
 from services.ingestion.families import INGEST_KIND, INGEST_RETRY, REFRESH_KIND, ingest_request
-from services.ingestion.index_writer import DocumentChunker
 from services.web.fetch import PageFetch
 from shared.db.engine import session_scope
 from tiers.attempts import current_attempt

@@ -34,13 +34,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, exists, func, insert, select, update
+from sqlalchemy import delete, exists, func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from services.indexing.chunk_batches import PackedVector, embed_chunks
+from services.indexing.chunking import Chunk
+from services.indexing.embedders import Embedder
+from services.indexing.index_writer import DocumentChunker, index_fingerprint
+from services.indexing.kb_chunks import replace_kb_chunks
 from services.ingestion import store
-from services.ingestion.batches import PackedVector, embed_chunks, insert_in_batches
-from services.ingestion.chunking import Chunk
-from services.ingestion.embedders import Embedder
 from services.ingestion.fetching import (
     DEFAULT_RECRAWL_INTERVAL_SECONDS,
     MARKDOWN_CONTENT_TYPE,
@@ -48,7 +50,6 @@ from services.ingestion.fetching import (
     next_refresh_time,
     refresh_interval_seconds,
 )
-from services.ingestion.index_writer import DocumentChunker
 from services.web.failures import FetchFailed, TransientFailure
 from services.web.fetch import PageFetch
 from shared.db.engine import session_scope
@@ -94,11 +95,6 @@ class IngestOutcome:
 def content_digest(text: str) -> str:
     """SHA-256 (hex) of extracted text: what "the content changed" means."""
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def index_fingerprint(chunker: DocumentChunker, embedder: Embedder) -> str:
-    """Everything besides the text that decides a chunk set; another one makes it stale."""
-    return f"{chunker.fingerprint}|{embedder.name}:{embedder.dimensions}"
 
 
 # -- the ingestion pass --------------------------------------------------------------------
@@ -250,30 +246,15 @@ def _write_index(session: Session, document: KbDocument, new: _NewIndex, now: da
             ),
             execution_options={"synchronize_session": False},
         )
-    session.execute(
-        delete(KbChunk).where(
-            KbChunk.organization_id == organization_id, KbChunk.document_id == document_id
-        ),
-        execution_options={"synchronize_session": False},
-    )
-    audience = list(document.audience)
-    insert_in_batches(
+    replace_kb_chunks(
         session,
-        insert(KbChunk),
-        (
-            {
-                "organization_id": organization_id,
-                "knowledge_base_id": document.knowledge_base_id,
-                "document_id": document_id,
-                "position": chunk.position,
-                "content": chunk.content,
-                "token_count": chunk.token_count,
-                "embedding": vector,
-                "audience": audience,
-                "created_at": now,
-            }
-            for chunk, vector in zip(new.chunks, new.vectors, strict=True)
-        ),
+        organization_id=organization_id,
+        knowledge_base_id=document.knowledge_base_id,
+        document_id=document_id,
+        chunks=new.chunks,
+        vectors=new.vectors,
+        audience=list(document.audience),
+        created_at=now,
     )
     document.content_hash = new.digest
     document.index_fingerprint = new.fingerprint
@@ -334,7 +315,7 @@ def ingest_document(
       Delay / Retryable: transient; nothing was written (see :func:`run_ingestion`).
       Unrecoverable: the embedder's vectors cannot be stored (dimension mismatch).
     """
-    from services.ingestion.extract import ExtractionFailed, extract
+    from services.indexing.extract import ExtractionFailed, extract
 
     document = store.get_document(session, organization_id=organization_id, document_id=document_id)
     if document.status != "processing":

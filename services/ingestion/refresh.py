@@ -80,7 +80,7 @@ def refresh_document(
       RecordMissing: the document is missing, deleted or another tenant's.
       Delay: the host asked to wait; nothing was recorded.
     """
-    from services.ingestion.extract import ExtractionFailed, extract
+    from services.indexing.extract import ExtractionFailed, extract
 
     document = store.get_document(session, organization_id=organization_id, document_id=document_id)
     if document.kind != "url" or document.status != "ready" or not document.url:

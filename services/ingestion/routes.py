@@ -38,11 +38,11 @@ from services.api.errors import REDIS_UNAVAILABLE, RETRY_AFTER_SECONDS, error_re
 from services.api.openapi import ResponseSpec, describe
 from services.api.schemas import ErrorBody
 from services.api.validation import parse_fields, parse_json
+from services.indexing.embedders import Embedder
+from services.indexing.index_writer import DocumentChunker
 from services.ingestion import pipeline, store
 from services.ingestion.api_auth import current_organization_id, require_api_key
-from services.ingestion.embedders import Embedder
 from services.ingestion.families import ingest_request
-from services.ingestion.index_writer import DocumentChunker
 from services.ingestion.inputs import document_input, json_body
 from services.ingestion.schemas import (
     ApiKeyCreate,

@@ -56,7 +56,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from services.ingestion.embedders import Embedder
+from services.indexing.embedders import Embedder
 from shared.db.vector import embedding_storage, vector_literal
 
 #: Above this many chunks in the searched scope, the vector ranking uses the HNSW index.

@@ -10,8 +10,8 @@ if TYPE_CHECKING:
 
 def register(platform: Platform) -> None:
     """Families, the daily tick and the enqueue route Rails calls."""
-    from services.ingestion.chunking import Chunker
-    from services.ingestion.embedders import embedder_from_settings
+    from services.indexing.chunking import Chunker
+    from services.indexing.embedders import embedder_from_settings
     from services.knowledge_sync import routes
     from services.knowledge_sync.actors import build_handlers
     from services.knowledge_sync.crawling import CrawlContext

@@ -17,7 +17,7 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from router.requests import JobRequest
-from services.ingestion.index_writer import remove_document_index, replace_document_index
+from services.indexing.index_writer import remove_document_index, replace_document_index
 from services.knowledge_sync import store
 from services.knowledge_sync.crawling import CRAWLED_SOURCE_TYPES, plan_source_crawl
 from services.knowledge_sync.providers.base import (

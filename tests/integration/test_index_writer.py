@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.ingestion.chunking import Chunker
-from services.ingestion.embedders import HashingEmbedder
-from services.ingestion.index_writer import (
+from services.indexing.chunking import Chunker
+from services.indexing.embedders import HashingEmbedder
+from services.indexing.index_writer import (
     IndexOutcome,
     content_hash,
     remove_document_index,

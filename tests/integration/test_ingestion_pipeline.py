@@ -29,9 +29,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.bootstrap import Platform, bootstrap
-from services.ingestion import batches, pipeline, refresh, search, store
-from services.ingestion.chunking import Chunker
-from services.ingestion.embedders import HashingEmbedder
+from services.indexing import chunk_batches
+from services.indexing.chunking import Chunker
+from services.indexing.embedders import HashingEmbedder
+from services.ingestion import pipeline, refresh, search, store
 from services.ingestion.families import ingest_job_id
 from services.ingestion.fetching import DEFAULT_RECRAWL_INTERVAL_SECONDS
 from services.ingestion.ticks import (
@@ -344,7 +345,7 @@ def test_a_text_document_goes_from_processing_to_ready(any_session: Session) -> 
 
 def pipeline_text(raw: str) -> str:
     """What extraction makes of a posted text (whitespace normalised)."""
-    from services.ingestion.extract import extract
+    from services.indexing.extract import extract
 
     return extract(raw.encode(), content_type="text/plain", filename=None).text
 
@@ -661,8 +662,8 @@ def test_a_document_of_many_batches_is_replaced_whole_and_readers_never_see_half
     org = new_org()
     organizations.add(org)
     # Small batches stand in for a large file: several embedder calls and INSERTs.
-    monkeypatch.setattr(batches, "EMBED_BATCH_TEXTS", 8)
-    monkeypatch.setattr(batches, "INSERT_BATCH_ROWS", 10)
+    monkeypatch.setattr(chunk_batches, "EMBED_BATCH_TEXTS", 8)
+    monkeypatch.setattr(chunk_batches, "INSERT_BATCH_ROWS", 10)
     with factory() as session:
         base = make_base(session, org)
         doc = add(session, org, base, "m", store.TextSource(words("m1", 400)))

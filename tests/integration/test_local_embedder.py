@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from services.ingestion import embedders
-from services.ingestion.embedders import (
+from services.indexing import embedders
+from services.indexing.embedders import (
     LOCAL_EXTRA_MISSING,
     LOCAL_MODEL_PACKAGE,
     Embedder,

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import redis
 
-from services.ingestion.embedders import OpenAICompatibleEmbedder, embedder_from_settings
+from services.indexing.embedders import OpenAICompatibleEmbedder, embedder_from_settings
 from shared.errors import Delay, Retryable, Unrecoverable
 from tests.fakes.embeddings_server import (
     INVALID_JSON,

@@ -28,7 +28,7 @@ from bench.search import (
     organization_sizes,
     recall,
 )
-from services.ingestion.embedders import HashingEmbedder
+from services.indexing.embedders import HashingEmbedder
 from services.ingestion.search import (
     SNIPPET_CHARS,
     SearchHit,

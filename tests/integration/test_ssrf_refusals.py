@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session
 
+from services.indexing.chunking import Chunker
+from services.indexing.embedders import HashingEmbedder
 from services.ingestion import pipeline, store
-from services.ingestion.chunking import Chunker
-from services.ingestion.embedders import HashingEmbedder
 from services.knowledge_sync import crawl_ledger
 from services.knowledge_sync.crawl import crawl_url_step
 from services.web.fetch import CrawledPage, fetch_page

@@ -8,7 +8,7 @@ from itertools import pairwise
 
 import pytest
 
-from services.ingestion.chunking import Chunk, Chunker
+from services.indexing.chunking import Chunk, Chunker
 
 PARAGRAPH = (
     "Refunds are issued to the original payment method within five business days. "

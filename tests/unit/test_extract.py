@@ -9,7 +9,7 @@ import docx
 import pytest
 from pypdf import PdfReader, PdfWriter
 
-from services.ingestion.extract import (
+from services.indexing.extract import (
     DOCX,
     HTML,
     MARKDOWN,

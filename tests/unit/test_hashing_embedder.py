@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from services.ingestion.embedders import (
+from services.indexing.embedders import (
     Embedder,
     HashingEmbedder,
     OpenAICompatibleEmbedder,

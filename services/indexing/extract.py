@@ -1,6 +1,6 @@
 """Turn an uploaded document's bytes into text, or fail with a short reason a user can act on.
 
-:func:`extract` reads PDF (pypdf), DOCX (python-docx, as markdown), HTML (the URL crawl's
+:func:`extract` reads PDF (pypdf), DOCX (python-docx, as markdown), HTML (the web kernel's
 extractor, as markdown), Markdown and plain text. The type comes from the bytes first (a PDF
 header, a ZIP holding ``word/document.xml``), then the declared content type, then the file
 name's extension; a declared type the bytes contradict is unsupported.
@@ -12,8 +12,8 @@ unreadable file`` and ``no extractable text``; a few add a hint in parentheses.
 
 Memory: the input is never copied (pypdf and python-docx read it through a ``BytesIO``,
 which shares its buffer); text is decoded once, and normalising it builds at most one more
-string, none when it is already clean. HTML costs more: the crawl's extractor builds a parse
-tree and renders markdown from it.
+string, none when it is already clean. HTML costs more: the web kernel's extractor builds a
+parse tree and renders markdown from it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,16 @@
 """One document's chunks, embeddings and full-text search row, replaced as one unit.
 
-Both the knowledge sync's chunk step (seed 000) and ingestion (seed 003) call
-:func:`replace_document_index`. It writes in the caller's transaction and never commits:
-the old chunk set's delete and the new one's insert commit together, so a reader sees the
-old index or the new one, never half of either.
+The rule every index target keeps: a document's chunk set is replaced in one transaction,
+the caller's, which commits the old set's delete and the new one's insert together, so a
+reader sees the old index or the new one, never half of either. The targets:
+
+* Rails ``document_chunks`` and ``pg_search_documents``: :func:`replace_document_index`
+  here, which the knowledge sync's chunk step (seed 000) calls; it never commits.
+* api2 ``kb_chunks``: :func:`services.indexing.kb_chunks.replace_kb_chunks`, which
+  ingestion (seed 003) calls under the document's row lock, with the document's version.
+
+:func:`index_fingerprint` (chunker and embedder) says whether a stored chunk set is stale
+for either target.
 
 Concurrency: embeddings are computed before any lock (they are slow and may wait on a
 provider), then ``pg_advisory_xact_lock`` on (organization, source type, source id)
@@ -21,9 +28,9 @@ from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from services.ingestion.batches import PackedVector, embed_chunks, insert_in_batches
-from services.ingestion.chunking import Chunk
-from services.ingestion.embedders import Embedder
+from services.indexing.chunk_batches import PackedVector, embed_chunks, insert_in_batches
+from services.indexing.chunking import Chunk
+from services.indexing.embedders import Embedder
 from shared.db.models import DocumentChunk, PgSearchDocument
 from shared.db.tenant import organization_filter
 from shared.errors import Retryable, Unrecoverable
@@ -33,7 +40,7 @@ FINGERPRINT_KEY = "index_fingerprint"
 
 
 class DocumentChunker(Protocol):
-    """What the writer needs of a chunker (:class:`~services.ingestion.chunking.Chunker`)."""
+    """What the writer needs of a chunker (:class:`~services.indexing.chunking.Chunker`)."""
 
     @property
     def fingerprint(self) -> str: ...
@@ -55,6 +62,11 @@ class IndexOutcome:
     chunk_count: int
     unchanged: bool
     content_hash: str
+
+
+def index_fingerprint(chunker: DocumentChunker, embedder: Embedder) -> str:
+    """Everything besides the text that decides a chunk set; another one makes it stale."""
+    return f"{chunker.fingerprint}|{embedder.name}:{embedder.dimensions}"
 
 
 def content_hash(title: str, content: str) -> str:
@@ -105,7 +117,7 @@ def replace_document_index(
     if not content.strip():
         return _remove_all(session, target, digest)
 
-    fingerprint = f"{chunker.fingerprint}|{embedder.name}:{embedder.dimensions}"
+    fingerprint = index_fingerprint(chunker, embedder)
     wanted_search = search_content(title, content)
     current = _current_chunk_count(session, target, digest, fingerprint)
     if current and _search_row_is(session, target, wanted_search):

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from services.ingestion import batches
-from services.ingestion.chunking import Chunk
-from services.ingestion.embedders import HashingEmbedder
+from services.indexing import chunk_batches
+from services.indexing.chunking import Chunk
+from services.indexing.embedders import HashingEmbedder
 from shared.errors import Unrecoverable
 
 
@@ -36,7 +36,7 @@ def chunks(n: int) -> list[Chunk]:
 def test_vectors_come_back_packed_in_chunk_order_over_several_calls() -> None:
     embedder = Recording()
 
-    vectors = batches.embed_chunks(embedder, chunks(600))
+    vectors = chunk_batches.embed_chunks(embedder, chunks(600))
 
     assert embedder.calls == [256, 256, 88]
     assert [vector[0] for vector in vectors] == [float(i) for i in range(600)]
@@ -47,7 +47,7 @@ def test_packing_keeps_the_embedders_values_exactly() -> None:
     embedder = HashingEmbedder(dimensions=32)
     texts = chunks(5)
 
-    packed = batches.embed_chunks(embedder, texts)
+    packed = chunk_batches.embed_chunks(embedder, texts)
 
     assert [list(vector) for vector in packed] == embedder.embed([c.content for c in texts])
 
@@ -56,7 +56,7 @@ def test_packing_keeps_the_embedders_values_exactly() -> None:
 def test_a_call_is_a_whole_number_of_the_embedders_own_batches(
     own: int | None, expected: int
 ) -> None:
-    assert batches.embed_batch_size(Recording(batch_size=own)) == expected
+    assert chunk_batches.embed_batch_size(Recording(batch_size=own)) == expected
 
 
 def test_a_wrong_number_of_vectors_is_unrecoverable() -> None:
@@ -65,7 +65,7 @@ def test_a_wrong_number_of_vectors_is_unrecoverable() -> None:
             return super().embed(texts)[:-1]
 
     with pytest.raises(Unrecoverable, match="returned 9 vectors for 10 chunks"):
-        batches.embed_chunks(Short(), chunks(10))
+        chunk_batches.embed_chunks(Short(), chunks(10))
 
 
 def test_a_vector_of_another_length_is_unrecoverable() -> None:
@@ -74,11 +74,11 @@ def test_a_vector_of_another_length_is_unrecoverable() -> None:
             return [[*vector, 0.0] for vector in super().embed(texts)]
 
     with pytest.raises(Unrecoverable, match="4-dimensional vector, declared 3"):
-        batches.embed_chunks(Wide(), chunks(2))
+        chunk_batches.embed_chunks(Wide(), chunks(2))
 
 
 def test_no_chunks_embed_nothing() -> None:
     embedder = Recording()
 
-    assert batches.embed_chunks(embedder, []) == []
+    assert chunk_batches.embed_chunks(embedder, []) == []
     assert embedder.calls == []

@@ -18,8 +18,8 @@ from typing import Any, TypeAlias
 from sqlalchemy import Executable
 from sqlalchemy.orm import Session
 
-from services.ingestion.chunking import Chunk
-from services.ingestion.embedders import Embedder
+from services.indexing.chunking import Chunk
+from services.indexing.embedders import Embedder
 from shared.errors import Unrecoverable
 
 #: Texts handed to the embedder per call (rounded up to a multiple of its own batch size,
