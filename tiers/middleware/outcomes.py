@@ -13,6 +13,9 @@ PostgreSQL / Redis unreachable delayed           back in OUTAGE_DELAY_SECONDS, a
 anything else (Retryable...)   delayed / failed  retried per family policy until the
                                                  attempts run out, then failed
 ============================  ================  ==================================
+
+:func:`classify` reads this table (exception -> :class:`Settlement`); :class:`Outcomes`
+records the settlement, its slot release and its next delivery in one atomic step.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import logging
 import random
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
@@ -37,7 +41,7 @@ from tiers.job_store import JobStore
 from tiers.middleware.group_slots import GroupSlots
 from tiers.middleware.held import Held
 from tiers.options import ETA, FAILURES, JOB_ID, REDIS_MESSAGE_ID, WINDOW_RESERVATION
-from tiers.policies import DEFAULT_RETRY
+from tiers.policies import DEFAULT_RETRY, RetryPolicy
 from tiers.redis_retry import until_redis_answers
 
 log = logging.getLogger(__name__)
@@ -74,58 +78,11 @@ class Outcomes(Middleware):
         fault_point("settle.after")
 
     def _settle(self, broker: Broker, message: Any, exception: BaseException | None) -> None:
-        if isinstance(exception, Held):
-            exception = exception.outcome
-        if _is_outage(exception):
-            log.warning(
-                "job %s met an infrastructure outage (%s); delayed, attempt not spent",
-                message.options[JOB_ID],
-                exception,
-            )
-            wait = OUTAGE_DELAY_SECONDS * (1 + random.random() / 2)
-            exception = Delay.after(wait, reason=f"outage: {exception}"[:200])
         family = family_of(message, self.families)
         retention = family.retention_seconds if family else 86_400.0
-        policy = family.retry if family else DEFAULT_RETRY
-        failures = int(message.options.get(FAILURES, 0))
-        next_message = None
-        delay = f"{exception.reason}: {exception}" if isinstance(exception, Delay) else ""
-        # A delay is not an error: the record's last_error keeps the last real failure.
-        error = (
-            ""
-            if exception is None or isinstance(exception, Delay)
-            else f"{type(exception).__name__}: {exception}"
-        )
-
-        if exception is None:
-            state = "completed"
-        elif isinstance(exception, RecordMissing):
-            state = "record_missing"
-        elif isinstance(exception, Paused):
-            state = "skipped"
-        elif isinstance(exception, Unrecoverable):
-            state = "failed"
+        settlement = classify(message, exception, family.retry if family else DEFAULT_RETRY)
+        if settlement.state == "failed":
             message.fail()
-        elif isinstance(exception, Delay):
-            state = "delayed"
-            next_message = self._again_at(message, exception.until, failures, exception.carry)
-        else:
-            failures += 1
-            if failures >= policy.max_attempts:
-                state = "failed"
-                message.fail()
-            else:
-                state = "delayed"
-                wait = policy.backoff_seconds(failures)
-                next_message = self._again_at(message, time.time() + wait, failures)
-                log.info(
-                    "job %s attempt %d failed (%s); retrying in %.1fs",
-                    message.options[JOB_ID],
-                    failures,
-                    error,
-                    wait,
-                )
-
         # A message that is not dead-lettered is acked to Dramatiq by the settle script itself
         # (TierConsumer skips its own ack); a failed one is nacked by Dramatiq as usual.
         ack = None
@@ -134,12 +91,12 @@ class Outcomes(Middleware):
         verdict = until_redis_answers(
             lambda: self.jobs.settle(
                 message,
-                state=state,
+                state=settlement.state,
                 retention_seconds=retention,
-                error=error,
-                failures=failures,
-                next_message=next_message,
-                delay=delay,
+                error=settlement.error,
+                failures=settlement.failures,
+                next_message=settlement.next_message,
+                delay=settlement.delay,
                 ack=ack,
             ),
             what="settling a job",
@@ -149,18 +106,80 @@ class Outcomes(Middleware):
         if verdict == "stale":
             log.warning("job %s was superseded while it ran", message.options[JOB_ID])
 
-    @staticmethod
-    def _again_at(
-        message: Any, until: float, failures: int, carry: Mapping[str, str] | None = None
-    ) -> Any:
-        options = {
-            REDIS_MESSAGE_ID: str(uuid4()),
-            ETA: int(until * 1000),
-            FAILURES: failures,
-            WINDOW_RESERVATION: None,  # a window reservation is good for one delivery only
-            **(carry or {}),
-        }
-        return message.copy(queue_name=dq_name(q_name(message.queue_name)), options=options)
+
+@dataclass(frozen=True)
+class Settlement:
+    """How a run ends, as the job store records it.
+
+    Attributes:
+      state: the job's state (``completed``, ``record_missing``, ``skipped``, ``failed``,
+        ``delayed``); a ``failed`` message is dead-lettered.
+      failures: attempts spent, this run's included when it consumed one.
+      next_message: the copy that goes back to the broker (a retry or a delay), if any.
+      error: ``Type: text`` of a real failure ("" for a success or a delay: a delay is not
+        an error, so the record's last_error keeps the last real failure).
+      delay: why a delayed job waits ("" otherwise).
+    """
+
+    state: str
+    failures: int
+    next_message: Any = None
+    error: str = ""
+    delay: str = ""
+
+
+def classify(message: Any, exception: BaseException | None, policy: RetryPolicy) -> Settlement:
+    """The settlement of a run that ended with ``exception`` (None: it returned), under the
+    family's retry ``policy``: the table at the top of this module."""
+    if isinstance(exception, Held):
+        exception = exception.outcome
+    if _is_outage(exception):
+        log.warning(
+            "job %s met an infrastructure outage (%s); delayed, attempt not spent",
+            message.options[JOB_ID],
+            exception,
+        )
+        wait = OUTAGE_DELAY_SECONDS * (1 + random.random() / 2)
+        exception = Delay.after(wait, reason=f"outage: {exception}"[:200])
+    failures = int(message.options.get(FAILURES, 0))
+    if exception is None:
+        return Settlement("completed", failures)
+    if isinstance(exception, Delay):
+        again = _again_at(message, exception.until, failures, exception.carry)
+        return Settlement("delayed", failures, again, delay=f"{exception.reason}: {exception}")
+    error = f"{type(exception).__name__}: {exception}"
+    if isinstance(exception, RecordMissing):
+        return Settlement("record_missing", failures, error=error)
+    if isinstance(exception, Paused):
+        return Settlement("skipped", failures, error=error)
+    if isinstance(exception, Unrecoverable):
+        return Settlement("failed", failures, error=error)
+    failures += 1
+    if failures >= policy.max_attempts:
+        return Settlement("failed", failures, error=error)
+    wait = policy.backoff_seconds(failures)
+    log.info(
+        "job %s attempt %d failed (%s); retrying in %.1fs",
+        message.options[JOB_ID],
+        failures,
+        error,
+        wait,
+    )
+    return Settlement("delayed", failures, _again_at(message, time.time() + wait, failures), error)
+
+
+def _again_at(
+    message: Any, until: float, failures: int, carry: Mapping[str, str] | None = None
+) -> Any:
+    """The copy of ``message`` delivered again at ``until`` (a retry or a delay)."""
+    options = {
+        REDIS_MESSAGE_ID: str(uuid4()),
+        ETA: int(until * 1000),
+        FAILURES: failures,
+        WINDOW_RESERVATION: None,  # a window reservation is good for one delivery only
+        **(carry or {}),
+    }
+    return message.copy(queue_name=dq_name(q_name(message.queue_name)), options=options)
 
 
 def _is_outage(exception: BaseException | None) -> bool:
