@@ -342,13 +342,12 @@ def settings_values(
 
 def environment_of(values: dict[str, Any]) -> dict[str, str]:
     """The same settings as the environment variables a child process reads."""
-    from shared.config import Settings
+    from shared.config import environment_variables
 
+    variables = environment_variables()
     env = {}
     for name, value in values.items():
-        alias = Settings.model_fields[name].validation_alias
-        variable = alias.choices[0]  # type: ignore[union-attr]
-        env[str(variable)] = (
+        env[variables[name]] = (
             json.dumps(value)
             if isinstance(value, dict)
             else str(value).lower()
