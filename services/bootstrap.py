@@ -13,9 +13,10 @@ from flask import Blueprint
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from router.context import ServiceContext
 from router.enqueue import Router
 from router.registry import Registry
-from services.ticks import Tick, tick_family
+from router.ticks import Tick, tick_family
 from shared import runtime_file
 from shared.config import Settings, load_settings, parse_rate
 from shared.db.engine import make_engine, make_session_factory
@@ -28,7 +29,7 @@ from tiers.middleware.group_slots import GroupSlots
 from tiers.policies import WindowRule
 from tiers.stack import build_broker
 
-#: Service packages, each exposing ``register(context: ServiceContext)``.
+#: Service packages, each exposing ``register(platform: ServiceContext)``.
 SERVICE_MODULES: tuple[str, ...] = (
     "services.maintenance",
     "services.knowledge_sync",
@@ -146,6 +147,7 @@ def bootstrap(
         sessions=make_session_factory(engine),
         slots=slots,
     )
+    context: ServiceContext = platform  # the protocol every service's register() is typed on
     for name in services:
-        importlib.import_module(name).register(platform)
+        importlib.import_module(name).register(context)
     return platform

@@ -47,8 +47,8 @@ from redis.retry import Retry
 
 from router.enqueue import Enqueued
 from router.requests import JobRequest
+from router.ticks import Tick
 from services.bootstrap import Platform
-from services.ticks import Tick
 
 log = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ from datetime import datetime
 
 import click
 
+from router.ticks import Tick
 from services.bootstrap import Platform, bootstrap
 from services.scheduler import TickScheduler, next_fire_time, utc_now
-from services.ticks import Tick
 
 
 @click.command("scheduler")

@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from services.bootstrap import Platform
+    from router.context import ServiceContext
 
 
-def register(platform: Platform) -> None:
+def register(platform: ServiceContext) -> None:
     """The ingestion and refresh families, the sweep and refresh ticks, and the API."""
     from services.indexing.chunking import Chunker
     from services.indexing.embedders import embedder_from_settings

@@ -21,8 +21,8 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from router.enqueue import Router, enqueue_settled
+from router.ticks import Tick
 from services.ingestion.families import PAUSE_FLAG, ingest_request, refresh_request
-from services.ticks import Tick
 from shared.db.base import utcnow
 from shared.db.engine import session_scope
 from shared.db.models.ingestion import KbDocument

@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from services.bootstrap import Platform
+    from router.context import ServiceContext
 
 
-def register(platform: Platform) -> None:
+def register(platform: ServiceContext) -> None:
     """Families, the daily tick and the enqueue route Rails calls."""
     from services.indexing.chunking import Chunker
     from services.indexing.embedders import embedder_from_settings

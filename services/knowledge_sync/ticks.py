@@ -9,10 +9,10 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from router.enqueue import Router, enqueue_settled
+from router.ticks import Tick
 from services.knowledge_sync import store
 from services.knowledge_sync.families import PAUSE_FLAG
 from services.knowledge_sync.runs import document_request, source_request
-from services.ticks import Tick
 from shared.db.engine import session_scope
 
 log = logging.getLogger(__name__)

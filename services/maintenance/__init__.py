@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 from services.maintenance.ticks import group_slot_reaper
 
 if TYPE_CHECKING:
-    from services.bootstrap import Platform
+    from router.context import ServiceContext
 
 
-def register(platform: Platform) -> None:
+def register(platform: ServiceContext) -> None:
     platform.add_tick(group_slot_reaper(platform.broker.jobs))

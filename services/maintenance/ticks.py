@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from services.ticks import Tick
+from router.ticks import Tick
 from tiers.job_store import JobStore
 
 log = logging.getLogger(__name__)

@@ -20,6 +20,7 @@ import redis
 from click.testing import CliRunner
 
 from router.enqueue import Enqueued
+from router.ticks import Tick
 from services.bootstrap import Platform, bootstrap
 from services.cli import main
 from services.cli.scheduler import manual_slot
@@ -31,7 +32,6 @@ from services.scheduler import (
     next_fire_time,
     tick_slot,
 )
-from services.ticks import Tick
 from shared.config import load_settings
 from tests import platform_harness as h
 from tiers.worker import serve

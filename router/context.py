@@ -1,0 +1,74 @@
+"""What a service package gets from the process it runs in, and nothing more.
+
+Every product's ``register(platform: ServiceContext)`` and every route, tick and CLI command
+it contributes see the process through this protocol; the assembly's ``Platform``
+(``services.app.bootstrap``) satisfies it. Defining it here, below the services, lets a
+product be typed, read and tested without importing the assembly that loads it.
+
+| member | what a service does with it |
+| --- | --- |
+| ``settings`` | reads its configuration |
+| ``sessions`` | opens units of work on PostgreSQL |
+| ``router`` | enqueues follow-up jobs (and, for the API toolkit, lists the registered kinds) |
+| ``flags`` | reads kill switches |
+| ``broker`` | its Redis client (rate windows) and job store (the slot reaper) |
+| ``add_family`` / ``add_tick`` / ``add_blueprint`` | contributes its jobs, ticks and routes |
+| ``tick`` | finds a registered tick (a CLI re-drive) |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from flask import Blueprint
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from router.enqueue import Router
+    from router.ticks import Tick
+    from shared.config import Settings
+    from shared.flags import Flags
+    from tiers.broker import TierBroker
+    from tiers.families import Family
+
+
+class ServiceContext(Protocol):
+    """The process as a service package sees it."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def sessions(self) -> sessionmaker[Session]: ...
+
+    @property
+    def router(self) -> Router: ...
+
+    @property
+    def flags(self) -> Flags: ...
+
+    @property
+    def broker(self) -> TierBroker: ...
+
+    def add_family(self, family: Family) -> None:
+        """Register a job family: its actor and every queue it may use."""
+
+    def add_tick(self, tick: Tick) -> None:
+        """Schedule a tick (and register the family its emissions run as)."""
+
+    def add_blueprint(self, blueprint: Blueprint) -> None:
+        """Serve a blueprint's routes from the internal API."""
+
+    def tick(self, name: str) -> Tick:
+        """A registered tick by name.
+
+        Raises:
+          KeyError: no tick of that name is registered.
+        """
+
+
+#: Builds the process's context when a CLI command runs (never when the command line is
+#: parsed, so ``speedtier --help`` connects to nothing). A product's commands receive it
+#: as click's context object: ``@click.pass_obj def command(load: LoadContext)``.
+LoadContext = Callable[[], ServiceContext]
