@@ -11,31 +11,24 @@ if TYPE_CHECKING:
 
 def register(platform: ServiceContext) -> None:
     """The ingestion and refresh families, the sweep and refresh ticks, and the API."""
+    from services.connectors.url_crawl import url_fetcher
     from services.indexing.chunking import Chunker
     from services.indexing.embedders import embedder_from_settings
     from services.ingestion.actors import IngestionContext, build_handlers
     from services.ingestion.families import families
     from services.ingestion.routes import blueprint
     from services.ingestion.ticks import SweepBounds, ingestion_refresh_tick, ingestion_sweep_tick
-    from services.web.fetch import page_fetcher
-    from services.web.robots import RobotsCache
     from tiers.rate_window import RateWindows
 
     settings = platform.settings
     windows = RateWindows(platform.broker.client, settings.redis_namespace)
-    allow_private = settings.crawl_allow_private_networks
-    timeout = settings.http_timeout_seconds
     recrawl = settings.recrawl_interval_seconds
     ctx = IngestionContext(
         chunker=Chunker(),
         embedder=embedder_from_settings(settings, windows=windows),
         # No per-host politeness window: a document's pages are fetched one after another,
         # and a window's Delay would restart a multi-page document from its first page.
-        fetch=page_fetcher(
-            allow_private=allow_private,
-            timeout=timeout,
-            robots=RobotsCache(allow_private=allow_private, timeout=timeout),
-        ),
+        fetch=url_fetcher(settings),
         recrawl_interval_seconds=recrawl,
     )
     bounds = SweepBounds(

@@ -10,20 +10,16 @@ if TYPE_CHECKING:
 
 def register(platform: ServiceContext) -> None:
     """Families, the daily tick and the enqueue route Rails calls."""
+    from services.connectors.registry import PROVIDERS, default_base_url
+    from services.connectors.url_crawl import url_fetcher
     from services.indexing.chunking import Chunker
     from services.indexing.embedders import embedder_from_settings
     from services.knowledge_sync import routes
     from services.knowledge_sync.actors import build_handlers
     from services.knowledge_sync.crawling import CrawlContext
     from services.knowledge_sync.families import families
-    from services.knowledge_sync.providers.registry import PROVIDERS, default_base_url
     from services.knowledge_sync.runs import SyncContext
     from services.knowledge_sync.ticks import daily_sync_tick
-    from services.web.fetch import page_fetcher
-    from services.web.politeness import HostPoliteness
-    from services.web.robots import RobotsCache
-    from shared.config import parse_rate
-    from tiers.policies import WindowRule
     from tiers.rate_window import RateWindows
 
     settings = platform.settings
@@ -36,17 +32,7 @@ def register(platform: ServiceContext) -> None:
         chunker=Chunker(),
         embedder=embedder_from_settings(settings, windows=windows),
     )
-    allow_private = settings.crawl_allow_private_networks
-    crawl = CrawlContext(
-        fetch=page_fetcher(
-            allow_private=allow_private,
-            timeout=settings.http_timeout_seconds,
-            robots=RobotsCache(allow_private=allow_private, timeout=settings.http_timeout_seconds),
-            politeness=HostPoliteness(
-                windows, WindowRule(*parse_rate(settings.crawl_host_rate, field="crawl_host_rate"))
-            ),
-        )
-    )
+    crawl = CrawlContext(fetch=url_fetcher(settings, windows=windows))
     handlers = build_handlers(platform.sessions, platform.router, sync, crawl)
     for family in families(handlers):
         platform.add_family(family)

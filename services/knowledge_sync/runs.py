@@ -17,15 +17,15 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from router.requests import JobRequest
-from services.indexing.index_writer import remove_document_index, replace_document_index
-from services.knowledge_sync import store
-from services.knowledge_sync.crawling import CRAWLED_SOURCE_TYPES, plan_source_crawl
-from services.knowledge_sync.providers.base import (
+from services.connectors.base import (
     LeaveUntouched,
     ListedDocument,
     SourceConfig,
     SourceProvider,
 )
+from services.indexing.index_writer import remove_document_index, replace_document_index
+from services.knowledge_sync import store
+from services.knowledge_sync.crawling import CRAWLED_SOURCE_TYPES, plan_source_crawl
 from shared.db.models.rails import KnowledgeBaseDocument, KnowledgeBaseSource
 from shared.db.tenant import organization_filter, require_scoped
 from shared.errors import RecordMissing, Unrecoverable

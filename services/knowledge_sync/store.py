@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import func, select, true, tuple_, update
 from sqlalchemy.orm import Session
 
-from services.knowledge_sync.providers.base import ListedDocument, ListedSection
+from services.connectors.base import ListedDocument, ListedSection
 from shared.db.models.rails import (
     KnowledgeBaseDocument,
     KnowledgeBaseDocumentSection,

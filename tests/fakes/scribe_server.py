@@ -1,4 +1,4 @@
-"""A local Scribe API speaking the protocol ``services/knowledge_sync/providers/scribe.py``
+"""A local Scribe API speaking the protocol ``services/connectors/scribe.py``
 documents: ``GET /api/v1/scribes?offset=&limit=`` and ``GET /api/v1/scribes/{id}``.
 
 Requests need ``X-API-Key`` (else 401). ``max_limit`` caps ``limit`` to force many pages;

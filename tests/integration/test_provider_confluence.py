@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from services.knowledge_sync.providers.base import SourceConfig
-from services.knowledge_sync.providers.confluence import (
+from services.connectors.base import SourceConfig
+from services.connectors.confluence import (
     ConfluenceProvider,
     default_base_url,
     storage_to_markdown,

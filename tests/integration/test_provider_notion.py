@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from services.knowledge_sync.providers.base import SourceConfig
-from services.knowledge_sync.providers.notion import NotionProvider
+from services.connectors.base import SourceConfig
+from services.connectors.notion import NotionProvider
 from shared.errors import Delay, JobError, Retryable, Unrecoverable
 from tests.fakes.notion_server import (
     NotionServer,

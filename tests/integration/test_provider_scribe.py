@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from services.knowledge_sync.providers import scribe
-from services.knowledge_sync.providers.base import SourceConfig
-from services.knowledge_sync.providers.scribe import (
+from services.connectors import scribe
+from services.connectors.base import SourceConfig
+from services.connectors.scribe import (
     ScribeProvider,
     SessionTokenSource,
     uses_session_token,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from services.knowledge_sync.providers.base import Listing, SourceConfig
-from services.knowledge_sync.providers.zendesk import ZendeskProvider, base_url_for
+from services.connectors.base import Listing, SourceConfig
+from services.connectors.zendesk import ZendeskProvider, base_url_for
 from shared.errors import Delay, Retryable, Unrecoverable
 from shared.http import NotFound
 from tests.fakes.zendesk_server import (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from services.connectors.base import LeaveUntouched
 from services.ingestion import store
 from services.web.failures import FetchFailed
 from services.web.robots import Disallowed
@@ -34,6 +35,7 @@ from shared.errors import (
         store.DocumentTooLarge("content over 10 MB"),
         Disallowed("https://example.com/private"),
         FetchFailed("unreachable or redirecting URL"),
+        LeaveUntouched(),
     ],
 )
 def test_every_project_error_is_a_speedtier_error(error: Exception) -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from services.knowledge_sync.providers import confluence, notion, scribe, zendesk
-from services.knowledge_sync.providers.base import SourceProvider
+from services.connectors import confluence, notion, scribe, zendesk
+from services.connectors.base import SourceProvider
 
 #: The clients of the providers whose sources sync through listings. URL sources sync by
-#: crawling (see ``crawling.py``), Intercom sources are not synced here.
+#: crawling (see ``url_crawl`` and the knowledge sync's ``crawling.py``), Intercom sources
+#: are not synced here.
 PROVIDERS: dict[str, SourceProvider] = {
     "notion": notion.NotionProvider(),
     "zendesk": zendesk.ZendeskProvider(),

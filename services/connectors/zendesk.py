@@ -34,20 +34,24 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from markdownify import markdownify
-
-from services.knowledge_sync.providers.base import (
+from services.connectors.base import (
     FetchedDocument,
     ListedDocument,
     ListedSection,
     Listing,
     SourceConfig,
+)
+from services.connectors.zendesk_listing import (
+    HelpCenter,
+    Json,
+    article_documents,
+    html_to_markdown,
+    section_tree,
+    timestamp,
 )
 from shared.errors import Retryable, Unrecoverable
 from shared.http import JsonClient, NotFound
@@ -56,8 +60,6 @@ from shared.http import JsonClient, NotFound
 PAGE_SIZE = 100
 ZENDESK_DOMAIN = "zendesk.com"
 _SUBDOMAIN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
-
-Json = dict[str, Any]
 
 
 def base_url_for(settings: Mapping[str, Any]) -> str:
@@ -79,10 +81,6 @@ def is_zendesk_url(url: str) -> bool:
     return host.endswith("." + ZENDESK_DOMAIN)
 
 
-def document_identifier(article_id: object, locale: str) -> str:
-    return f"{article_id}:{locale}"
-
-
 def kept_prefix(article_id: object) -> str:
     """The ``kept_identifiers`` entry keeping every locale of an article."""
     return f"{article_id}:"
@@ -96,34 +94,11 @@ def parse_document_identifier(identifier: str) -> tuple[str, str]:
     return article_id, locale.lower()
 
 
-def html_to_markdown(html: str | None) -> str:
-    """Article body HTML as markdown (ATX headings, ``-`` bullets)."""
-    # The wrapper keeps bs4 from reading a body such as "page.html" as a file name.
-    return markdownify(f"<div>{html or ''}</div>", heading_style="ATX", bullets="-").strip()
-
-
 def _string_list(value: Any) -> list[str]:
     if value is None or value == "":
         return []
     items = value.split(",") if isinstance(value, str) else list(value)
     return [str(item).strip() for item in items if str(item).strip()]
-
-
-def _timestamp(value: Any) -> datetime | None:
-    try:
-        return datetime.fromisoformat(str(value)) if value else None
-    except ValueError:
-        return None
-
-
-@dataclass(frozen=True)
-class _HelpCenter:
-    """One brand's help center as a run lists it."""
-
-    client: JsonClient
-    locales: tuple[str, ...]
-    default_locale: str
-    fallback: bool
 
 
 class ZendeskProvider:
@@ -163,7 +138,7 @@ class ZendeskProvider:
                         # Delay and credential failures propagate: they concern the run.
                         kept.add(kept_prefix(article["id"]))
                         continue
-                    documents += _article_documents(center, article, translations)
+                    documents += article_documents(center, article, translations)
             finally:
                 center.client.close()
         return Listing(documents, sections, complete=not kept, kept_identifiers=frozenset(kept))
@@ -245,7 +220,7 @@ class ZendeskProvider:
             timeout=config.timeout,
         )
 
-    def _open(self, config: SourceConfig, base: str) -> _HelpCenter:
+    def _open(self, config: SourceConfig, base: str) -> HelpCenter:
         client = self._client(config, base)
         try:
             answer = client.get("/api/v2/help_center/locales")
@@ -257,8 +232,8 @@ class ZendeskProvider:
         requested = [item.lower() for item in _string_list(config.settings.get("locales"))]
         if requested:
             locales = tuple(item for item in dict.fromkeys(requested) if item in available)
-            return _HelpCenter(client, locales, default, fallback=True)
-        return _HelpCenter(client, tuple(available), default, fallback=False)
+            return HelpCenter(client, locales, default, fallback=True)
+        return HelpCenter(client, tuple(available), default, fallback=False)
 
     # -- pages --------------------------------------------------------------------------
 
@@ -300,10 +275,10 @@ class ZendeskProvider:
             title=str(translation.get("title") or ""),
             content=html_to_markdown(translation.get("body")),
             url=translation.get("html_url"),
-            updated_at=_timestamp(translation.get("updated_at")),
+            updated_at=timestamp(translation.get("updated_at")),
         )
 
-    def _list_sections(self, center: _HelpCenter) -> list[ListedSection]:
+    def _list_sections(self, center: HelpCenter) -> list[ListedSection]:
         names_in = dict.fromkeys((*center.locales, center.default_locale))
         categories: dict[str, dict[str, Json]] = {}
         sections: dict[str, dict[str, Json]] = {}
@@ -316,7 +291,7 @@ class ZendeskProvider:
                 center.client, f"/api/v2/help_center/{locale}/sections", "sections"
             ):
                 sections.setdefault(str(item["id"]), {})[locale] = item
-        return _section_tree(categories, sections, center.locales, center.default_locale)
+        return section_tree(categories, sections, center.locales, center.default_locale)
 
 
 def _next_page(body: Json) -> str | None:
@@ -346,100 +321,3 @@ def _published_translation(client: JsonClient, article_id: object, locale: str) 
     if not isinstance(translation, dict) or translation.get("draft"):
         return None
     return translation
-
-
-def _article_documents(
-    center: _HelpCenter, article: Json, translations: Sequence[Json]
-) -> list[ListedDocument]:
-    published = {
-        str(item.get("locale") or "").lower(): item
-        for item in translations
-        if not item.get("draft")
-    }
-    source_locale = str(article.get("source_locale") or article.get("locale") or "").lower()
-    section_id = article.get("section_id")
-    documents = []
-    for locale in center.locales:
-        translation = published.get(locale)
-        if translation is None and center.fallback:
-            translation = published.get(source_locale)
-        if translation is None:
-            continue
-        documents.append(
-            ListedDocument(
-                identifier=document_identifier(article["id"], locale),
-                title=str(translation.get("title") or ""),
-                url=translation.get("html_url") or article.get("html_url"),
-                locale=locale,
-                updated_at=_timestamp(translation.get("updated_at")),
-                content=html_to_markdown(translation.get("body")),
-                section_identifiers=(f"section:{section_id}:{locale}",) if section_id else (),
-            )
-        )
-    return documents
-
-
-def _localized(versions: Mapping[str, Json], locale: str, default_locale: str) -> Json:
-    """The item in ``locale``, else in the default locale, else in any locale listed."""
-    return versions.get(locale) or versions.get(default_locale) or next(iter(versions.values()))
-
-
-def _section_tree(
-    categories: Mapping[str, Mapping[str, Json]],
-    sections: Mapping[str, Mapping[str, Json]],
-    locales: Sequence[str],
-    default_locale: str,
-) -> list[ListedSection]:
-    """Categories then sections, parents before children, once per locale.
-
-    A section's parent is its parent section, or its category at the top; a parent Zendesk did
-    not list (a restricted one) leaves the section at the root rather than dangling.
-    """
-    parents: dict[str, str | None] = {}
-    for section_id, versions in sections.items():
-        item = next(iter(versions.values()))
-        parent, category = item.get("parent_section_id"), item.get("category_id")
-        if parent is not None and str(parent) in sections:
-            parents[section_id] = f"section:{parent}"
-        elif category is not None and str(category) in categories:
-            parents[section_id] = f"category:{category}"
-        else:
-            parents[section_id] = None
-
-    def depth(section_id: str) -> int:
-        steps, seen = 0, {section_id}
-        parent = parents.get(section_id)
-        while parent is not None and parent.startswith("section:"):
-            steps += 1
-            parent_id = parent.removeprefix("section:")
-            if parent_id in seen:
-                raise Unrecoverable(f"zendesk: section {section_id} is its own ancestor")
-            seen.add(parent_id)
-            parent = parents.get(parent_id)
-        return steps
-
-    listed: list[ListedSection] = []
-    for locale in locales:
-        for category_id, versions in categories.items():
-            item = _localized(versions, locale, default_locale)
-            listed.append(_listed(f"category:{category_id}", item, None, locale))
-        for section_id in sorted(sections, key=depth):
-            item = _localized(sections[section_id], locale, default_locale)
-            parent = parents[section_id]
-            listed.append(
-                _listed(
-                    f"section:{section_id}", item, f"{parent}:{locale}" if parent else None, locale
-                )
-            )
-    return listed
-
-
-def _listed(key: str, item: Json, parent: str | None, locale: str) -> ListedSection:
-    return ListedSection(
-        identifier=f"{key}:{locale}",
-        name=str(item.get("name") or ""),
-        parent_identifier=parent,
-        url=item.get("html_url"),
-        locale=locale,
-        position=int(item.get("position") or 0),
-    )

@@ -24,7 +24,7 @@ from typing import Any
 from bs4 import BeautifulSoup, Tag
 from markdownify import ATX, MarkdownConverter
 
-from services.knowledge_sync.providers.base import (
+from services.connectors.base import (
     FetchedDocument,
     ListedDocument,
     ListedSection,

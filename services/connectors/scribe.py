@@ -39,7 +39,7 @@ from contextlib import closing
 from datetime import datetime
 from typing import Any
 
-from services.knowledge_sync.providers.base import (
+from services.connectors.base import (
     FetchedDocument,
     LeaveUntouched,
     ListedDocument,

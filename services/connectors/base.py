@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
+from shared.errors import SpeedtierError
 
-class LeaveUntouched(Exception):
+
+class LeaveUntouched(SpeedtierError):
     """The provider will not read this document by design (e.g. a Scribe source connected with
     a session token): the run completes and changes nothing."""
 

@@ -1,1 +1,0 @@
-"""Provider clients: one module per provider, all speaking ``base.SourceProvider``."""
