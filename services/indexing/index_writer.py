@@ -138,20 +138,8 @@ def replace_document_index(
         # The matching chunk set seen before the lock was replaced meanwhile, and embedding
         # under the lock would hold it for seconds: let the retry start over.
         raise Retryable(f"{source_type} {source_id}: index replaced concurrently")
-    try:
-        with session.begin_nested():
-            if not current:
-                _delete_chunks(session, target)
-                _insert_chunks(session, target, chunks, vectors, digest, fingerprint)
-            if not _search_row_is(session, target, wanted_search):
-                _replace_search_row(session, target, wanted_search)
-    except IntegrityError as exc:
-        # With our own rows deleted under the lock, only another organization's chunks can
-        # hold this (source_type, source_id, position): a cross-tenant id.
-        raise Unrecoverable(
-            f"{source_type} {source_id}: its chunks belong to another organization "
-            f"than {organization_id}"
-        ) from exc
+    new_set = None if current else _ChunkSet(chunks, vectors, digest, fingerprint)
+    _write_locked(session, target, new_set, wanted_search)
     if current:
         return IndexOutcome(chunk_count=current, unchanged=True, content_hash=digest)
     return IndexOutcome(chunk_count=len(chunks), unchanged=False, content_hash=digest)
@@ -191,6 +179,42 @@ class _Target:
         name = f"{self.organization_id}:{self.source_type}:{self.source_id}"
         digest = hashlib.blake2b(name.encode(), digest_size=8, person=b"document-index").digest()
         return int.from_bytes(digest, "big", signed=True)
+
+
+@dataclass(frozen=True)
+class _ChunkSet:
+    chunks: list[Chunk]
+    vectors: list[PackedVector]
+    digest: str
+    fingerprint: str
+
+
+def _write_locked(
+    session: Session, target: _Target, new_set: _ChunkSet | None, wanted_search: str
+) -> None:
+    """Under the document's lock, in a savepoint: replace the chunks with ``new_set`` (when
+    given) and the search row with ``wanted_search`` (when it differs)."""
+    try:
+        with session.begin_nested():
+            if new_set is not None:
+                _delete_chunks(session, target)
+                _insert_chunks(
+                    session,
+                    target,
+                    new_set.chunks,
+                    new_set.vectors,
+                    new_set.digest,
+                    new_set.fingerprint,
+                )
+            if not _search_row_is(session, target, wanted_search):
+                _replace_search_row(session, target, wanted_search)
+    except IntegrityError as exc:
+        # With our own rows deleted under the lock, only another organization's chunks can
+        # hold this (source_type, source_id, position): a cross-tenant id.
+        raise Unrecoverable(
+            f"{target.source_type} {target.source_id}: its chunks belong to another "
+            f"organization than {target.organization_id}"
+        ) from exc
 
 
 def _lock(session: Session, target: _Target) -> None:
