@@ -20,7 +20,7 @@ from sqlalchemy.exc import ArgumentError
 from shared.config import Settings
 
 if TYPE_CHECKING:
-    from services.bootstrap import Platform
+    from router.context import ServiceContext
 
 #: Seconds each dependency gets to answer (libpq rounds connect timeouts below 2 up to 2).
 CHECK_TIMEOUT_SECONDS = 2.0
@@ -29,12 +29,12 @@ Readiness = dict[str, str | None]
 
 
 def check_readiness(
-    source: Platform | Settings, *, timeout: float = CHECK_TIMEOUT_SECONDS
+    source: ServiceContext | Settings, *, timeout: float = CHECK_TIMEOUT_SECONDS
 ) -> Readiness:
     """Ping Redis and run ``SELECT 1`` on PostgreSQL.
 
     Parameters:
-      source: a platform or bare settings (``speedtier ready`` needs no platform).
+      source: a service context or bare settings (``speedtier ready`` needs no platform).
       timeout: seconds each check may take.
 
     Returns:

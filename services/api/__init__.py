@@ -16,18 +16,18 @@ import logging
 
 from flask import Flask
 
-from services.api import health, jobs_routes, openapi
-from services.api.auth import install_bearer_auth
-from services.api.context import attach_platform
-from services.api.errors import register_error_handlers
-from services.api.request import ApiRequest
-from services.api.validation import IdConverter
+from services.api import health, jobs_routes, openapi_document
+from services.apikit.auth import install_bearer_auth
+from services.apikit.context import attach_platform
+from services.apikit.errors import register_error_handlers
+from services.apikit.request import ApiRequest
+from services.apikit.validation import IdConverter
 from services.bootstrap import Platform, bootstrap
 from shared.config import Settings, load_settings
 
 log = logging.getLogger(__name__)
 
-PLATFORM_BLUEPRINTS = (health.blueprint, jobs_routes.blueprint, openapi.blueprint)
+PLATFORM_BLUEPRINTS = (health.blueprint, jobs_routes.blueprint, openapi_document.blueprint)
 
 
 class MissingToken(RuntimeError):

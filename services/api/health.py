@@ -10,9 +10,9 @@ import logging
 from flask import Blueprint, jsonify
 from flask.typing import ResponseReturnValue
 
-from services.api.context import current_platform
-from services.api.openapi import describe
 from services.api.schemas import Liveness, Readiness
+from services.apikit.context import current_platform
+from services.apikit.openapi import describe
 from services.health import check_readiness, is_ready
 
 log = logging.getLogger(__name__)

@@ -1,44 +1,10 @@
-"""Request and response bodies of the internal API.
-
-The same models validate requests and describe them in the OpenAPI document, so the two
-cannot drift apart. Enqueue bodies are built per route from the registered families'
-parameter models (:mod:`services.api.enqueue`).
-"""
+"""Bodies of the platform's own routes: job lookup (``/internal/jobs``) and the probes."""
 
 from __future__ import annotations
 
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from shared.inputs import Id
-
-#: Requests accepted in one call; the body limit (SPEEDTIER_API_MAX_BODY_BYTES) also applies.
-MAX_REQUESTS_PER_CALL = 1000
-
-OrganizationId = Id
-
-
-class StrictRequest(BaseModel):
-    """A request body: no coercion from strings, no unknown fields."""
-
-    model_config = ConfigDict(strict=True, extra="forbid")
-
-
-class EnqueuedJob(BaseModel):
-    job_id: str
-    outcome: Literal["added", "replaced", "deduplicated"] = Field(
-        description="added: new id; replaced: a finished id runs again; deduplicated: the id "
-        "is already waiting, delayed or running (or kept after finishing) so nothing changed."
-    )
-    queue: str
-    kind: str
-
-
-class EnqueueAccepted(BaseModel):
-    """202: every request is durably in Redis."""
-
-    jobs: list[EnqueuedJob]
 
 
 class JobQuery(BaseModel):
@@ -66,20 +32,6 @@ class JobRecord(BaseModel):
     started_at_ms: int | None = None
     finished_at_ms: int | None = None
     last_error: str | None = None
-
-
-class ErrorBody(BaseModel):
-    error: str = Field(examples=["unauthorized", "queue_unavailable", "not_found"])
-    message: str | None = None
-
-
-class InvalidRequestBody(BaseModel):
-    """400: nothing was changed; ``fields`` maps each bad field's path to its message."""
-
-    error: Literal["invalid_request"] = "invalid_request"
-    fields: dict[str, str] = Field(
-        examples=[{"requests[0].organization_id": "Input should be a valid integer"}]
-    )
 
 
 class Liveness(BaseModel):

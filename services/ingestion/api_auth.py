@@ -7,7 +7,7 @@ whole public path space (``/knowledge-bases...``, ``/search``) before routing is
 so a path that matches no route, a wrong method or a malformed id answers 401 without a key,
 and reveals nothing about the routes. Keys are stored as SHA-256 only
 (:func:`services.ingestion.store.organization_for_key`). ``/internal`` routes of the same
-blueprint are left to the internal bearer token (:mod:`services.api.auth`).
+blueprint are left to the internal bearer token (:mod:`services.apikit.auth`).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 
 from flask import Blueprint, Response, g, request
 
-from services.api.auth import is_protected
-from services.api.auth import unauthorized as bearer_unauthorized
-from services.api.context import current_platform
-from services.api.openapi import document_api_key_auth
+from services.apikit.auth import is_protected
+from services.apikit.auth import unauthorized as bearer_unauthorized
+from services.apikit.context import current_platform
+from services.apikit.openapi import document_api_key_auth
 from services.ingestion import store
 from shared.db.engine import session_scope
 

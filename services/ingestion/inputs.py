@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from flask import request
 
-from services.api.validation import parse_fields, parse_json
+from services.apikit.validation import parse_fields, parse_json
 from services.ingestion import store
 from services.ingestion.schemas import (
     DocumentJsonCreate,

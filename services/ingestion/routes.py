@@ -33,11 +33,11 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from services.api.context import current_platform
-from services.api.errors import REDIS_UNAVAILABLE, RETRY_AFTER_SECONDS, error_response
-from services.api.openapi import ResponseSpec, describe
-from services.api.schemas import ErrorBody
-from services.api.validation import parse_fields, parse_json
+from services.apikit.context import current_platform
+from services.apikit.errors import REDIS_UNAVAILABLE, RETRY_AFTER_SECONDS, error_response
+from services.apikit.openapi import ResponseSpec, describe
+from services.apikit.schemas import ErrorBody
+from services.apikit.validation import parse_fields, parse_json
 from services.indexing.embedders import Embedder
 from services.indexing.index_writer import DocumentChunker
 from services.ingestion import pipeline, store

@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from services.api.schemas import StrictRequest
+from services.apikit.schemas import StrictRequest
 from services.web.urls import normalize_url
 from shared.db.models.ingestion import KbDocument, KbDocumentVersion, KnowledgeBase
 from shared.errors import ValidationFailed

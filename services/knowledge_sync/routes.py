@@ -7,8 +7,8 @@ from dataclasses import replace
 from flask import Blueprint
 
 from router.requests import JobRequest
-from services.api.context import current_platform
-from services.api.enqueue import enqueue_blueprint
+from services.apikit.context import current_platform
+from services.apikit.enqueue import enqueue_blueprint
 from services.knowledge_sync import store
 from shared.db.engine import session_scope
 

@@ -24,8 +24,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from services.api import MissingToken, create_app
-from services.api.enqueue import enqueue_blueprint
-from services.api.openapi import openapi_path
+from services.api.openapi_document import openapi_path
+from services.apikit.enqueue import enqueue_blueprint
 from services.bootstrap import Platform, bootstrap
 from services.cli import main
 from shared.config import load_settings

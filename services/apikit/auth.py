@@ -12,7 +12,7 @@ import logging
 
 from flask import Flask, Response, request
 
-from services.api.errors import error_response
+from services.apikit.errors import error_response
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def install_bearer_auth(app: Flask, token: str | None) -> None:
     """Require ``Authorization: Bearer <token>`` on ``/internal`` paths of ``app``.
 
     With ``token`` None (allowed in development and test only, see
-    :func:`services.api.create_app`) the routes are open.
+    the assembly's ``create_app``) the routes are open.
     """
 
     @app.before_request

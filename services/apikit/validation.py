@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 from werkzeug.exceptions import NotFound
 from werkzeug.routing import BaseConverter
 
-from services.api.errors import validation_failed
+from services.apikit.errors import validation_failed
 from shared.inputs import MAX_ID
 
 M = TypeVar("M", bound=BaseModel)

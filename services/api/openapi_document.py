@@ -1,11 +1,10 @@
 """The OpenAPI 3.1 document of the internal API, built from the app's own routes.
 
-Views declare what they take and answer with :func:`describe`; the document walks
-``app.url_map``, so every registered route appears (an undescribed one with its name only)
-and request and response schemas come from the pydantic models that validate them. Path
-parameters take their schema from their converter (``<id:...>`` is an integer from 1), and
-the answers every route of a kind can give are added to its own: 400 and 413 with a body or
-query, 401 behind a credential, 404 with an id in the path, 503 when it needs Redis or
+The document walks ``app.url_map``, so every registered route appears (an undescribed one with
+its name only), with what its view declared through :func:`services.apikit.openapi.describe`.
+Path parameters take their schema from their converter (``<id:...>`` is an integer from 1),
+and the answers every route of a kind can give are added to its own: 400 and 413 with a body
+or query, 401 behind a credential, 404 with an id in the path, 503 when it needs Redis or
 PostgreSQL.
 """
 
@@ -13,10 +12,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from flask import Blueprint, Flask, current_app, jsonify
 from flask.typing import ResponseReturnValue
@@ -24,84 +23,15 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 from werkzeug.routing import Rule
 
-from services.api.auth import is_protected
-from services.api.schemas import ErrorBody, InvalidRequestBody
+from services.apikit.auth import is_protected
+from services.apikit.openapi import ResponseSpec, RouteDoc, describe, needs_api_key, route_doc
+from services.apikit.schemas import ErrorBody, InvalidRequestBody
 
-View = TypeVar("View", bound=Callable[..., Any])
 Mode = Literal["validation", "serialization"]
-ResponseSpec = tuple[str, type[BaseModel] | None]
-#: A body model, or a function of the current app that builds it (an enqueue body depends on
-#: the registered families).
-BodySpec = type[BaseModel] | Callable[[], type[BaseModel]]
 
-_ATTRIBUTE = "__openapi__"
 _CACHE_KEY = "speedtier.openapi"
 _IGNORED_METHODS = frozenset({"HEAD", "OPTIONS"})
 _ARGUMENT = re.compile(r"<(?:[^<>:]+:)?([^<>]+)>")
-
-
-@dataclass(frozen=True)
-class RouteDoc:
-    """What one view takes and answers.
-
-    Attributes:
-      summary: one line.
-      description: longer text (Markdown).
-      body: the JSON request body's model.
-      form: the ``multipart/form-data`` body's model (files as ``bytes`` fields).
-      query: the query string's model (flat fields only).
-      responses: status -> (description, body model or None).
-      needs_services: the route reads Redis or PostgreSQL (so may answer 503).
-    """
-
-    summary: str
-    description: str = ""
-    body: BodySpec | None = None
-    form: type[BaseModel] | None = None
-    query: type[BaseModel] | None = None
-    responses: Mapping[int, ResponseSpec] = field(default_factory=dict)
-    needs_services: bool = True
-
-
-def describe(
-    summary: str,
-    *,
-    description: str = "",
-    body: BodySpec | None = None,
-    form: type[BaseModel] | None = None,
-    query: type[BaseModel] | None = None,
-    responses: Mapping[int, ResponseSpec] | None = None,
-    needs_services: bool = True,
-) -> Callable[[View], View]:
-    """Attach a :class:`RouteDoc` to a view (put it below the route decorator)."""
-
-    def attach(view: View) -> View:
-        doc = RouteDoc(
-            summary, description, body, form, query, dict(responses or {}), needs_services
-        )
-        setattr(view, _ATTRIBUTE, doc)
-        return view
-
-    return attach
-
-
-#: Blueprints whose public routes need an organization's API key (``apiKeyAuth``).
-_API_KEY_BLUEPRINTS: set[str] = set()
-
-
-def document_api_key_auth(blueprint_name: str) -> None:
-    """Describe every non-``/internal`` route of a blueprint as needing an API key."""
-    _API_KEY_BLUEPRINTS.add(blueprint_name)
-
-
-def _needs_api_key(operation_endpoint: str, path: str) -> bool:
-    blueprint_name = operation_endpoint.rsplit(".", 1)[0] if "." in operation_endpoint else ""
-    return blueprint_name in _API_KEY_BLUEPRINTS and not is_protected(path)
-
-
-def route_doc(view: Callable[..., Any]) -> RouteDoc | None:
-    doc = getattr(view, _ATTRIBUTE, None)
-    return doc if isinstance(doc, RouteDoc) else None
 
 
 def openapi_path(rule: str) -> str:
@@ -129,7 +59,7 @@ class _Operation:
             implied[413] = ("The body is over the size limit.", ErrorBody)
         if is_protected(self.path):
             implied[401] = ("Missing or wrong bearer token.", ErrorBody)
-        elif _needs_api_key(self.rule.endpoint, self.path):
+        elif needs_api_key(self.rule.endpoint, self.path):
             implied[401] = ("Missing, unknown or revoked API key.", ErrorBody)
         if self.has_ids():
             implied[404] = ("Nothing of that id in the organization, or not an id.", ErrorBody)
@@ -198,7 +128,7 @@ def _operation_object(
             [{"bearerAuth": []}]
             if is_protected(operation.path)
             else [{"apiKeyAuth": []}]
-            if _needs_api_key(endpoint, operation.path)
+            if needs_api_key(endpoint, operation.path)
             else []
         ),
     }

@@ -28,10 +28,10 @@ from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, Field, ValidationError, create_model
 
 from router.requests import JobRequest
-from services.api.context import current_platform
-from services.api.errors import field_path
-from services.api.openapi import ResponseSpec, View, describe
-from services.api.schemas import (
+from services.apikit.context import current_platform
+from services.apikit.errors import field_path
+from services.apikit.openapi import ResponseSpec, View, describe
+from services.apikit.schemas import (
     MAX_REQUESTS_PER_CALL,
     EnqueueAccepted,
     EnqueuedJob,
@@ -99,7 +99,7 @@ class EnqueueContract:
 
     def body_model(self) -> type[BaseModel]:
         """The body model of the current app's registered (and accepted) kinds."""
-        families = sorted(current_platform().registry, key=lambda family: family.kind)
+        families = sorted(current_platform().router.registry, key=lambda family: family.kind)
         items = tuple(
             request_model(family.kind, family.params, family.tenant_scoped)
             for family in families
@@ -147,7 +147,7 @@ class EnqueueContract:
             return "Field required"
         if not isinstance(kind, str):
             return "Input should be a valid string"
-        registered = current_platform().registry.kinds()
+        registered = current_platform().router.registry.kinds()
         if kind in registered and self.kinds is not None:
             return f"kind {kind!r} is not accepted here ({', '.join(sorted(self.kinds))})"
         return f"unknown kind {kind!r} (known: {', '.join(registered) or 'none registered'})"
