@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from router.context import ServiceContext
 from shared.redis_persistence import VolatileRedis
 
 _COMMAND_MODULES = (
@@ -18,8 +19,10 @@ _COMMAND_MODULES = (
     "services.cli.jobs",
     "services.cli.flags",
     "services.cli.up",
-    "services.knowledge_sync.cli",
 )
+#: Products' command groups, each module exposing ``register(main)``; their commands receive
+#: :func:`load_context` as click's context object rather than bootstrapping themselves.
+PRODUCT_COMMAND_MODULES = ("services.knowledge_sync.cli",)
 
 
 class _Main(click.Group):
@@ -32,13 +35,22 @@ class _Main(click.Group):
             raise click.ClickException(str(exc)) from None
 
 
+def load_context() -> ServiceContext:
+    """The platform of a CLI command, built when the command runs."""
+    from services.bootstrap import bootstrap
+
+    return bootstrap(component="cli")
+
+
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """speedtier: speed-tier job platform next to Rails."""
+    ctx.obj = load_context
 
 
 def _register() -> None:
-    for name in _COMMAND_MODULES:
+    for name in (*_COMMAND_MODULES, *PRODUCT_COMMAND_MODULES):
         importlib.import_module(name).register(main)
 
 

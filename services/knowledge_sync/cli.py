@@ -7,6 +7,7 @@ import sys
 import click
 from sqlalchemy import func, or_, select
 
+from router.context import LoadContext
 from router.requests import JobRequest
 from services.knowledge_sync import store
 from services.knowledge_sync.families import PAUSE_FLAG
@@ -32,11 +33,10 @@ def kb() -> None:
 
 
 @kb.command("tick")
-def tick() -> None:
+@click.pass_obj
+def tick(load: LoadContext) -> None:
     """Run the daily scan now (every source, plus the recovery sweep)."""
-    from services.bootstrap import bootstrap
-
-    platform = bootstrap(component="cli")
+    platform = load()
     if platform.flags.is_enabled(PAUSE_FLAG):
         raise click.ClickException(f"{PAUSE_FLAG} is on: resume it first")
     summary = platform.tick("kb-sync").run("manual")
@@ -46,11 +46,10 @@ def tick() -> None:
 @kb.command("enqueue")
 @click.argument("kind", type=click.Choice(sorted(_UNIT_MODELS)))
 @click.argument("record_id", type=click.IntRange(min=1))
-def enqueue(kind: str, record_id: int) -> None:
+@click.pass_obj
+def enqueue(load: LoadContext, kind: str, record_id: int) -> None:
     """Enqueue one unit for the record RECORD_ID (its organization is looked up)."""
-    from services.bootstrap import bootstrap
-
-    platform = bootstrap(component="cli")
+    platform = load()
     model, field = _UNIT_MODELS[kind]
     with session_scope(platform.sessions) as session:
         row = session.get(model, record_id)
@@ -67,11 +66,10 @@ def enqueue(kind: str, record_id: int) -> None:
 
 
 @kb.command("check")
-def check() -> None:
+@click.pass_obj
+def check(load: LoadContext) -> None:
     """Run the seed's validation queries and print pass or fail for each."""
-    from services.bootstrap import bootstrap
-
-    platform = bootstrap(component="cli")
+    platform = load()
     failed = False
     with session_scope(platform.sessions) as session:
         backlog = session.scalar(
@@ -116,4 +114,6 @@ def check() -> None:
 
 
 def register(main: click.Group) -> None:
+    """Add ``speedtier kb``; its commands get the process's context from the assembly's CLI
+    (click's context object, a :data:`~router.context.LoadContext`)."""
     main.add_command(kb)
