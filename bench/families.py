@@ -116,7 +116,7 @@ def make_broker(
     name: str = "tier",
 ) -> tuple[TierBroker, dict[str, Family]]:
     """The platform broker (``tiers.stack.build_broker``, production defaults) with every
-    benchmark family's actor and queues declared as ``services.bootstrap`` does."""
+    benchmark family's actor and queues declared as ``services.app.bootstrap`` does."""
     fams = families()
     broker, _slots = build_broker(
         redis_url=tagged_url(redis_url, name),

@@ -226,7 +226,7 @@ def _instrument(env_engine: Any, chunker: Any, embedder: Any, on_step: Any) -> A
 
 def step_peaks_main(values: dict[str, Any], organization: int, document_id: int, out: Any) -> None:
     """The spawned process: the worker's platform, one ingestion pass, peaks per step."""
-    from services.bootstrap import bootstrap
+    from services.app.bootstrap import bootstrap
     from services.indexing.chunking import Chunker
     from services.indexing.embedders import embedder_from_settings
     from services.ingestion import pipeline

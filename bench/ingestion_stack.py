@@ -39,10 +39,10 @@ class Stack:
 @contextmanager
 def stack(redis_url: str, poll_ms: int) -> Iterator[Stack]:
     """A migrated embedded PostgreSQL with pgvector and a fresh Redis namespace."""
-    from services.bootstrap import bootstrap
+    from services.app.bootstrap import bootstrap
+    from services.app.embedded import start_embedded_postgres
     from shared.config import load_settings
     from shared.db.migrate import upgrade
-    from shared.embedded import start_embedded_postgres
 
     namespace = new_namespace(NAME)
     client = connect(redis_url)
@@ -79,7 +79,7 @@ def worker_main(
     slot: int, shared: Any, go: Any, stop: Any, values: dict[str, Any], threads: int
 ) -> None:
     """A worker process: the production platform, serving the fast tier until ``stop``."""
-    from services.bootstrap import bootstrap
+    from services.app.bootstrap import bootstrap
     from shared.config import load_settings
     from tiers.worker import serve
 

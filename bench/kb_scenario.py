@@ -14,7 +14,7 @@ What runs:
   source on the site's root;
 * the ``kb-sync`` tick body, run once in this process, and then real worker processes
   (``python -m bench.kb_scenario worker --tier ...``) that build their platform with
-  :func:`services.bootstrap.bootstrap` from environment variables alone, until every job
+  :func:`services.app.bootstrap.bootstrap` from environment variables alone, until every job
   settled.
 
 What is measured: wall time from the tick to the last settled job; job outcomes and the
@@ -498,7 +498,7 @@ def worker_main(tier: str, threads: int) -> None:
     rate = os.environ.get(HOST_RATE_ENV)
     if rate:
         _scale_politeness(rate)
-    from services.bootstrap import bootstrap
+    from services.app.bootstrap import bootstrap
     from tiers.worker import serve
 
     platform = bootstrap(component=f"worker-{tier}")
@@ -930,7 +930,7 @@ def run_scenario(
     """
     import redis
 
-    from services.bootstrap import bootstrap, window_overrides
+    from services.app.bootstrap import bootstrap, window_overrides
     from shared.config import load_settings, parse_rate
     from shared.db.engine import make_engine, make_session_factory
     from tests.fakes.notion_server import populate

@@ -80,12 +80,12 @@ def measure_raw(embedder: Any, texts: list[str]) -> dict[str, Any]:
 def measure_ingestion(
     embedder: Any, documents: list[tuple[str, bytes]], say: Any
 ) -> dict[str, Any]:
+    from services.app.embedded import start_embedded_postgres
     from services.indexing.chunking import Chunker
     from services.ingestion import pipeline, store
     from shared.db.base import utcnow
     from shared.db.engine import make_engine, make_session_factory, session_scope
     from shared.db.migrate import upgrade
-    from shared.embedded import start_embedded_postgres
 
     with tempfile.TemporaryDirectory(prefix="bench-local-embedder-") as directory:
         service = start_embedded_postgres(

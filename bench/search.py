@@ -422,9 +422,9 @@ def clustered_queries(
 
 def run(*, quick: bool = False, **overrides: Any) -> dict[str, Any]:
     """Start a private embedded PostgreSQL, load the corpus, measure; returns the result."""
+    from services.app.embedded import start_embedded_postgres
     from shared.db.engine import make_engine
     from shared.db.migrate import upgrade
-    from shared.embedded import start_embedded_postgres
 
     settings = dict(QUICK if quick else DEFAULTS)
     settings.update({k: v for k, v in overrides.items() if k in settings and v is not None})

@@ -1,1 +1,2 @@
-"""Business areas (one package each) and the process assemblies: bootstrap, API, scheduler, CLI."""
+"""Service packages: kernels (web, indexing, connectors, apikit), one product package per
+business area, and the assembly on top (app)."""

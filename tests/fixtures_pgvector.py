@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
+from services.app.embedded import EmbeddedServiceError, start_embedded_postgres
 from shared.db.engine import make_engine
 from shared.db.migrate import upgrade
-from shared.embedded import EmbeddedServiceError, start_embedded_postgres
 
 
 def _server_directory() -> Path:

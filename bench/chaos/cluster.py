@@ -61,7 +61,7 @@ class _DesignedFailures(logging.Filter):
 
 def worker_main(stores: Stores, threads: int) -> None:
     """One worker process over the chaos families (run in a spawned child)."""
-    from services.bootstrap import bootstrap
+    from services.app.bootstrap import bootstrap
     from tiers.worker import serve
 
     logging.getLogger("dramatiq.worker.WorkerThread").addFilter(_DesignedFailures())

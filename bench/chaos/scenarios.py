@@ -69,7 +69,7 @@ def stores(server_url: str | None = None, *, own_postgres: bool = False) -> Iter
     """A durable Redis of the suite's own and a fresh migrated database (on ``server_url``'s
     PostgreSQL, or on one of the suite's own), both removed afterwards; yields
     ``(stores, redis server, postgres server or None, platform)``."""
-    from services.bootstrap import bootstrap
+    from services.app.bootstrap import bootstrap
     from shared.db.migrate import upgrade
 
     server = DurableRedis()
@@ -332,7 +332,7 @@ def dead_child(database_url: str | None, *, jobs: int, timeout: float = 120) -> 
 
 def _pool_main(shared: Stores) -> None:
     from bench.chaos.cluster import worker_main
-    from services.worker_pool import WorkerPool
+    from services.app.worker_pool import WorkerPool
 
     raise SystemExit(WorkerPool(worker_main, (shared, 8), size=2, name="chaos").run())
 

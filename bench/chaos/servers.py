@@ -1,7 +1,7 @@
 """Servers of the chaos suite's own, which it can kill and start again: a Redis with an
 append-only file (the machine's Redis keeps nothing on disk, so a durability run cannot use
 it) and a PostgreSQL. Both are the embedded servers of ``speedtier up``
-(``shared.embedded``) in temporary directories."""
+(``services.app.embedded``) in temporary directories."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class DurableRedis:
     def start(self) -> None:
         from urllib.parse import urlsplit
 
-        from shared.embedded import start_embedded_redis
+        from services.app.embedded import start_embedded_redis
 
         # Again on the port it had: the workers' connection URLs must find it.
         port = urlsplit(self.url).port if self.url else None
@@ -57,7 +57,7 @@ class OwnPostgres:
     def start(self) -> None:
         from urllib.parse import urlsplit
 
-        from shared.embedded import start_embedded_postgres
+        from services.app.embedded import start_embedded_postgres
 
         # Again on the port it had: the workers' connection URLs must find it.
         port = urlsplit(self.url).port if self.url else None

@@ -19,7 +19,7 @@ from typing import IO
 
 import pytest
 
-from services.demo.run import QUERIES
+from services.app.demo.run import QUERIES
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_DEADLINE_SECONDS = 90.0
@@ -96,7 +96,16 @@ def test_up_demo_ingests_the_sample_knowledge_base_and_answers_searches(
     started = time.monotonic()
     # When `speedtier up --demo --embedded` runs
     process = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "up", "--embedded", "--demo", "--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "services.app.cli",
+            "up",
+            "--embedded",
+            "--demo",
+            "--port",
+            str(port),
+        ],
         cwd=REPO,
         env=env,
         stdin=subprocess.DEVNULL,

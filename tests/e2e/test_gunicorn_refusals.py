@@ -1,5 +1,5 @@
 """gunicorn's own refusals (an over-long request line, malformed headers) answered in JSON by
-:class:`services.api.gunicorn_worker.JsonErrorsWorker`, with the real app behind it."""
+:class:`services.app.api.gunicorn_worker.JsonErrorsWorker`, with the real app behind it."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def server(redis_url: str, database_url: str, namespace: str) -> Iterator[int]:
     }
     # The real command: `speedtier api` must run the JSON-refusing worker class.
     command = [
-        sys.executable, "-m", "services.cli", "api",
+        sys.executable, "-m", "services.app.cli", "api",
         "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
     ]  # fmt: skip
     process = subprocess.Popen(

@@ -50,7 +50,7 @@ def base_env(data_dir: Path, **extra: str) -> dict[str, str]:
 
 def speedtier(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "services.cli", *args],
+        [sys.executable, "-m", "services.app.cli", *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -74,7 +74,7 @@ class Up:
             SPEEDTIER_WORKER_DRAIN_SECONDS="3",
             SPEEDTIER_WORKER_POLL_MS="100",
         )
-        command = [sys.executable, "-m", "services.cli", "up", "--no-embedded"]
+        command = [sys.executable, "-m", "services.app.cli", "up", "--no-embedded"]
         self.process = subprocess.Popen(
             [*command, "--port", str(self.port)],
             cwd=REPO,

@@ -19,8 +19,8 @@ from typing import IO
 import pytest
 
 from router.requests import JobRequest
-from services.bootstrap import Platform, bootstrap
-from services.worker_pool import RestartPolicy, WorkerPool
+from services.app.bootstrap import Platform, bootstrap
+from services.app.worker_pool import RestartPolicy, WorkerPool
 from shared.config import load_settings
 from tests.platform_harness import wait_until
 
@@ -133,7 +133,7 @@ def test_a_killed_child_is_replaced_and_sigterm_drains_the_pool(
         "SPEEDTIER_WORKER_POLL_MS": "100",
         "PYTHONUNBUFFERED": "1",
     }
-    command = [sys.executable, "-m", "services.cli", "worker", "--tier", "maintenance"]
+    command = [sys.executable, "-m", "services.app.cli", "worker", "--tier", "maintenance"]
     supervisor = subprocess.Popen(
         [*command, "--processes", "2", "--threads", "2"],
         cwd=REPO,
@@ -265,7 +265,7 @@ def test_a_pool_without_redis_or_database_fails_at_once_instead_of_crash_looping
     env["SPEEDTIER_DATA_DIR"] = str(tmp_path / "data")  # no `speedtier up` lends its URLs
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "services.cli", "worker", "--tier", "fast", "--processes", "2"],
+        [sys.executable, "-m", "services.app.cli", "worker", "--tier", "fast", "--processes", "2"],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -20,7 +20,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.bootstrap import Platform, bootstrap
+from services.app.bootstrap import Platform, bootstrap
 from shared.config import load_settings
 from shared.db.models import (
     DataSource,

@@ -23,11 +23,11 @@ from click.testing import CliRunner
 from flask import Flask
 from flask.testing import FlaskClient
 
-from services.api import MissingToken, create_app
-from services.api.openapi_document import openapi_path
 from services.apikit.enqueue import enqueue_blueprint
-from services.bootstrap import Platform, bootstrap
-from services.cli import main
+from services.app.api import MissingToken, create_app
+from services.app.api.openapi_document import openapi_path
+from services.app.bootstrap import Platform, bootstrap
+from services.app.cli import main
 from shared.config import load_settings
 from tests import platform_harness as h
 
@@ -171,7 +171,7 @@ def test_development_without_a_token_is_open_and_says_so(
         redis_url, database_url, namespace, internal_api_token=None, environment="development"
     )
     try:
-        with caplog.at_level(logging.WARNING, logger="services.api"):
+        with caplog.at_level(logging.WARNING, logger="services.app.api"):
             client = create_app(platform).test_client()
         assert "OPEN" in caplog.text
         response = client.post("/internal/jobs/enqueue", json={"requests": [plain("open")]})
@@ -549,7 +549,16 @@ def test_speedtier_api_serves_with_gunicorn(
         "SPEEDTIER_ALLOW_VOLATILE_REDIS": "1",  # the test Redis runs without AOF
         "INTERNAL_API_TOKEN": TOKEN,
     }
-    command = [sys.executable, "-m", "services.cli", "api", "--port", str(port), "--workers", "1"]
+    command = [
+        sys.executable,
+        "-m",
+        "services.app.cli",
+        "api",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     process = subprocess.Popen(command, cwd=REPO, env=env, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     try:

@@ -19,8 +19,8 @@ from flask.testing import FlaskClient
 from sqlalchemy import func, select
 from werkzeug.test import TestResponse
 
-from services.api import create_app
-from services.bootstrap import Platform, bootstrap
+from services.app.api import create_app
+from services.app.bootstrap import Platform, bootstrap
 from services.ingestion.routes import UPLOAD_BODY_LIMIT
 from shared.config import load_settings
 from shared.db.models import IngestionApiKey, KbDocument, KnowledgeBase

@@ -1,7 +1,7 @@
 """Embedded Redis and PostgreSQL: real servers in a temporary data directory.
 
 The machine may well run Redis and PostgreSQL on the default ports; ``mode="embedded"``
-makes :mod:`shared.embedded` start its own anyway, on free ports.
+makes :mod:`services.app.embedded` start its own anyway, on free ports.
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ import psycopg
 import pytest
 import redis
 
-from shared.config import Settings, load_settings
-from shared.embedded import (
+from services.app.embedded import (
     POSTGRES_SYSTEM_USER,
     EmbeddedServiceError,
     Origin,
@@ -35,6 +34,7 @@ from shared.embedded import (
     posix_acl,
     postgres_bin_dir,
 )
+from shared.config import Settings, load_settings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -121,7 +121,7 @@ def start_in_child(settings: Settings) -> tuple[subprocess.Popen[str], dict[str,
         import json, sys, time
         import psycopg
         from shared.config import load_settings
-        from shared.embedded import ensure_postgres, ensure_redis
+        from services.app.embedded import ensure_postgres, ensure_redis
         settings = load_settings(data_dir={settings.data_dir!r})
         r = ensure_redis(settings, mode="embedded", port=0)
         p = ensure_postgres(settings, mode="embedded", port=0)
@@ -329,7 +329,7 @@ def test_binaries_under_a_closed_directory_run_from_a_copy_and_the_checkout_stay
         f"""
         import json, os
         from pathlib import Path
-        from shared.embedded import postgres_bin_dir, start_embedded_postgres
+        from services.app.embedded import postgres_bin_dir, start_embedded_postgres
         service = start_embedded_postgres(Path({str(data)!r}), port=0)
         try:
             print(json.dumps(dict(

@@ -17,7 +17,7 @@ from dramatiq.message import Message
 from router.enqueue import Router
 from router.registry import Registry
 from router.requests import JobRequest
-from shared.embedded import EmbeddedService, start_embedded_redis
+from services.app.embedded import EmbeddedService, start_embedded_redis
 from tests import platform_harness as h
 from tiers.broker import TierBroker
 from tiers.options import ETA, JOB_ID, REDIS_MESSAGE_ID

@@ -30,8 +30,8 @@ from pypdf import PdfWriter
 from sqlalchemy import func, select
 from werkzeug.test import TestResponse
 
-from services.api import create_app
-from services.bootstrap import Platform, bootstrap
+from services.app.api import create_app
+from services.app.bootstrap import Platform, bootstrap
 from services.ingestion import store
 from services.ingestion.families import ingest_job_id
 from services.ingestion.routes import UPLOAD_BODY_LIMIT

@@ -28,7 +28,7 @@ from sqlalchemy import Engine, delete, event, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.bootstrap import Platform, bootstrap
+from services.app.bootstrap import Platform, bootstrap
 from services.indexing import chunk_batches
 from services.indexing.chunking import Chunker
 from services.indexing.embedders import HashingEmbedder

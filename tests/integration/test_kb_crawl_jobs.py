@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from router.requests import JobRequest
-from services.bootstrap import Platform
+from services.app.bootstrap import Platform
 from shared.db.models import KnowledgeBaseSource
 from tests.fakes.website import SCRIPT_MARKER, FakeWebsite
 from tests.integration.kb_factories import (

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from router.enqueue import Enqueued
 from router.requests import JobRequest, route_all
-from services.bootstrap import Platform
+from services.app.bootstrap import Platform
 from services.knowledge_sync.runs import document_request, source_request
 from shared.db.models import KnowledgeBaseDocument, KnowledgeBaseSource
 from shared.errors import QueueUnavailable

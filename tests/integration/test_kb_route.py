@@ -18,8 +18,8 @@ import redis
 from flask.testing import FlaskClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.api import create_app
-from services.bootstrap import Platform
+from services.app.api import create_app
+from services.app.bootstrap import Platform
 from shared.db.models import KnowledgeBaseSource
 from tests.integration.kb_factories import (
     AUTH,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.bootstrap import Platform
+from services.app.bootstrap import Platform
 from services.knowledge_sync.runs import document_request, source_request
 from shared.db.models import KnowledgeBaseDocument, KnowledgeBaseSource
 from tests.fakes import notion_server as nb

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from router.requests import JobRequest
-from services.bootstrap import Platform
+from services.app.bootstrap import Platform
 from services.knowledge_sync import crawl_ledger
 from shared.db.models import KnowledgeBaseSource
 from tests.fakes import notion_server as nb

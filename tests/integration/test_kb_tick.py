@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from router.enqueue import Enqueued
 from router.requests import JobRequest
-from services.bootstrap import Platform
-from services.cli import main
+from services.app.bootstrap import Platform
+from services.app.cli import main
 from services.knowledge_sync.families import PAUSE_FLAG
 from shared.db.models import KnowledgeBaseSource
 from shared.errors import QueueUnavailable

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from sqlalchemy import MetaData, inspect, text
 
 import shared.db.models  # noqa: F401  (registers every table)
-from services.cli import db as db_cli
+from services.app.cli import db as db_cli
 from shared.db import migrate
 from shared.db.base import API2_SCHEMA, Api2Base, RailsBase
 from shared.db.engine import database_url as psycopg_url

@@ -32,8 +32,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from services.api import create_app
-from services.bootstrap import bootstrap
+from services.app.api import create_app
+from services.app.bootstrap import bootstrap
 from services.ingestion import store
 from services.ingestion.families import ingest_request
 from shared.config import load_settings

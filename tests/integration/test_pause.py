@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from router.requests import JobRequest
-from services.bootstrap import Platform, bootstrap
+from services.app.bootstrap import Platform, bootstrap
 from shared.config import load_settings
 from tests import platform_harness as h
 

@@ -169,7 +169,7 @@ def speedtier(
     *args: str, env: dict[str, str], timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "services.cli", *args],
+        [sys.executable, "-m", "services.app.cli", *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -219,7 +219,7 @@ def test_a_development_worker_pool_warns_once_for_all_its_processes(
     # Given a worker pool of 2 processes in development on a Redis without AOF
     url = start_redis("--appendonly", "no")
     env = command_env(url, database_url, tmp_path, SPEEDTIER_ENV="development")
-    command = [sys.executable, "-m", "services.cli", "worker", "--tier", "maintenance"]
+    command = [sys.executable, "-m", "services.app.cli", "worker", "--tier", "maintenance"]
     pool = subprocess.Popen(
         [*command, "--processes", "2", "--threads", "1"],
         cwd=REPO,

@@ -21,10 +21,10 @@ from click.testing import CliRunner
 
 from router.enqueue import Enqueued
 from router.ticks import Tick
-from services.bootstrap import Platform, bootstrap
-from services.cli import main
-from services.cli.scheduler import manual_slot
-from services.scheduler import (
+from services.app.bootstrap import Platform, bootstrap
+from services.app.cli import main
+from services.app.cli.scheduler import manual_slot
+from services.app.scheduler import (
     LeaderLock,
     TickScheduler,
     enqueue_tick,
@@ -413,7 +413,7 @@ def test_speedtier_scheduler_process_leads_emits_and_releases_on_sigterm(
 ) -> None:
     env = {**os.environ, **_env(redis_url, database_url, namespace)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "scheduler"],
+        [sys.executable, "-m", "services.app.cli", "scheduler"],
         cwd=Path(__file__).resolve().parents[2],
         env=env,
         stderr=subprocess.PIPE,

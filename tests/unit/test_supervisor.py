@@ -9,8 +9,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from services.cli.up import process_specs
-from services.supervisor import ProcessGroup, ProcessSpec
+from services.app.cli.up import process_specs
+from services.app.supervisor import ProcessGroup, ProcessSpec
 from shared.config import TIER_NAMES
 
 # A child that prints READY, then runs until SIGTERM, on which it says goodbye and exits 0.
@@ -212,7 +212,15 @@ def test_up_runs_the_api_the_scheduler_and_a_worker_per_tier() -> None:
         "scheduler",
         *(f"worker.{tier}" for tier in TIER_NAMES),
     ]
-    assert specs[0].argv[1:] == ["-m", "services.cli", "api", "--host", "0.0.0.0", "--port", "9000"]
+    assert specs[0].argv[1:] == [
+        "-m",
+        "services.app.cli",
+        "api",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "9000",
+    ]
     assert specs[-1].argv[-2:] == ["--tier", TIER_NAMES[-1]]
     for spec in specs:
         assert spec.argv[0] == sys.executable

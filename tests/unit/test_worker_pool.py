@@ -1,7 +1,7 @@
 """The worker pool's restart backoff (the pool itself is tested on real processes in
 ``tests/e2e/test_worker_pool.py``)."""
 
-from services.worker_pool import RestartPolicy
+from services.app.worker_pool import RestartPolicy
 
 
 def test_the_backoff_doubles_with_each_recent_restart_up_to_its_ceiling() -> None:

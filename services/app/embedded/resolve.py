@@ -1,5 +1,5 @@
 """Which Redis and PostgreSQL a local run uses: configured, found on the default port, or
-embedded (see :mod:`shared.embedded`)."""
+embedded (see :mod:`services.app.embedded`)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from typing import Literal
 
 import psycopg
 
-from shared.config import Settings
-from shared.embedded.postgres_server import (
+from services.app.embedded.postgres_server import (
     DATABASE_NAME,
     POSTGRES_SUPERUSER,
     create_database,
     start_embedded_postgres,
 )
-from shared.embedded.process import LOCALHOST, EmbeddedService, EmbeddedServiceError, logger
-from shared.embedded.redis_server import redis_problem, start_embedded_redis
+from services.app.embedded.process import LOCALHOST, EmbeddedService, EmbeddedServiceError, logger
+from services.app.embedded.redis_server import redis_problem, start_embedded_redis
+from shared.config import Settings
 
 Mode = Literal["auto", "embedded", "external"]
 """``auto``: configured URL, else default port, else embedded. ``embedded``: always start the

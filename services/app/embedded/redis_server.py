@@ -13,7 +13,7 @@ from typing import IO
 
 import redis
 
-from shared.embedded.process import (
+from services.app.embedded.process import (
     LOCALHOST,
     START_TIMEOUT_SECONDS,
     EmbeddedService,

@@ -16,18 +16,18 @@ import logging
 
 from flask import Flask
 
-from services.api import health, jobs_routes, openapi_document
 from services.apikit.auth import install_bearer_auth
 from services.apikit.context import attach_platform
 from services.apikit.errors import register_error_handlers
 from services.apikit.request import ApiRequest
 from services.apikit.validation import IdConverter
-from services.bootstrap import Platform, bootstrap
+from services.app.api import jobs_routes, openapi_document, probes
+from services.app.bootstrap import Platform, bootstrap
 from shared.config import Settings, load_settings
 
 log = logging.getLogger(__name__)
 
-PLATFORM_BLUEPRINTS = (health.blueprint, jobs_routes.blueprint, openapi_document.blueprint)
+PLATFORM_BLUEPRINTS = (probes.blueprint, jobs_routes.blueprint, openapi_document.blueprint)
 
 
 class MissingToken(RuntimeError):
@@ -56,7 +56,7 @@ def create_app(platform: Platform | None = None, settings: Settings | None = Non
     """Build the internal API.
 
     Parameters:
-      platform: the assembled platform; built with :func:`services.bootstrap.bootstrap`
+      platform: the assembled platform; built with :func:`services.app.bootstrap.bootstrap`
         from ``settings`` when not given.
       settings: used when ``platform`` is None; defaults to the environment.
 

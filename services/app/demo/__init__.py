@@ -2,5 +2,5 @@
 
 A bundled sample knowledge base (a small website served on loopback, and a file of each
 supported type under ``samples/``) is ingested through the public API of a running system,
-with progress shown, then searched. See :mod:`services.demo.run`.
+with progress shown, then searched. See :mod:`services.app.demo.run`.
 """

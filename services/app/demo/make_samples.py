@@ -1,7 +1,7 @@
 """Build the demo's binary sample files: ``installation-manual.docx`` and ``datasheet.pdf``.
 
-Run once by hand (``python -m services.demo.make_samples``); the files it writes are
-committed under ``services/demo/samples/files/`` next to the text samples, so the demo
+Run once by hand (``python -m services.app.demo.make_samples``); the files it writes are
+committed under ``services/app/demo/samples/files/`` next to the text samples, so the demo
 itself needs neither step. The DOCX is made with python-docx; the PDF is written by hand
 (one font, one content stream per page) so it stays a few kilobytes and its text is exactly
 what pypdf extracts.

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-logger = logging.getLogger("shared.embedded")
+logger = logging.getLogger("services.app.embedded")
 
 LOCALHOST = "127.0.0.1"
 START_TIMEOUT_SECONDS = 30.0

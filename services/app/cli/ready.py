@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from services.health import CHECK_TIMEOUT_SECONDS, check_readiness, is_ready
+from services.app.readiness import CHECK_TIMEOUT_SECONDS, check_readiness, is_ready
 from shared.config import load_settings
 from shared.runtime_file import resolve
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 from flask import Blueprint, jsonify, request
 from flask.typing import ResponseReturnValue
 
-from services.api.schemas import JobQuery, JobRecord
 from services.apikit.context import current_platform
 from services.apikit.enqueue import EnqueueContract, describe_enqueue, enqueue_requests
 from services.apikit.errors import error_response
 from services.apikit.openapi import describe
 from services.apikit.schemas import ErrorBody
 from services.apikit.validation import parse_fields
+from services.app.api.schemas import JobQuery, JobRecord
 
 blueprint = Blueprint("jobs", __name__, url_prefix="/internal/jobs")
 ANY_KIND = EnqueueContract("EnqueueBody")

@@ -8,8 +8,8 @@ import click
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 
-from services.api import MissingToken, api_token, create_app
-from services.api.gunicorn_worker import WORKER_CLASS
+from services.app.api import MissingToken, api_token, create_app
+from services.app.api.gunicorn_worker import WORKER_CLASS
 from shared.config import load_settings
 from shared.observability import configure_logging
 from shared.redis_persistence import verify_redis_persistence

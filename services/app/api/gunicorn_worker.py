@@ -16,7 +16,7 @@ anything else malformed            400     ``{"error": "invalid_request", "field
                                            {"request": message}}``
 =================================  ======  ===============================================
 
-Serve with ``worker_class = "services.api.gunicorn_worker.JsonErrorsWorker"``.
+Serve with ``worker_class = "services.app.api.gunicorn_worker.JsonErrorsWorker"``.
 """
 
 from __future__ import annotations

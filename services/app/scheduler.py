@@ -48,7 +48,7 @@ from redis.retry import Retry
 from router.enqueue import Enqueued
 from router.requests import JobRequest
 from router.ticks import Tick
-from services.bootstrap import Platform
+from services.app.bootstrap import Platform
 
 log = logging.getLogger(__name__)
 

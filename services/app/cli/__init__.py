@@ -11,14 +11,14 @@ from router.context import ServiceContext
 from shared.redis_persistence import VolatileRedis
 
 _COMMAND_MODULES = (
-    "services.cli.db",
-    "services.cli.api",
-    "services.cli.health",
-    "services.cli.worker",
-    "services.cli.scheduler",
-    "services.cli.jobs",
-    "services.cli.flags",
-    "services.cli.up",
+    "services.app.cli.db",
+    "services.app.cli.api",
+    "services.app.cli.ready",
+    "services.app.cli.worker",
+    "services.app.cli.scheduler",
+    "services.app.cli.jobs",
+    "services.app.cli.flags",
+    "services.app.cli.up",
 )
 #: Products' command groups, each module exposing ``register(main)``; their commands receive
 #: :func:`load_context` as click's context object rather than bootstrapping themselves.
@@ -37,7 +37,7 @@ class _Main(click.Group):
 
 def load_context() -> ServiceContext:
     """The platform of a CLI command, built when the command runs."""
-    from services.bootstrap import bootstrap
+    from services.app.bootstrap import bootstrap
 
     return bootstrap(component="cli")
 

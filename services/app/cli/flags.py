@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from services.bootstrap import Platform
+    from services.app.bootstrap import Platform
 
 
 def _known_flags() -> tuple[Platform, set[str]]:
-    from services.bootstrap import bootstrap
+    from services.app.bootstrap import bootstrap
 
     platform = bootstrap(component="cli")
     return platform, {f.pause_flag for f in platform.registry if f.pause_flag}

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from services.demo.client import IngestionClient, content_type_of
-from services.demo.website import SampleWebsite, discover_pages
+from services.app.demo.client import IngestionClient, content_type_of
+from services.app.demo.website import SampleWebsite, discover_pages
 
 FILES_DIR = Path(__file__).resolve().parent / "samples" / "files"
 KNOWLEDGE_BASE = "Nimbus sample knowledge base"

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from services.worker_pool import WorkerPool
+from services.app.worker_pool import WorkerPool
 from shared.config import TIER_NAMES, load_settings
 from shared.observability import configure_logging
 from shared.redis_persistence import verify_redis_persistence
@@ -14,7 +14,7 @@ from shared.runtime_file import resolve
 
 
 def _run_one(tier: str, threads: int, prefetch: int) -> None:
-    from services.bootstrap import bootstrap
+    from services.app.bootstrap import bootstrap
     from tiers.worker import serve
 
     platform = bootstrap(component=f"worker-{tier}")
@@ -30,7 +30,7 @@ def _run_one(tier: str, threads: int, prefetch: int) -> None:
 
 
 def _supervise(tier: str, processes: int, threads: int, prefetch: int) -> int:
-    """Run ``processes`` children under a :class:`~services.worker_pool.WorkerPool`, which
+    """Run ``processes`` children under a :class:`~services.app.worker_pool.WorkerPool`, which
     replaces a child that dies and exits non-zero on a crash loop."""
     pool = WorkerPool(_run_one, (tier, threads, prefetch), size=processes, name=tier)
     return pool.run()

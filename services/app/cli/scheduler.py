@@ -7,8 +7,8 @@ from datetime import datetime
 import click
 
 from router.ticks import Tick
-from services.bootstrap import Platform, bootstrap
-from services.scheduler import TickScheduler, next_fire_time, utc_now
+from services.app.bootstrap import Platform, bootstrap
+from services.app.scheduler import TickScheduler, next_fire_time, utc_now
 
 
 @click.command("scheduler")

@@ -27,7 +27,7 @@ def jobs() -> None:
 @click.argument("job_id")
 def show(job_id: str) -> None:
     """Print a job's state, attempts, timestamps and last error."""
-    from services.bootstrap import bootstrap
+    from services.app.bootstrap import bootstrap
 
     platform = bootstrap(component="cli")
     record = platform.broker.jobs.record(job_id)
@@ -52,7 +52,7 @@ def show(job_id: str) -> None:
 @click.command("status")
 def status() -> None:
     """Queue depths per tier: ready and delayed messages, and kill switches."""
-    from services.bootstrap import bootstrap
+    from services.app.bootstrap import bootstrap
 
     platform = bootstrap(component="cli")
     for tier in TIER_NAMES:

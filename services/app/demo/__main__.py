@@ -1,4 +1,4 @@
-"""``python -m services.demo``: run the demo against a system that is already running.
+"""``python -m services.app.demo``: run the demo against a system that is already running.
 
 ``speedtier up --demo`` runs it for you; this entry point is for a second run against the
 same system (it reuses the knowledge base and replaces the documents by name). The system's
@@ -12,8 +12,8 @@ import sys
 
 import click
 
-from services.demo.client import ApiError
-from services.demo.run import run_demo
+from services.app.demo.client import ApiError
+from services.app.demo.run import run_demo
 from shared.config import load_settings
 
 

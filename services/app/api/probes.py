@@ -10,10 +10,10 @@ import logging
 from flask import Blueprint, jsonify
 from flask.typing import ResponseReturnValue
 
-from services.api.schemas import Liveness, Readiness
 from services.apikit.context import current_platform
 from services.apikit.openapi import describe
-from services.health import check_readiness, is_ready
+from services.app.api.schemas import Liveness, Readiness
+from services.app.readiness import check_readiness, is_ready
 
 log = logging.getLogger(__name__)
 

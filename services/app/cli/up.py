@@ -2,8 +2,8 @@
 
 Redis and PostgreSQL come from the configuration, else from what answers on their default
 ports, else from embedded servers whose data lives under ``SPEEDTIER_DATA_DIR``
-(see :mod:`shared.embedded`). Migrations run, then the API, the scheduler and one worker pool
-per tier run as children of a :class:`~services.supervisor.ProcessGroup`.
+(see :mod:`services.app.embedded`). Migrations run, then the API, the scheduler and one worker pool
+per tier run as children of a :class:`~services.app.supervisor.ProcessGroup`.
 """
 
 from __future__ import annotations
@@ -19,11 +19,7 @@ from typing import IO, TYPE_CHECKING
 
 import click
 
-from services.namespace_claim import NamespaceClaim, NamespaceTaken
-from services.supervisor import ProcessGroup, ProcessSpec
-from shared import runtime_file
-from shared.config import TIER_NAMES, Settings, load_settings
-from shared.embedded import (
+from services.app.embedded import (
     EmbeddedServiceError,
     Mode,
     Origin,
@@ -31,10 +27,14 @@ from shared.embedded import (
     ensure_postgres,
     ensure_redis,
 )
+from services.app.namespace_claim import NamespaceClaim, NamespaceTaken
+from services.app.supervisor import ProcessGroup, ProcessSpec
+from shared import runtime_file
+from shared.config import TIER_NAMES, Settings, load_settings
 from shared.redis_persistence import VolatileRedis, verify_redis_persistence
 
 if TYPE_CHECKING:
-    from services.demo.run import DemoThread
+    from services.app.demo.run import DemoThread
 
 LABEL = "up"
 # Every line is "<name> | <text>", names padded alike: the group's children and "up" itself.
@@ -72,7 +72,7 @@ def register(main: click.Group) -> None:
     "--demo",
     is_flag=True,
     help="Once the API is ready, ingest the bundled sample knowledge base through it and "
-    "search it (services/demo); the system keeps running afterwards. Lets this run's "
+    "search it (services/app/demo); the system keeps running afterwards. Lets this run's "
     "crawler fetch private addresses (the sample website is on 127.0.0.1).",
 )
 def up(
@@ -104,7 +104,7 @@ def run_up(
     """Resolve the services, migrate, run the processes until stopped; the exit status.
 
     With ``demo``, the children may crawl private addresses, and the demo runs in a thread
-    once the API answers (:class:`services.demo.run.DemoThread`).
+    once the API answers (:class:`services.app.demo.run.DemoThread`).
     """
     previous_term = signal.signal(signal.SIGTERM, _interrupt)  # until the group takes over
     services: list[ResolvedService] = []
@@ -182,7 +182,7 @@ def process_specs(
     allow_private_crawl: bool = False,
     redis_namespace: str | None = None,
 ) -> list[ProcessSpec]:
-    """The children of ``speedtier up``, each run as ``python -m services.cli ...``.
+    """The children of ``speedtier up``, each run as ``python -m services.app.cli ...``.
 
     ``allow_private_crawl`` (the demo) lets their crawler fetch loopback and private
     addresses, which the SSRF guard refuses otherwise.
@@ -197,7 +197,7 @@ def process_specs(
         env["SPEEDTIER_REDIS_NAMESPACE"] = redis_namespace
     if allow_private_crawl:
         env["SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS"] = "true"
-    cli = [sys.executable, "-m", "services.cli"]
+    cli = [sys.executable, "-m", "services.app.cli"]
     specs = [
         ProcessSpec("api", [*cli, "api", "--host", host, "--port", str(port)], env),
         ProcessSpec("scheduler", [*cli, "scheduler"], env),
@@ -249,7 +249,7 @@ def redis_namespace(settings: Settings, redis_service: ResolvedService) -> str:
 
 
 def _start_demo(settings: Settings, group: ProcessGroup, host: str, port: int) -> DemoThread:
-    from services.demo.run import DemoThread
+    from services.app.demo.run import DemoThread
 
     _say(
         "demo: this run's processes have SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS=true, so the "
