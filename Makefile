@@ -1,6 +1,6 @@
 # The two commands: `make run` (the whole system, on embedded Redis/PostgreSQL when none is
 # configured, then the ingestion demo: a sample knowledge base ingested and searched) and
-# `make test` (lint, types, the whole suite on real Redis and PostgreSQL).
+# `make test` (lint and import contracts, types, the whole suite on real Redis and PostgreSQL).
 # Both do all set-up on a fresh machine: virtualenv, install, services.
 
 PYTHON ?= python3.11
@@ -29,6 +29,7 @@ services:
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 typecheck: install
 	$(BIN)/mypy
@@ -46,7 +47,7 @@ bench: install services
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache *.egg-info
 
 chaos: install services
 	$(BIN)/python -m bench.chaos
