@@ -1,4 +1,5 @@
-"""Thin actor bodies: run the pipeline in its units of work, then enqueue follow-ups."""
+"""Thin actor bodies: run the pipeline in its units of work; follow-ups are enqueued after
+the commit (router.unit_of_work)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from router.enqueue import Router
+from router.unit_of_work import unit_of_work
 from services.indexing.embedders import Embedder
 from services.indexing.index_writer import DocumentChunker
 from services.ingestion import pipeline, refresh
 from services.ingestion.families import INGEST_KIND, INGEST_RETRY, REFRESH_KIND, ingest_request
 from services.web.fetch import PageFetch
-from shared.db.engine import session_scope
 from tiers.attempts import current_attempt
 
 
@@ -53,17 +54,17 @@ def build_handlers(
         )
 
     def refresh_document(organization_id: int, document_id: int, **_routing: Any) -> None:
-        with session_scope(sessions) as session:
+        with unit_of_work(sessions, router) as uow:
             outcome = refresh.refresh_document(
-                session,
+                uow.session,
                 organization_id=organization_id,
                 document_id=document_id,
                 fetch=ctx.fetch,
                 now=_now(),
                 recrawl_interval_seconds=ctx.recrawl_interval_seconds,
             )
-            session.commit()
-        if outcome.result == "changed":  # committed first: a failed enqueue is swept later
-            router.enqueue(ingest_request(organization_id, document_id))
+            if outcome.result == "changed":  # a failed enqueue is swept later
+                uow.enqueue(ingest_request(organization_id, document_id))
+            uow.commit()
 
     return {INGEST_KIND: ingest_document, REFRESH_KIND: refresh_document}

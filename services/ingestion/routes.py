@@ -33,6 +33,7 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 from werkzeug.exceptions import RequestEntityTooLarge
 
+from router.unit_of_work import UnitOfWork, unit_of_work
 from services.apikit.context import current_platform
 from services.apikit.errors import REDIS_UNAVAILABLE, RETRY_AFTER_SECONDS, error_response
 from services.apikit.openapi import ResponseSpec, describe
@@ -108,10 +109,31 @@ def components() -> Components:
 
 
 @contextmanager
-def unit_of_work() -> Iterator[Session]:
-    """A session of the platform; nothing is kept unless the view commits."""
+def request_session() -> Iterator[Session]:
+    """A session of the platform for a view that enqueues nothing; nothing is kept unless
+    the view commits."""
     with session_scope(current_platform().sessions) as session:
         yield session
+
+
+@contextmanager
+def ingestion_unit() -> Iterator[UnitOfWork]:
+    """A unit of work for a view that stores a document and enqueues its ingestion: the
+    job is enqueued only once the document is committed."""
+    platform = current_platform()
+    with unit_of_work(platform.sessions, platform.router) as uow:
+        yield uow
+
+
+def commit_and_enqueue(uow: UnitOfWork, document_id: int) -> bool:
+    """Commit the unit and enqueue its ingestion job; False when the queue is unavailable
+    (the document is committed in ``processing``, so the sweep tick enqueues it instead)."""
+    try:
+        uow.commit()
+    except QUEUE_UNAVAILABLE as exc:
+        log.warning("document %s left to the sweep tick: enqueue failed: %s", document_id, exc)
+        return False
+    return True
 
 
 def answer(model: BaseModel, status: int = 200, location: str | None = None) -> Response:
@@ -136,7 +158,7 @@ def query_args() -> dict[str, str]:
 )
 def create_knowledge_base() -> ResponseReturnValue:
     body = parse_json(KnowledgeBaseCreate, json_body())
-    with unit_of_work() as session:
+    with request_session() as session:
         base = store.create_knowledge_base(
             session,
             organization_id=current_organization_id(),
@@ -155,7 +177,7 @@ def create_knowledge_base() -> ResponseReturnValue:
 )
 def list_knowledge_bases() -> ResponseReturnValue:
     query = parse_fields(PageQuery, query_args())
-    with unit_of_work() as session:
+    with request_session() as session:
         bases = store.list_knowledge_bases(
             session,
             organization_id=current_organization_id(),
@@ -172,7 +194,7 @@ def list_knowledge_bases() -> ResponseReturnValue:
     responses={200: ("The knowledge base.", KnowledgeBaseOut), **AUTH, **MISSING},
 )
 def get_knowledge_base(knowledge_base_id: int) -> ResponseReturnValue:
-    with unit_of_work() as session:
+    with request_session() as session:
         base = store.get_knowledge_base(
             session, organization_id=current_organization_id(), knowledge_base_id=knowledge_base_id
         )
@@ -186,7 +208,7 @@ def get_knowledge_base(knowledge_base_id: int) -> ResponseReturnValue:
     responses={204: ("Deleted.", None), **AUTH, **MISSING},
 )
 def delete_knowledge_base(knowledge_base_id: int) -> ResponseReturnValue:
-    with unit_of_work() as session:
+    with request_session() as session:
         store.delete_knowledge_base(
             session, organization_id=current_organization_id(), knowledge_base_id=knowledge_base_id
         )
@@ -195,19 +217,6 @@ def delete_knowledge_base(knowledge_base_id: int) -> ResponseReturnValue:
 
 
 # -- documents -----------------------------------------------------------------------------
-
-
-def enqueue_ingestion(organization_id: int, document_id: int, knowledge_base_id: int) -> bool:
-    """Enqueue the document's ingestion job; False when the queue is unavailable (the
-    document is committed in ``processing``, so the sweep tick enqueues it instead)."""
-    try:
-        current_platform().router.enqueue(
-            ingest_request(organization_id, document_id, knowledge_base_id)
-        )
-    except QUEUE_UNAVAILABLE as exc:
-        log.warning("document %s left to the sweep tick: enqueue failed: %s", document_id, exc)
-        return False
-    return True
 
 
 @describe(
@@ -231,10 +240,10 @@ def enqueue_ingestion(organization_id: int, document_id: int, knowledge_base_id:
 def add_document(knowledge_base_id: int) -> ResponseReturnValue:
     given = document_input()
     organization_id = current_organization_id()
-    with unit_of_work() as session:
+    with ingestion_unit() as uow:
         try:
             added = store.add_document(
-                session,
+                uow.session,
                 organization_id=organization_id,
                 knowledge_base_id=knowledge_base_id,
                 name=given.name,
@@ -242,13 +251,11 @@ def add_document(knowledge_base_id: int) -> ResponseReturnValue:
                 audience=given.audience,
                 connector=given.connector,
             )
-        except store.DocumentTooLarge:
-            raise
         except ValueError as exc:  # the store's own checks, should validation miss one
             raise ValidationFailed({"body": str(exc)}) from None
-        session.commit()
+        uow.enqueue(ingest_request(organization_id, added.document.id, knowledge_base_id))
+        enqueued = commit_and_enqueue(uow, added.document.id)
         document = DocumentOut.of(added.document)
-    enqueued = enqueue_ingestion(organization_id, document.id, knowledge_base_id)
     accepted = DocumentAccepted.of_stored(document, replaced=added.replaced, enqueued=enqueued)
     return answer(accepted, 202, f"/knowledge-bases/{knowledge_base_id}/documents/{document.id}")
 
@@ -260,7 +267,7 @@ def add_document(knowledge_base_id: int) -> ResponseReturnValue:
 )
 def list_documents(knowledge_base_id: int) -> ResponseReturnValue:
     query = parse_fields(DocumentPageQuery, query_args())
-    with unit_of_work() as session:
+    with request_session() as session:
         documents = store.list_documents(
             session,
             organization_id=current_organization_id(),
@@ -279,7 +286,7 @@ def list_documents(knowledge_base_id: int) -> ResponseReturnValue:
     responses={200: ("The document.", DocumentOut), **AUTH, **MISSING},
 )
 def get_document(knowledge_base_id: int, document_id: int) -> ResponseReturnValue:
-    with unit_of_work() as session:
+    with request_session() as session:
         document = store.get_document(
             session,
             organization_id=current_organization_id(),
@@ -296,7 +303,7 @@ def get_document(knowledge_base_id: int, document_id: int) -> ResponseReturnValu
     responses={204: ("Deleted.", None), **AUTH, **MISSING},
 )
 def delete_document(knowledge_base_id: int, document_id: int) -> ResponseReturnValue:
-    with unit_of_work() as session:
+    with request_session() as session:
         store.delete_document(
             session,
             organization_id=current_organization_id(),
@@ -315,16 +322,16 @@ def delete_document(knowledge_base_id: int, document_id: int) -> ResponseReturnV
 )
 def retry_document(knowledge_base_id: int, document_id: int) -> ResponseReturnValue:
     organization_id = current_organization_id()
-    with unit_of_work() as session:
+    with ingestion_unit() as uow:
         retried = store.mark_for_retry(
-            session,
+            uow.session,
             organization_id=organization_id,
             document_id=document_id,
             knowledge_base_id=knowledge_base_id,
         )
-        session.commit()
+        uow.enqueue(ingest_request(organization_id, document_id, knowledge_base_id))
+        enqueued = commit_and_enqueue(uow, document_id)
         document = DocumentOut.of(retried)
-    enqueued = enqueue_ingestion(organization_id, document_id, knowledge_base_id)
     return answer(DocumentAccepted.of_stored(document, replaced=False, enqueued=enqueued), 202)
 
 
@@ -345,7 +352,7 @@ def list_versions(knowledge_base_id: int, document_id: int) -> ResponseReturnVal
         "document_id": document_id,
         "knowledge_base_id": knowledge_base_id,
     }
-    with unit_of_work() as session:
+    with request_session() as session:
         current = store.get_document(session, **scope).current_version
         versions = [VersionOut.of(v, current) for v in store.list_versions(session, **scope)]
     return answer(VersionList(versions=versions))
@@ -363,7 +370,7 @@ def diff_versions(knowledge_base_id: int, document_id: int) -> ResponseReturnVal
         "document_id": document_id,
         "knowledge_base_id": knowledge_base_id,
     }
-    with unit_of_work() as session:
+    with request_session() as session:
         old = store.get_version(session, version=query.from_version, **scope)
         new = store.get_version(session, version=query.to_version, **scope)
         lines = difflib.unified_diff(
@@ -399,7 +406,8 @@ def rollback_document(knowledge_base_id: int, document_id: int) -> ResponseRetur
     body = parse_json(RollbackBody, json_body())
     organization_id = current_organization_id()
     parts = components()
-    with unit_of_work() as session:
+    with ingestion_unit() as uow:
+        session = uow.session
         store.get_document(
             session,
             organization_id=organization_id,
@@ -415,13 +423,14 @@ def rollback_document(knowledge_base_id: int, document_id: int) -> ResponseRetur
             embedder=parts.embedder,
             now=utcnow(),
         )
-        session.commit()
+        if queued:
+            uow.enqueue(ingest_request(organization_id, document_id, knowledge_base_id))
+        enqueued = commit_and_enqueue(uow, document_id)
         document = DocumentOut.of(
             store.get_document(session, organization_id=organization_id, document_id=document_id)
         )
     if not queued:
         return answer(document)
-    enqueued = enqueue_ingestion(organization_id, document_id, knowledge_base_id)
     return answer(DocumentAccepted.of_stored(document, replaced=False, enqueued=enqueued), 202)
 
 
@@ -433,7 +442,7 @@ def run_search(knowledge_base_id: int | None) -> Response:
 
     body = parse_json(SearchBody, json_body())
     organization_id = current_organization_id()
-    with unit_of_work() as session:
+    with request_session() as session:
         if knowledge_base_id is not None:
             store.get_knowledge_base(
                 session, organization_id=organization_id, knowledge_base_id=knowledge_base_id
@@ -500,7 +509,7 @@ def search_all() -> ResponseReturnValue:
 )
 def create_api_key() -> ResponseReturnValue:
     body = parse_json(ApiKeyCreate, json_body())
-    with unit_of_work() as session:
+    with request_session() as session:
         key, plain = store.create_api_key(
             session, organization_id=body.organization_id, name=body.name
         )

@@ -1,20 +1,21 @@
-"""Thin actor bodies: open a unit of work, run, commit, then enqueue the follow-ups."""
+"""Thin actor bodies: open a unit of work, run, commit; its follow-ups are enqueued after
+the commit (router.unit_of_work)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from router.enqueue import Router
-from router.requests import JobRequest
+from router.unit_of_work import unit_of_work
 from services.knowledge_sync import runs, store
 from services.knowledge_sync.crawling import CrawlContext, crawl_url, start_crawl
 from shared.db.engine import session_scope
-from shared.errors import Delay, RecordMissing
+from shared.errors import Delay, QueueUnavailable, RecordMissing, ValidationFailed
 
 log = logging.getLogger(__name__)
 
@@ -28,21 +29,21 @@ def build_handlers(
 ) -> dict[str, Callable[..., Any]]:
     """The five actor bodies, bound to their dependencies."""
 
-    def follow(requests: Sequence[JobRequest]) -> None:
-        # Writes are committed: a failed enqueue fails the unit and its retry re-derives
-        # the same child ids.
-        if requests:
-            router.enqueue_many(requests)
-
     def sync_source(organization_id: int, source_id: int, **_routing: Any) -> None:
         try:
-            with session_scope(sessions) as session:
-                follow_ups = runs.run_source_sync(
-                    session, ctx, organization_id=organization_id, source_id=source_id, now=_now()
+            with unit_of_work(sessions, router) as uow:
+                uow.enqueue(
+                    *runs.run_source_sync(
+                        uow.session,
+                        ctx,
+                        organization_id=organization_id,
+                        source_id=source_id,
+                        now=_now(),
+                    )
                 )
-                session.commit()
-        except (Delay, RecordMissing):
-            raise
+                uow.commit()
+        except (Delay, RecordMissing, QueueUnavailable, ValidationFailed):
+            raise  # not the source's failure: its writes are committed or not made at all
         except Exception as exc:
             with session_scope(sessions) as session:
                 store.mark_source_failed(
@@ -50,15 +51,19 @@ def build_handlers(
                 )
                 session.commit()
             raise
-        follow(follow_ups)
 
     def sync_document(organization_id: int, document_id: int, **_routing: Any) -> None:
-        with session_scope(sessions) as session:
-            follow_ups = runs.run_document_sync(
-                session, ctx, organization_id=organization_id, document_id=document_id, now=_now()
+        with unit_of_work(sessions, router) as uow:
+            uow.enqueue(
+                *runs.run_document_sync(
+                    uow.session,
+                    ctx,
+                    organization_id=organization_id,
+                    document_id=document_id,
+                    now=_now(),
+                )
             )
-            session.commit()
-        follow(follow_ups)
+            uow.commit()
 
     def sync_document_chunks(organization_id: int, document_id: int, **_routing: Any) -> None:
         with session_scope(sessions) as session:
@@ -68,11 +73,8 @@ def build_handlers(
             session.commit()
 
     def start_crawl_handler(organization_id: int, crawl_task_id: int, **_routing: Any) -> None:
-        follow(
-            start_crawl(
-                sessions, crawl, organization_id=organization_id, crawl_task_id=crawl_task_id
-            )
-        )
+        with unit_of_work(sessions, router) as uow:
+            start_crawl(uow, organization_id=organization_id, crawl_task_id=crawl_task_id)
 
     def crawl_url_handler(
         organization_id: int,
@@ -82,16 +84,16 @@ def build_handlers(
         parent_url: str | None = None,
         **_routing: Any,
     ) -> None:
-        follow_ups, failure = crawl_url(
-            sessions,
-            crawl,
-            organization_id=organization_id,
-            crawl_task_id=crawl_task_id,
-            url=url,
-            depth=depth,
-            now=_now(),
-        )
-        follow(follow_ups)
+        with unit_of_work(sessions, router) as uow:
+            failure = crawl_url(
+                uow,
+                crawl,
+                organization_id=organization_id,
+                crawl_task_id=crawl_task_id,
+                url=url,
+                depth=depth,
+                now=_now(),
+            )
         if failure is not None:
             raise failure  # counted in the ledger already; the job records how it ended
 

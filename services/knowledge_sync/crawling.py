@@ -10,13 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from router.requests import JobRequest
+from router.unit_of_work import UnitOfWork
 from services.knowledge_sync import crawl_ledger, store
 from services.knowledge_sync.crawl import crawl_url_step
 from services.web.fetch import CrawledPage
-from shared.db.engine import session_scope
 from shared.db.models.rails import (
     KnowledgeBaseCrawlTask,
     KnowledgeBaseDocument,
@@ -104,23 +104,17 @@ def _store_page(
     return row
 
 
-def start_crawl(
-    sessions: sessionmaker[Session],
-    crawl: CrawlContext,
-    *,
-    organization_id: int,
-    crawl_task_id: int,
-) -> list[JobRequest]:
-    with session_scope(sessions) as session:
-        roots = crawl_ledger.start(
-            session, organization_id=organization_id, crawl_task_id=crawl_task_id
-        )
-        session.commit()
-    return [root.job_request() for root in roots]
+def start_crawl(uow: UnitOfWork, *, organization_id: int, crawl_task_id: int) -> None:
+    """Claim the crawl's roots and commit; their crawl_url jobs follow the commit."""
+    roots = crawl_ledger.start(
+        uow.session, organization_id=organization_id, crawl_task_id=crawl_task_id
+    )
+    uow.enqueue(*(root.job_request() for root in roots))
+    uow.commit()
 
 
 def crawl_url(
-    sessions: sessionmaker[Session],
+    uow: UnitOfWork,
     crawl: CrawlContext,
     *,
     organization_id: int,
@@ -128,29 +122,31 @@ def crawl_url(
     url: str,
     depth: int,
     now: datetime,
-) -> tuple[list[JobRequest], Exception | None]:
-    """Run one crawl_url unit and commit; returns the follow-ups (the claimed children and
-    the page's chunk sync) and the failure that finished the URL without content, if any,
-    for the caller to raise once the follow-ups are enqueued."""
+) -> Exception | None:
+    """Run one crawl_url unit and commit; its follow-ups (the claimed children and the
+    page's chunk sync) follow the commit. Returns the failure that finished the URL without
+    content, if any, for the caller to raise once the unit is done."""
+    session = uow.session
     stored: list[KnowledgeBaseDocument] = []
-    with session_scope(sessions) as session:
-        result = crawl_url_step(
-            session,
-            organization_id=organization_id,
-            crawl_task_id=crawl_task_id,
-            url=url,
-            depth=depth,
-            fetch=crawl.fetch,
-            final_attempt=current_attempt(crawl.retry).is_final,
-            store_page=lambda page: stored.append(
-                _store_page(session, organization_id, crawl_task_id, page, now)
-            ),
+    result = crawl_url_step(
+        session,
+        organization_id=organization_id,
+        crawl_task_id=crawl_task_id,
+        url=url,
+        depth=depth,
+        fetch=crawl.fetch,
+        final_attempt=current_attempt(crawl.retry).is_final,
+        store_page=lambda page: stored.append(
+            _store_page(session, organization_id, crawl_task_id, page, now)
+        ),
+    )
+    needs_chunks = [row.id for row in stored if row.chunks_synced_at is None and row.content]
+    uow.enqueue(*(child.job_request() for child in result.children))
+    uow.enqueue(
+        *(
+            JobRequest("sync_document_chunks", organization_id, {"document_id": document_id})
+            for document_id in needs_chunks
         )
-        needs_chunks = [row.id for row in stored if row.chunks_synced_at is None and row.content]
-        session.commit()
-    follow_ups = [child.job_request() for child in result.children]
-    follow_ups += [
-        JobRequest("sync_document_chunks", organization_id, {"document_id": document_id})
-        for document_id in needs_chunks
-    ]
-    return follow_ups, result.failure
+    )
+    uow.commit()
+    return result.failure
