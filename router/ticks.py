@@ -9,13 +9,17 @@ runs once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session, sessionmaker
 
+from router.enqueue import Router, enqueue_settled
+from router.requests import JobRequest
+from shared.db.engine import session_scope
 from shared.inputs import Text
 from tiers.families import Family
 from tiers.policies import RetryPolicy
@@ -56,6 +60,30 @@ class Tick:
 
     def job_id(self, slot: str) -> str:
         return f"{self.name}-tick-{slot}"
+
+
+def enqueue_tick(
+    *,
+    name: str,
+    cron: str,
+    description: str,
+    pause_flag: str | None,
+    sessions: sessionmaker[Session],
+    router: Router,
+    due: Callable[[Session], Sequence[JobRequest]],
+) -> Tick:
+    """A tick that reads the requests ``due`` in one session, then enqueues each on its own
+    account (:func:`~router.enqueue.enqueue_settled`): one bad request is logged and the
+    rest go on. Its summary counts the enqueue outcomes."""
+
+    def run(slot: str) -> dict[str, int]:
+        with session_scope(sessions) as session:
+            requests = due(session)
+        summary = enqueue_settled(router, requests).summary()
+        log.info("%s %s: %s", name, slot, summary)
+        return summary
+
+    return Tick(name=name, cron=cron, run=run, description=description, pause_flag=pause_flag)
 
 
 class TickParams(BaseModel):

@@ -24,12 +24,12 @@ def is_protected(path: str) -> bool:
     return path == PROTECTED_PREFIX or path.startswith(PROTECTED_PREFIX + "/")
 
 
-def _presented_token() -> str | None:
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return None
-    return token.strip()
+def bearer_credential() -> str | None:
+    """The request's ``Authorization: Bearer`` credential, or None when there is none (the
+    internal token here, an organization's API key on the ingestion API)."""
+    scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
+    credential = credential.strip()
+    return credential if scheme.lower() == "bearer" and credential else None
 
 
 def token_matches(presented: str, expected: str) -> bool:
@@ -59,7 +59,7 @@ def install_bearer_auth(app: Flask, token: str | None) -> None:
     def require_bearer_token() -> Response | None:
         if token is None or not is_protected(request.path):
             return None
-        presented = _presented_token()
+        presented = bearer_credential()
         if presented is None:
             return unauthorized("missing bearer token", credential_given=False)
         if not token_matches(presented, token):

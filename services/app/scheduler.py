@@ -49,6 +49,7 @@ from router.enqueue import Enqueued
 from router.requests import JobRequest
 from router.ticks import Tick
 from services.app.bootstrap import Platform
+from shared.db.base import utcnow
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +67,6 @@ if redis.call('get', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 def cron_trigger(cron: str) -> CronTrigger:
@@ -189,7 +186,7 @@ class TickScheduler:
         platform: Platform,
         *,
         scheduler: BaseScheduler | None = None,
-        clock: Clock = utc_now,
+        clock: Clock = utcnow,
         lock: LeaderLock | None = None,
     ) -> None:
         self.platform = platform

@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 
 from services.indexing.chunk_batches import PackedVector, embed_chunks, insert_in_batches
 from services.indexing.chunking import Chunk
+from services.indexing.digests import content_hash
 from services.indexing.embedders import Embedder
 from shared.db.models import DocumentChunk, PgSearchDocument
 from shared.db.tenant import organization_filter
@@ -67,11 +68,6 @@ class IndexOutcome:
 def index_fingerprint(chunker: DocumentChunker, embedder: Embedder) -> str:
     """Everything besides the text that decides a chunk set; another one makes it stale."""
     return f"{chunker.fingerprint}|{embedder.name}:{embedder.dimensions}"
-
-
-def content_hash(title: str, content: str) -> str:
-    """SHA-256 (hex) of ``title`` and ``content``; the NUL keeps the boundary unambiguous."""
-    return hashlib.sha256(f"{title}\x00{content}".encode()).hexdigest()
 
 
 def search_content(title: str, content: str) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -17,6 +16,7 @@ from services.indexing.index_writer import DocumentChunker
 from services.ingestion import pipeline, refresh
 from services.ingestion.families import INGEST_KIND, INGEST_RETRY, REFRESH_KIND, ingest_request
 from services.web.fetch import PageFetch
+from shared.db.base import utcnow
 from tiers.attempts import current_attempt
 
 
@@ -29,10 +29,6 @@ class IngestionContext:
     embedder: Embedder
     fetch: PageFetch
     recrawl_interval_seconds: float
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def build_handlers(
@@ -48,7 +44,7 @@ def build_handlers(
             chunker=ctx.chunker,
             embedder=ctx.embedder,
             final_attempt=current_attempt(INGEST_RETRY).is_final,
-            now=_now(),
+            now=utcnow(),
             fetch=ctx.fetch,
             recrawl_interval_seconds=ctx.recrawl_interval_seconds,
         )
@@ -60,7 +56,7 @@ def build_handlers(
                 organization_id=organization_id,
                 document_id=document_id,
                 fetch=ctx.fetch,
-                now=_now(),
+                now=utcnow(),
                 recrawl_interval_seconds=ctx.recrawl_interval_seconds,
             )
             if outcome.result == "changed":  # a failed enqueue is swept later

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 from flask import Blueprint, Response, g, request
 
-from services.apikit.auth import is_protected
+from services.apikit.auth import bearer_credential, is_protected
 from services.apikit.auth import unauthorized as bearer_unauthorized
 from services.apikit.context import current_platform
 from services.apikit.openapi import document_api_key_auth
@@ -28,13 +28,6 @@ log = logging.getLogger(__name__)
 
 REALM = "speedtier-ingestion"
 _ORGANIZATION = "ingestion_organization_id"
-
-
-def presented_key() -> str | None:
-    """The bearer credential of the request, or None when there is none."""
-    scheme, _, key = request.headers.get("Authorization", "").partition(" ")
-    key = key.strip()
-    return key if scheme.lower() == "bearer" and key else None
 
 
 def unauthorized(reason: str, *, credential_given: bool = True) -> Response:
@@ -48,7 +41,7 @@ def _under(path: str, prefixes: Sequence[str]) -> bool:
 
 def authenticate() -> Response | None:
     """Resolve the request's key to its organization, or answer 401."""
-    key = presented_key()
+    key = bearer_credential()
     if key is None:
         return unauthorized("missing API key", credential_given=False)
     with session_scope(current_platform().sessions) as session:

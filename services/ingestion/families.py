@@ -34,14 +34,9 @@ INGEST_GROUP_CAPS = {"fast": 1}
 REFRESH_GROUP_CAPS = {"slow": 1}
 
 
-class IngestParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class DocumentParams(BaseModel):
+    """Both families' parameters: the document (and its base, when the caller knows it)."""
 
-    document_id: Id
-    knowledge_base_id: Id | None = None
-
-
-class RefreshParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     document_id: Id
@@ -56,24 +51,28 @@ def refresh_job_id(document_id: int) -> str:
     return f"refresh-document-{document_id}"
 
 
+def _document_request(
+    kind: str, organization_id: int, document_id: int, knowledge_base_id: int | None
+) -> JobRequest:
+    params: dict[str, Any] = {"document_id": document_id}
+    if knowledge_base_id is not None:
+        params["knowledge_base_id"] = knowledge_base_id
+    return JobRequest(kind, organization_id, params)
+
+
 def ingest_request(
     organization_id: int, document_id: int, knowledge_base_id: int | None = None
 ) -> JobRequest:
     """The request that ingests a document (enqueue after the commit that made it
     ``processing``; an id already queued or running is a no-op)."""
-    params: dict[str, Any] = {"document_id": document_id}
-    if knowledge_base_id is not None:
-        params["knowledge_base_id"] = knowledge_base_id
-    return JobRequest(INGEST_KIND, organization_id, params)
+    return _document_request(INGEST_KIND, organization_id, document_id, knowledge_base_id)
 
 
 def refresh_request(
     organization_id: int, document_id: int, knowledge_base_id: int | None = None
 ) -> JobRequest:
-    params: dict[str, Any] = {"document_id": document_id}
-    if knowledge_base_id is not None:
-        params["knowledge_base_id"] = knowledge_base_id
-    return JobRequest(REFRESH_KIND, organization_id, params)
+    """The request that re-fetches a ready URL document."""
+    return _document_request(REFRESH_KIND, organization_id, document_id, knowledge_base_id)
 
 
 def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
@@ -83,7 +82,7 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
             name="ingestion",
             kind=INGEST_KIND,
             handler=handlers[INGEST_KIND],
-            params=IngestParams,
+            params=DocumentParams,
             job_id=lambda _org, p: ingest_job_id(p.document_id),
             fixed_tier="fast",
             pause_flag=PAUSE_FLAG,
@@ -94,7 +93,7 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
             name="ingestion_refresh",
             kind=REFRESH_KIND,
             handler=handlers[REFRESH_KIND],
-            params=RefreshParams,
+            params=DocumentParams,
             job_id=lambda _org, p: refresh_job_id(p.document_id),
             fixed_tier="slow",
             pause_flag=PAUSE_FLAG,

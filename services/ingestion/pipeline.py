@@ -28,7 +28,6 @@ Re-fetching ready URL documents (recrawl, scheduled refresh) is
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from services.indexing.chunk_batches import PackedVector, embed_chunks
 from services.indexing.chunking import Chunk
+from services.indexing.digests import text_hash
 from services.indexing.embedders import Embedder
 from services.indexing.index_writer import DocumentChunker, index_fingerprint
 from services.indexing.kb_chunks import replace_kb_chunks
@@ -90,11 +90,6 @@ class IngestOutcome:
     unchanged: bool = False
     failure_reason: str | None = None
     superseded: bool = False
-
-
-def content_digest(text: str) -> str:
-    """SHA-256 (hex) of extracted text: what "the content changed" means."""
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 # -- the ingestion pass --------------------------------------------------------------------
@@ -338,7 +333,7 @@ def ingest_document(
             session, document, submitted_at, exc.reason, fetched, now, recrawl_interval_seconds
         )
 
-    new_digest = content_digest(extracted.text)
+    new_digest = text_hash(extracted.text)
     fingerprint = index_fingerprint(chunker, embedder)
     if (
         new_digest == document.content_hash

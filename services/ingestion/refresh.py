@@ -22,6 +22,7 @@ from typing import Literal
 
 from sqlalchemy.orm import Session
 
+from services.indexing.digests import text_hash
 from services.ingestion import store
 from services.ingestion.fetching import (
     DEFAULT_RECRAWL_INTERVAL_SECONDS,
@@ -29,7 +30,7 @@ from services.ingestion.fetching import (
     fetch_url_source,
     next_refresh_time,
 )
-from services.ingestion.pipeline import content_digest, refresh_interval_of
+from services.ingestion.pipeline import refresh_interval_of
 from services.web.failures import FetchFailed
 from services.web.fetch import PageFetch
 from shared.db.models.ingestion import KbDocument
@@ -110,7 +111,7 @@ def refresh_document(
     locked.last_fetched_at = now
     locked.refresh_failures = 0
     locked.next_refresh_at = next_refresh_time(now, interval, 0)
-    if content_digest(text) == locked.content_hash:
+    if text_hash(text) == locked.content_hash:
         session.flush()
         return RefreshOutcome(document_id, "unchanged")
     locked.source_bytes = fetched

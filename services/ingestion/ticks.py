@@ -12,7 +12,6 @@ recrawl interval or base refresh schedule is due.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,13 +20,11 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from router.enqueue import Router, enqueue_settled
-from router.ticks import Tick
+from router.requests import JobRequest
+from router.ticks import Tick, enqueue_tick
 from services.ingestion.families import PAUSE_FLAG, ingest_request, refresh_request
 from shared.db.base import utcnow
-from shared.db.engine import session_scope
 from shared.db.models.ingestion import KbDocument
-
-log = logging.getLogger(__name__)
 
 DEFAULT_TICK_LIMIT = 200
 DEFAULT_TENANT_SLICE = 20
@@ -126,17 +123,16 @@ def documents_to_refresh(
     )
 
 
-def sweep_processing(session: Session, router: Router, bounds: SweepBounds) -> dict[str, int]:
-    """Enqueue the processing documents one tick takes; returns the enqueue summary."""
+def ingest_requests(session: Session, bounds: SweepBounds) -> list[JobRequest]:
+    """The ingestion of the processing documents one sweep takes."""
     due = documents_to_ingest(session, limit=bounds.limit, tenant_slice=bounds.tenant_slice)
-    requests = [ingest_request(d.organization_id, d.document_id, d.knowledge_base_id) for d in due]
-    return enqueue_settled(router, requests).summary()
+    return [ingest_request(d.organization_id, d.document_id, d.knowledge_base_id) for d in due]
 
 
-def sweep_refresh(
-    session: Session, router: Router, bounds: SweepBounds, recrawl_interval_seconds: float
-) -> dict[str, int]:
-    """Enqueue the re-fetch of URL documents due for it; returns the enqueue summary."""
+def refresh_requests(
+    session: Session, bounds: SweepBounds, recrawl_interval_seconds: float
+) -> list[JobRequest]:
+    """The re-fetch of the URL documents due for it that one refresh tick takes."""
     due = documents_to_refresh(
         session,
         now=utcnow(),
@@ -144,25 +140,26 @@ def sweep_refresh(
         limit=bounds.limit,
         tenant_slice=bounds.tenant_slice,
     )
-    requests = [refresh_request(d.organization_id, d.document_id, d.knowledge_base_id) for d in due]
-    return enqueue_settled(router, requests).summary()
+    return [refresh_request(d.organization_id, d.document_id, d.knowledge_base_id) for d in due]
+
+
+def sweep_processing(session: Session, router: Router, bounds: SweepBounds) -> dict[str, int]:
+    """One sweep in the caller's session: enqueue the processing documents it takes;
+    returns the enqueue summary."""
+    return enqueue_settled(router, ingest_requests(session, bounds)).summary()
 
 
 def ingestion_sweep_tick(
     sessions: sessionmaker[Session], router: Router, bounds: SweepBounds
 ) -> Tick:
-    def run(slot: str) -> dict[str, int]:
-        with session_scope(sessions) as session:
-            summary = sweep_processing(session, router, bounds)
-        log.info("ingestion sweep %s: %s", slot, summary)
-        return summary
-
-    return Tick(
+    return enqueue_tick(
         name="ingestion-sweep",
         cron="* * * * *",
-        run=run,
-        pause_flag=PAUSE_FLAG,
         description="enqueue documents in processing, oldest first, bounded per tick and tenant",
+        pause_flag=PAUSE_FLAG,
+        sessions=sessions,
+        router=router,
+        due=lambda session: ingest_requests(session, bounds),
     )
 
 
@@ -172,16 +169,12 @@ def ingestion_refresh_tick(
     bounds: SweepBounds,
     recrawl_interval_seconds: float,
 ) -> Tick:
-    def run(slot: str) -> dict[str, int]:
-        with session_scope(sessions) as session:
-            summary = sweep_refresh(session, router, bounds, recrawl_interval_seconds)
-        log.info("ingestion refresh %s: %s", slot, summary)
-        return summary
-
-    return Tick(
+    return enqueue_tick(
         name="ingestion-refresh",
         cron="*/5 * * * *",
-        run=run,
-        pause_flag=PAUSE_FLAG,
         description="re-fetch URL documents whose recrawl interval or refresh schedule is due",
+        pause_flag=PAUSE_FLAG,
+        sessions=sessions,
+        router=router,
+        due=lambda session: refresh_requests(session, bounds, recrawl_interval_seconds),
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -14,14 +13,11 @@ from router.enqueue import Router
 from router.unit_of_work import unit_of_work
 from services.knowledge_sync import runs, store
 from services.knowledge_sync.crawling import CrawlContext, crawl_url, start_crawl
+from shared.db.base import utcnow
 from shared.db.engine import session_scope
 from shared.errors import Delay, QueueUnavailable, RecordMissing, ValidationFailed
 
 log = logging.getLogger(__name__)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def build_handlers(
@@ -38,7 +34,7 @@ def build_handlers(
                         ctx,
                         organization_id=organization_id,
                         source_id=source_id,
-                        now=_now(),
+                        now=utcnow(),
                     )
                 )
                 uow.commit()
@@ -60,7 +56,7 @@ def build_handlers(
                     ctx,
                     organization_id=organization_id,
                     document_id=document_id,
-                    now=_now(),
+                    now=utcnow(),
                 )
             )
             uow.commit()
@@ -68,7 +64,7 @@ def build_handlers(
     def sync_document_chunks(organization_id: int, document_id: int, **_routing: Any) -> None:
         with session_scope(sessions) as session:
             runs.run_document_chunks(
-                session, ctx, organization_id=organization_id, document_id=document_id, now=_now()
+                session, ctx, organization_id=organization_id, document_id=document_id, now=utcnow()
             )
             session.commit()
 
@@ -92,7 +88,7 @@ def build_handlers(
                 crawl_task_id=crawl_task_id,
                 url=url,
                 depth=depth,
-                now=_now(),
+                now=utcnow(),
             )
         if failure is not None:
             raise failure  # counted in the ledger already; the job records how it ended

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -11,6 +10,7 @@ from sqlalchemy import func, select, true, tuple_, update
 from sqlalchemy.orm import Session
 
 from services.connectors.base import ListedDocument, ListedSection
+from services.indexing.digests import content_hash
 from shared.db.models.rails import (
     KnowledgeBaseDocument,
     KnowledgeBaseDocumentSection,
@@ -22,10 +22,6 @@ from shared.db.tenant import organization_filter, require_scoped, select_scoped
 
 #: Sources the pipeline never syncs (Intercom content comes from elsewhere).
 EXCLUDED_SOURCE_TYPES = ("intercom",)
-
-
-def content_hash(title: str | None, content: str | None) -> str:
-    return hashlib.sha256(f"{title or ''}\0{content or ''}".encode()).hexdigest()
 
 
 def live_source(session: Session, organization_id: int, source_id: int) -> KnowledgeBaseSource:

@@ -3,22 +3,17 @@ have content but no chunks."""
 
 from __future__ import annotations
 
-import logging
-from typing import Any
-
 from sqlalchemy.orm import Session, sessionmaker
 
-from router.enqueue import Router, enqueue_settled
-from router.ticks import Tick
+from router.enqueue import Router
+from router.requests import JobRequest
+from router.ticks import Tick, enqueue_tick
 from services.knowledge_sync import store
 from services.knowledge_sync.families import PAUSE_FLAG
 from services.knowledge_sync.runs import document_request, source_request
-from shared.db.engine import session_scope
-
-log = logging.getLogger(__name__)
 
 
-def scan_requests(session: Session) -> list[Any]:
+def scan_requests(session: Session) -> list[JobRequest]:
     """Every live source but Intercom, then the recovery sweep's documents."""
     requests = [
         source_request(org, source_id, source_type, ods)
@@ -32,17 +27,12 @@ def scan_requests(session: Session) -> list[Any]:
 
 
 def daily_sync_tick(sessions: sessionmaker[Session], router: Router) -> Tick:
-    def run(slot: str) -> dict[str, int]:
-        with session_scope(sessions) as session:
-            requests = scan_requests(session)
-        summary = enqueue_settled(router, requests).summary()
-        log.info("knowledge-base-sync scan %s done: %s", slot, summary)
-        return summary
-
-    return Tick(
+    return enqueue_tick(
         name="kb-sync",
         cron="0 1 * * *",
-        run=run,
-        pause_flag=PAUSE_FLAG,
         description="re-scan every knowledge source and sweep documents with content but no chunks",
+        pause_flag=PAUSE_FLAG,
+        sessions=sessions,
+        router=router,
+        due=scan_requests,
     )

@@ -296,7 +296,7 @@ class Kb:
         chunks_synced_at: datetime | None = None,
         discarded: bool = False,
     ) -> int:
-        from services.knowledge_sync.store import content_hash
+        from services.indexing.digests import content_hash
 
         return self._add(
             KnowledgeBaseDocument(

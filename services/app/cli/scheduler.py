@@ -8,7 +8,8 @@ import click
 
 from router.ticks import Tick
 from services.app.bootstrap import Platform, bootstrap
-from services.app.scheduler import TickScheduler, next_fire_time, utc_now
+from services.app.scheduler import TickScheduler, next_fire_time
+from shared.db.base import utcnow
 
 
 @click.command("scheduler")
@@ -63,7 +64,7 @@ def ticks() -> None:
     platform = bootstrap(component="cli")
     try:
         header = ("NAME", "CRON", "NEXT (UTC)", "PAUSE FLAG", "PAUSED", "DESCRIPTION")
-        click.echo(format_table(header, schedule_rows(platform, utc_now())))
+        click.echo(format_table(header, schedule_rows(platform, utcnow())))
     finally:
         platform.close()
 
@@ -88,7 +89,7 @@ def tick(name: str) -> None:
                 f"tick {name} is paused by flag {chosen.pause_flag}; "
                 f"lower the flag (speedtier resume) before re-driving it"
             )
-        slot = manual_slot(utc_now())
+        slot = manual_slot(utcnow())
         click.echo(f"{name} {slot}: running")
         summary = chosen.run(slot)
         click.echo(f"{name} {slot}: done {summary}")
