@@ -1,6 +1,6 @@
 """Knowledge sync end to end as a benchmark: a Notion workspace and a website synced for
 several organizations at once by real worker processes (the scenario of
-``tests/e2e/test_knowledge_sync_e2e.py``; see ``bench/kb_scenario.py``).
+``tests/e2e/test_knowledge_sync_e2e.py``; see ``testkit/kb_scenario.py``).
 
   python -m bench.kb_sync_e2e                    # 3 organizations, 500 Notion pages, 300-page sites
   python -m bench.kb_sync_e2e --host-rate 1/1    # production crawl politeness (>= 300 s)
@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from bench.kb_scenario import DEFAULT_WINDOWS, ScenarioConfig, run_scenario
+from testkit.kb_scenario import DEFAULT_WINDOWS, ScenarioConfig, run_scenario
 
 NAME = "kb_sync_e2e"
 

@@ -1,7 +1,7 @@
 """Scribe: step-by-step guides ("scribes") rendered to markdown, listed by offset.
 
 Scribe's public API is thinly documented, so this module states the protocol it speaks (the
-local fake in ``tests/fakes/scribe_server.py`` implements the same):
+local fake in ``testkit/fakes/scribe_server.py`` implements the same):
 
 Authentication
   ``X-API-Key: <api_key>`` on every request (the header Scribe's API-key access uses).

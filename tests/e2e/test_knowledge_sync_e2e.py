@@ -8,7 +8,7 @@ assertions, so CI stays well inside its budget on a loaded machine.
 
 Every process builds the production platform with ``bootstrap()`` from environment
 variables; the scenario itself (fakes, database, workers, measurements) is
-``bench/kb_scenario.py``, which ``python -m bench.kb_sync_e2e`` runs as a benchmark. The
+``testkit/kb_scenario.py``, which ``python -m bench.kb_sync_e2e`` runs as a benchmark. The
 one test-only change in the workers is the crawl politeness rule per host (10/s instead
 of production's 1/s), which settings cannot change and which would otherwise make a
 300-page crawl take at least 300 s; each organization's site has its own host name.
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from bench.kb_scenario import ScenarioConfig, run_scenario
+from testkit.kb_scenario import ScenarioConfig, run_scenario
 from tests.fixtures_db import SERVER_URL
 
 FULL = os.environ.get("SPEEDTIER_E2E_FULL") == "1"

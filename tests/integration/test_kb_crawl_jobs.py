@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from router.requests import JobRequest
 from services.app.bootstrap import Platform
 from shared.db.models import KnowledgeBaseSource
-from tests.fakes.website import SCRIPT_MARKER, FakeWebsite
+from testkit.fakes.website import SCRIPT_MARKER, FakeWebsite
 from tests.integration.kb_factories import (
     Kb,
     job_states,

@@ -15,8 +15,8 @@ from services.app.bootstrap import Platform
 from services.knowledge_sync.runs import document_request, source_request
 from shared.db.models import KnowledgeBaseDocument, KnowledgeBaseSource
 from shared.errors import QueueUnavailable
-from tests.fakes import notion_server as nb
-from tests.fakes.notion_server import NotionServer
+from testkit.fakes import notion_server as nb
+from testkit.fakes.notion_server import NotionServer
 from tests.integration.kb_factories import (
     Kb,
     fast_retries,

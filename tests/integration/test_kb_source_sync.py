@@ -17,12 +17,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from services.app.bootstrap import Platform
 from services.knowledge_sync.runs import document_request, source_request
 from shared.db.models import KnowledgeBaseDocument, KnowledgeBaseSource
-from tests.fakes import notion_server as nb
-from tests.fakes.confluence_server import ConfluenceServer
-from tests.fakes.notion_server import NotionServer
-from tests.fakes.protocol_server import iso
-from tests.fakes.scribe_server import ScribeServer, step
-from tests.fakes.zendesk_server import API_TOKEN, EMAIL, FakeZendesk, Kind, sample_help_center
+from testkit.fakes import notion_server as nb
+from testkit.fakes.confluence_server import ConfluenceServer
+from testkit.fakes.notion_server import NotionServer
+from testkit.fakes.protocol_server import iso
+from testkit.fakes.scribe_server import ScribeServer, step
+from testkit.fakes.zendesk_server import API_TOKEN, EMAIL, FakeZendesk, Kind, sample_help_center
 from tests.integration.kb_factories import (
     Kb,
     job_states,

@@ -14,8 +14,8 @@ from router.requests import JobRequest
 from services.app.bootstrap import Platform
 from services.knowledge_sync import crawl_ledger
 from shared.db.models import KnowledgeBaseSource
-from tests.fakes import notion_server as nb
-from tests.fakes.notion_server import NotionServer
+from testkit.fakes import notion_server as nb
+from testkit.fakes.notion_server import NotionServer
 from tests.integration.kb_factories import (
     Kb,
     kb_platform,

@@ -11,7 +11,7 @@ import redis
 
 from services.indexing.embedders import OpenAICompatibleEmbedder, embedder_from_settings
 from shared.errors import Delay, Retryable, Unrecoverable
-from tests.fakes.embeddings_server import (
+from testkit.fakes.embeddings_server import (
     INVALID_JSON,
     RATE_LIMITED,
     RATE_LIMITED_NO_RETRY_AFTER,

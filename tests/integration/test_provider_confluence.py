@@ -16,8 +16,8 @@ from services.connectors.confluence import (
     storage_to_markdown,
 )
 from shared.errors import Delay, JobError, Unrecoverable
-from tests.fakes.confluence_server import API, ConfluenceServer
-from tests.fakes.protocol_server import TRANSIENT_FAILURES
+from testkit.fakes.confluence_server import API, ConfluenceServer
+from testkit.fakes.protocol_server import TRANSIENT_FAILURES
 
 EMAIL, TOKEN = "bot@example.com", "confluence-token"
 SITE = "https://acme.atlassian.net"

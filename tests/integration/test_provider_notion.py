@@ -12,7 +12,7 @@ import pytest
 from services.connectors.base import SourceConfig
 from services.connectors.notion import NotionProvider
 from shared.errors import Delay, JobError, Retryable, Unrecoverable
-from tests.fakes.notion_server import (
+from testkit.fakes.notion_server import (
     NotionServer,
     bulleted,
     callout,
@@ -29,7 +29,7 @@ from tests.fakes.notion_server import (
     todo,
     toggle,
 )
-from tests.fakes.protocol_server import TRANSIENT_FAILURES
+from testkit.fakes.protocol_server import TRANSIENT_FAILURES
 
 TOKEN = "secret_notion"
 SEARCH = "/v1/search"

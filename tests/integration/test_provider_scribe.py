@@ -17,8 +17,8 @@ from services.connectors.scribe import (
     uses_session_token,
 )
 from shared.errors import Delay, JobError, Unrecoverable
-from tests.fakes.protocol_server import TRANSIENT_FAILURES
-from tests.fakes.scribe_server import LIST_PATH, ScribeServer, step
+from testkit.fakes.protocol_server import TRANSIENT_FAILURES
+from testkit.fakes.scribe_server import LIST_PATH, ScribeServer, step
 
 KEY = "scribe-key"
 

@@ -13,7 +13,7 @@ from services.connectors.base import Listing, SourceConfig
 from services.connectors.zendesk import ZendeskProvider, base_url_for
 from shared.errors import Delay, Retryable, Unrecoverable
 from shared.http import NotFound
-from tests.fakes.zendesk_server import (
+from testkit.fakes.zendesk_server import (
     API_TOKEN,
     EMAIL,
     Article,

@@ -18,16 +18,6 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
-from bench.search import (
-    HNSW_INDEX,
-    HNSW_INDEX_SQL,
-    TextMaker,
-    exact_neighbours,
-    load_corpus,
-    naive_nearest,
-    organization_sizes,
-    recall,
-)
 from services.indexing.embedders import HashingEmbedder
 from services.ingestion.search import (
     SNIPPET_CHARS,
@@ -40,6 +30,16 @@ from services.ingestion.search import (
 )
 from shared.db.models.ingestion import KbChunk, KbDocument, KnowledgeBase
 from shared.db.vector import embedding_storage
+from testkit.search_corpus import (
+    HNSW_INDEX,
+    HNSW_INDEX_SQL,
+    TextMaker,
+    exact_neighbours,
+    load_corpus,
+    naive_nearest,
+    organization_sizes,
+    recall,
+)
 
 EMBEDDER = HashingEmbedder()
 

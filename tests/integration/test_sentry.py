@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.fakes.sentry_server import fake_sentry
+from testkit.fakes.sentry_server import fake_sentry
 
 ROOT = Path(__file__).resolve().parents[2]
 

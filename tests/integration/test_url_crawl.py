@@ -20,7 +20,7 @@ from services.web.ssrf_guard import is_public_address
 from services.web.urls import normalize_url
 from shared.errors import Delay, Retryable, Unrecoverable
 from shared.http import NotFound
-from tests.fakes.website import NAV_MARKER, SCRIPT_MARKER, STYLE_MARKER, FakeWebsite
+from testkit.fakes.website import NAV_MARKER, SCRIPT_MARKER, STYLE_MARKER, FakeWebsite
 from tiers.policies import WindowRule
 from tiers.rate_window import RateWindows
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlencode
 
-from tests.fakes.protocol_server import ProtocolServer, Reply, Request, iso
+from testkit.fakes.protocol_server import ProtocolServer, Reply, Request, iso
 
 API = "/wiki/api/v2"
 ERROR_CODES = {400: "INVALID_REQUEST_PARAMETER", 401: "UNAUTHORIZED", 404: "NOT_FOUND"}

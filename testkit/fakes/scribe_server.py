@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tests.fakes.protocol_server import ProtocolServer, Reply, Request, iso
+from testkit.fakes.protocol_server import ProtocolServer, Reply, Request, iso
 
 LIST_PATH = "/api/v1/scribes"
 

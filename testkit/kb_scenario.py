@@ -4,7 +4,7 @@ organizations at once by real worker processes; shared by the acceptance test
 
 What runs:
 
-* a local Notion API (``tests.fakes.notion_server``) with ``notion_pages`` pages, one
+* a local Notion API (``testkit.fakes.notion_server``) with ``notion_pages`` pages, one
   workspace shared by the organizations, each organization with its own integration token
   (so every provider request is attributed to its organization);
 * one local website of ``site_pages`` pages per organization, each on its own loopback host
@@ -13,7 +13,7 @@ What runs:
 * per organization: one Notion source on its own organization data source and one URL
   source on the site's root;
 * the ``kb-sync`` tick body, run once in this process, and then real worker processes
-  (``python -m bench.kb_scenario worker --tier ...``) that build their platform with
+  (``python -m testkit.kb_scenario worker --tier ...``) that build their platform with
   :func:`services.app.bootstrap.bootstrap` from environment variables alone, until every job
   settled.
 
@@ -104,7 +104,7 @@ class ScenarioConfig:
 
 
 def _notion_server_class() -> type[Any]:
-    from tests.fakes.notion_server import NotionServer
+    from testkit.fakes.notion_server import NotionServer
 
     class TenantNotion(NotionServer):  # type: ignore[misc]
         """The Notion fake, accepting one token per organization and logging every
@@ -390,7 +390,7 @@ def _child_env(extra: dict[str, str]) -> dict[str, str]:
 def start_workers(
     config: ScenarioConfig, env: dict[str, str], log_dir: Path
 ) -> list[WorkerProcess]:
-    """Spawn the worker processes: ``python -m bench.kb_scenario worker --tier ...``."""
+    """Spawn the worker processes: ``python -m testkit.kb_scenario worker --tier ...``."""
     child_env = _child_env({**env, HOST_RATE_ENV: config.host_rate})
     pool = [("slow", config.slow_threads)] * config.slow_processes + [
         ("fast", config.fast_threads)
@@ -406,7 +406,7 @@ def start_workers(
                 [
                     sys.executable,
                     "-m",
-                    "bench.kb_scenario",
+                    "testkit.kb_scenario",
                     "worker",
                     "--tier",
                     tier,
@@ -526,7 +526,7 @@ class WindowSampler:
     A window's key lives two periods from its first start, so its final count stays
     readable for at least one period after its last start: polls closer together than a
     period see every window's final count. The sampler runs in a process of its own
-    (``python -m bench.kb_scenario sample``) so the fakes in the driver process cannot
+    (``python -m testkit.kb_scenario sample``) so the fakes in the driver process cannot
     starve it; ``longest_gap`` says how well it kept up.
     """
 
@@ -605,7 +605,7 @@ class SamplerProcess:
                 [
                     sys.executable,
                     "-m",
-                    "bench.kb_scenario",
+                    "testkit.kb_scenario",
                     "sample",
                     "--redis-url",
                     redis_url,
@@ -933,7 +933,7 @@ def run_scenario(
     from services.app.bootstrap import bootstrap, window_overrides
     from shared.config import load_settings, parse_rate
     from shared.db.engine import make_engine, make_session_factory
-    from tests.fakes.notion_server import populate
+    from testkit.fakes.notion_server import populate
     from tiers.policies import WindowRule
 
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -1172,7 +1172,7 @@ def _wait_until_settled(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.kb_scenario")
+    parser = argparse.ArgumentParser(prog="python -m testkit.kb_scenario")
     commands = parser.add_subparsers(dest="command", required=True)
     worker = commands.add_parser("worker", help="a worker process of the scenario")
     worker.add_argument("--tier", required=True, choices=("fast", "slow", "maintenance"))

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from tests.fakes.protocol_server import ProtocolServer, Reply, Request, iso
+from testkit.fakes.protocol_server import ProtocolServer, Reply, Request, iso
 
 Block = dict[str, Any]
 Span = str | dict[str, Any]

@@ -1,0 +1,19 @@
+"""What the tests and the benchmarks both use, in one place neither of them owns.
+
+``tests/`` and ``bench/`` never import each other (an import contract in ``setup.cfg``):
+code both need lives here, and both import it.
+
+* ``fakes/``: local HTTP servers speaking the providers' protocols, failures included
+  (Notion, Zendesk, Confluence, Scribe, an OpenAI-compatible embeddings API, Sentry's
+  envelope endpoint, a crawlable website);
+* ``kb_scenario``: the knowledge-sync end-to-end scenario (fakes, a fresh database, real
+  worker processes, measurements), run by ``tests/e2e/test_knowledge_sync_e2e.py`` and by
+  ``python -m bench.kb_sync_e2e``;
+* ``search_corpus``: the synthetic retrieval corpus and its exact truth, loaded by the
+  search tests and by ``python -m bench.search``.
+
+Test-only code: no production package (shared, tiers, router, services) may import it
+(another contract), and it is not in the wheel (``setup.cfg`` lists the packages that ship).
+It runs from a checkout, where the repository root is on the path (pytest's rootdir,
+``python -m bench``, and the ``PYTHONPATH`` the scenario gives its worker processes).
+"""
