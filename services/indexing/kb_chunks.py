@@ -16,7 +16,21 @@ from sqlalchemy.orm import Session
 
 from services.indexing.chunk_batches import PackedVector, insert_in_batches
 from services.indexing.chunking import Chunk
+from services.indexing.embedders import Embedder
 from shared.db.models.ingestion import KbChunk
+from shared.db.vector import embedding_storage
+from shared.errors import Unrecoverable
+
+
+def check_embedding_dimensions(session: Session, embedder: Embedder) -> None:
+    """Raise Unrecoverable when ``kb_chunks.embedding`` cannot hold ``embedder``'s vectors
+    (a pgvector column of another dimension: a migration must change it first)."""
+    storage = embedding_storage(session)
+    if storage.dims is not None and storage.dims != embedder.dimensions:
+        raise Unrecoverable(
+            f"embedder {embedder.name} makes {embedder.dimensions}-dimensional vectors but "
+            f"kb_chunks.embedding is vector({storage.dims}); a migration must change it"
+        )
 
 
 def replace_kb_chunks(

@@ -13,7 +13,7 @@ from router.enqueue import Router
 from router.unit_of_work import unit_of_work
 from services.indexing.embedders import Embedder
 from services.indexing.index_writer import DocumentChunker
-from services.ingestion import pipeline, refresh
+from services.ingestion import ingestion_job, refresh
 from services.ingestion.families import INGEST_KIND, INGEST_RETRY, REFRESH_KIND, ingest_request
 from services.web.fetch import PageFetch
 from shared.db.base import utcnow
@@ -37,7 +37,7 @@ def build_handlers(
     """The two actor bodies, bound to their dependencies."""
 
     def ingest_document(organization_id: int, document_id: int, **_routing: Any) -> None:
-        pipeline.run_ingestion(
+        ingestion_job.run_ingestion(
             sessions,
             organization_id=organization_id,
             document_id=document_id,

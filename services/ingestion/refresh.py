@@ -30,7 +30,6 @@ from services.ingestion.fetching import (
     fetch_url_source,
     next_refresh_time,
 )
-from services.ingestion.pipeline import refresh_interval_of
 from services.web.failures import FetchFailed
 from services.web.fetch import PageFetch
 from shared.db.models.ingestion import KbDocument
@@ -87,7 +86,7 @@ def refresh_document(
     if document.kind != "url" or document.status != "ready" or not document.url:
         return RefreshOutcome(document_id, "skipped")
     submitted_at = document.submitted_at
-    interval = refresh_interval_of(session, document, recrawl_interval_seconds)
+    interval = store.refresh_interval_of(session, document, recrawl_interval_seconds)
     try:
         fetched = fetch_url_source(
             document.url, document.crawl_depth, fetch, organization_id=organization_id
@@ -116,9 +115,6 @@ def refresh_document(
         return RefreshOutcome(document_id, "unchanged")
     locked.source_bytes = fetched
     locked.content_type = MARKDOWN_CONTENT_TYPE
-    locked.status = "processing"
-    locked.submitted_at = now
-    locked.attempts = 0
-    locked.updated_at = now
+    store.resubmit(locked, now)
     session.flush()
     return RefreshOutcome(document_id, "changed")

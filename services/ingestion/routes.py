@@ -41,7 +41,7 @@ from services.apikit.schemas import ErrorBody
 from services.apikit.validation import parse_fields, parse_json
 from services.indexing.embedders import Embedder
 from services.indexing.index_writer import DocumentChunker
-from services.ingestion import pipeline, store
+from services.ingestion import rollback, store
 from services.ingestion.api_auth import current_organization_id, require_api_key
 from services.ingestion.families import ingest_request
 from services.ingestion.inputs import document_input, json_body
@@ -414,7 +414,7 @@ def rollback_document(knowledge_base_id: int, document_id: int) -> ResponseRetur
             document_id=document_id,
             knowledge_base_id=knowledge_base_id,
         )
-        queued = pipeline.request_rollback(
+        queued = rollback.request_rollback(
             session,
             organization_id=organization_id,
             document_id=document_id,

@@ -32,9 +32,10 @@ from services.app.bootstrap import Platform, bootstrap
 from services.indexing import chunk_batches
 from services.indexing.chunking import Chunker
 from services.indexing.embedders import HashingEmbedder
-from services.ingestion import pipeline, refresh, search, store
+from services.ingestion import ingestion_job, pipeline, refresh, search, store
 from services.ingestion.families import ingest_job_id
 from services.ingestion.fetching import DEFAULT_RECRAWL_INTERVAL_SECONDS
+from services.ingestion.rollback import request_rollback
 from services.ingestion.ticks import (
     SweepBounds,
     documents_to_ingest,
@@ -497,7 +498,7 @@ def run(
     final: bool,
     fetch: PageFetch | None = None,
 ) -> pipeline.IngestOutcome:
-    return pipeline.run_ingestion(
+    return ingestion_job.run_ingestion(
         factory,
         organization_id=org,
         document_id=doc_id,
@@ -751,7 +752,7 @@ def test_eleven_replacements_keep_ten_versions_and_rollback_restores_the_old_chu
 
 
 def rollback(session: Session, org: int, document_id: int, version: int) -> bool:
-    return pipeline.request_rollback(
+    return request_rollback(
         session,
         organization_id=org,
         document_id=document_id,
@@ -1228,7 +1229,7 @@ def test_another_organization_cannot_reach_a_document_by_id(session: Session) ->
             source=store.TextSource("x"),
         ),
         lambda: ingest(session, b, doc),
-        lambda: pipeline.request_rollback(
+        lambda: request_rollback(
             session, version=1, chunker=CHUNKER, embedder=CountingEmbedder(), now=utc_now(), **ids
         ),
     ):

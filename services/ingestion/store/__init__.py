@@ -1,0 +1,108 @@
+"""Ingestion's SQL: knowledge bases, documents, versions, chunks, API keys and usage events,
+one module per aggregate; every public name is importable from here (``store.add_document``).
+
+Every function takes a session and (but for :func:`organization_for_key` and the ticks'
+cross-tenant sweeps) an ``organization_id`` that every statement filters on. A missing,
+deleted or other organization's record raises :class:`~shared.errors.RecordMissing`, the
+same for all three (the API answers 404). Nothing here commits: the caller owns the unit of
+work, and enqueues (``ingest-document-<id>``) only after its commit.
+
+Locks (:mod:`.locks`): a document's writers (the pipeline's replacement, a re-upload, a
+retry, a delete) take :func:`lock_document` (a transaction-scoped advisory lock) so they
+serialise without holding row locks across slow work; adding a document by name takes a
+lock on that name, so two uploads of one name cannot both create it.
+"""
+
+from __future__ import annotations
+
+from services.ingestion.store.api_keys import (
+    API_KEY_PREFIX,
+    create_api_key,
+    hash_api_key,
+    organization_for_key,
+    revoke_api_key,
+)
+from services.ingestion.store.chunks import (
+    chunk_count,
+    has_chunks,
+    list_chunks,
+    set_chunk_audience,
+)
+from services.ingestion.store.deletions import delete_document, delete_knowledge_base
+from services.ingestion.store.document_sources import (
+    MAX_CRAWL_DEPTH,
+    DocumentSource,
+    DocumentTooLarge,
+    FileSource,
+    TextSource,
+    UrlSource,
+)
+from services.ingestion.store.documents import (
+    SOURCE_READ_SLICE,
+    AddedDocument,
+    DocumentBusy,
+    add_document,
+    get_document,
+    list_documents,
+    mark_for_retry,
+    read_source,
+    resubmit,
+)
+from services.ingestion.store.knowledge_bases import (
+    create_knowledge_base,
+    get_knowledge_base,
+    list_knowledge_bases,
+    refresh_interval_of,
+    set_refresh_schedule,
+)
+from services.ingestion.store.locks import lock_document
+from services.ingestion.store.names import MAX_NAME_LENGTH
+from services.ingestion.store.usage import INGESTED_EVENT, record_usage_event
+from services.ingestion.store.versions import (
+    RETAINED_SNAPSHOTS,
+    add_version,
+    get_version,
+    list_versions,
+)
+
+__all__ = [
+    "API_KEY_PREFIX",
+    "INGESTED_EVENT",
+    "MAX_CRAWL_DEPTH",
+    "MAX_NAME_LENGTH",
+    "RETAINED_SNAPSHOTS",
+    "SOURCE_READ_SLICE",
+    "AddedDocument",
+    "DocumentBusy",
+    "DocumentSource",
+    "DocumentTooLarge",
+    "FileSource",
+    "TextSource",
+    "UrlSource",
+    "add_document",
+    "add_version",
+    "chunk_count",
+    "create_api_key",
+    "create_knowledge_base",
+    "delete_document",
+    "delete_knowledge_base",
+    "get_document",
+    "get_knowledge_base",
+    "get_version",
+    "has_chunks",
+    "hash_api_key",
+    "list_chunks",
+    "list_documents",
+    "list_knowledge_bases",
+    "list_versions",
+    "lock_document",
+    "mark_for_retry",
+    "organization_for_key",
+    "read_source",
+    "record_usage_event",
+    "refresh_interval_of",
+    "resubmit",
+    "revoke_api_key",
+    "set_chunk_audience",
+    "set_refresh_schedule",
+]

@@ -1,0 +1,97 @@
+"""A document's kept versions: the current one and up to :data:`RETAINED_SNAPSHOTS`
+superseded ones, each with the text it was indexed from."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import delete
+from sqlalchemy.orm import Session, undefer
+
+from services.ingestion.store.documents import get_document
+from shared.db.models.ingestion import KbDocumentVersion
+from shared.db.tenant import select_scoped
+from shared.errors import RecordMissing
+
+#: Superseded versions kept per document, besides the current one.
+RETAINED_SNAPSHOTS = 10
+
+
+def add_version(
+    session: Session,
+    *,
+    organization_id: int,
+    document_id: int,
+    version: int,
+    content: str,
+    content_hash: str,
+    now: datetime,
+) -> None:
+    """Write ``content`` as the document's ``version`` and delete the versions older than
+    the retained superseded ones (the caller holds the document's lock)."""
+    session.add(
+        KbDocumentVersion(
+            organization_id=organization_id,
+            document_id=document_id,
+            version=version,
+            content=content,
+            content_hash=content_hash,
+            created_at=now,
+        )
+    )
+    session.execute(
+        delete(KbDocumentVersion).where(
+            KbDocumentVersion.organization_id == organization_id,
+            KbDocumentVersion.document_id == document_id,
+            KbDocumentVersion.version < version - RETAINED_SNAPSHOTS,
+        ),
+        execution_options={"synchronize_session": False},
+    )
+
+
+def list_versions(
+    session: Session,
+    *,
+    organization_id: int,
+    document_id: int,
+    knowledge_base_id: int | None = None,
+) -> list[KbDocumentVersion]:
+    """The kept versions, newest first, without their content: the current one (the
+    document's ``current_version``) and up to ten superseded ones. Raises RecordMissing."""
+    get_document(
+        session,
+        organization_id=organization_id,
+        document_id=document_id,
+        knowledge_base_id=knowledge_base_id,
+    )
+    statement = select_scoped(KbDocumentVersion, organization_id=organization_id).where(
+        KbDocumentVersion.document_id == document_id
+    )
+    return list(session.scalars(statement.order_by(KbDocumentVersion.version.desc())))
+
+
+def get_version(
+    session: Session,
+    *,
+    organization_id: int,
+    document_id: int,
+    version: int,
+    knowledge_base_id: int | None = None,
+) -> KbDocumentVersion:
+    """One kept version with its content (for a diff or a rollback). Raises RecordMissing
+    for a missing document or a version not kept."""
+    get_document(
+        session,
+        organization_id=organization_id,
+        document_id=document_id,
+        knowledge_base_id=knowledge_base_id,
+    )
+    statement = (
+        select_scoped(KbDocumentVersion, organization_id=organization_id)
+        .where(KbDocumentVersion.document_id == document_id, KbDocumentVersion.version == version)
+        .options(undefer(KbDocumentVersion.content))
+    )
+    found = session.execute(statement).scalar_one_or_none()
+    if found is None:
+        raise RecordMissing(f"version {version} of document {document_id} is not kept")
+    return found
