@@ -1,0 +1,7 @@
+"""The test suite: ``unit/`` (no I/O), ``integration/`` (real Redis and PostgreSQL) and
+``e2e/`` (processes), the first two mirroring the production tree (see the README)."""
+
+from pathlib import Path
+
+#: The repository's root (test modules sit at different depths below it).
+REPO = Path(__file__).resolve().parent.parent

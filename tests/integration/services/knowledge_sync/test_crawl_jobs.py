@@ -17,7 +17,7 @@ from router.requests import JobRequest
 from services.app.bootstrap import Platform
 from shared.db.models import KnowledgeBaseSource
 from testkit.fakes.website import SCRIPT_MARKER, FakeWebsite
-from tests.integration.kb_factories import (
+from tests.integration.services.knowledge_sync.factories import (
     Kb,
     job_states,
     kb_platform,

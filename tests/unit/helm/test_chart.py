@@ -28,8 +28,9 @@ import pytest
 import yaml
 
 from shared.config import TIER_NAMES, environment_variables, load_settings
+from tests import REPO
 
-CHART = Path(__file__).resolve().parents[2] / "helm" / "speedtier"
+CHART = REPO / "helm" / "speedtier"
 KUBE_VERSION = "1.30.0"
 RELEASE = "st"
 NAMESPACE = "speedtier"

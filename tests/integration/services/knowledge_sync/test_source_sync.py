@@ -23,7 +23,7 @@ from testkit.fakes.notion_server import NotionServer
 from testkit.fakes.protocol_server import iso
 from testkit.fakes.scribe_server import ScribeServer, step
 from testkit.fakes.zendesk_server import API_TOKEN, EMAIL, FakeZendesk, Kind, sample_help_center
-from tests.integration.kb_factories import (
+from tests.integration.services.knowledge_sync.factories import (
     Kb,
     job_states,
     kb_platform,

@@ -16,7 +16,7 @@ from services.knowledge_sync import crawl_ledger
 from shared.db.models import KnowledgeBaseSource
 from testkit.fakes import notion_server as nb
 from testkit.fakes.notion_server import NotionServer
-from tests.integration.kb_factories import (
+from tests.integration.services.knowledge_sync.factories import (
     Kb,
     kb_platform,
     record,

@@ -19,8 +19,8 @@ import redis
 
 from shared.config import load_settings
 from shared.redis_persistence import WARNED_ENV, VolatileRedis, verify_redis_persistence
+from tests import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 StartRedis = Callable[..., str]
 
 pytestmark = pytest.mark.skipif(

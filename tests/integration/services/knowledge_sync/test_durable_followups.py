@@ -17,7 +17,7 @@ from shared.db.models import KnowledgeBaseDocument, KnowledgeBaseSource
 from shared.errors import QueueUnavailable
 from testkit.fakes import notion_server as nb
 from testkit.fakes.notion_server import NotionServer
-from tests.integration.kb_factories import (
+from tests.integration.services.knowledge_sync.factories import (
     Kb,
     fast_retries,
     job_states,

@@ -6,17 +6,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 from testkit.fakes.sentry_server import fake_sentry
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests import REPO
 
 
 def probe(dsn: str, redis_url: str, namespace: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "tests.integration.sentry_probe", dsn, redis_url, namespace],
-        cwd=ROOT,
+        [sys.executable, "-m", "tests.integration.shared.sentry_probe", dsn, redis_url, namespace],
+        cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,

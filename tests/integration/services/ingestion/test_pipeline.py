@@ -34,7 +34,7 @@ from services.indexing.chunking import Chunker
 from services.indexing.embedders import HashingEmbedder
 from services.ingestion import ingestion_job, pipeline, refresh, search, store
 from services.ingestion.families import ingest_job_id
-from services.ingestion.fetching import DEFAULT_RECRAWL_INTERVAL_SECONDS
+from services.ingestion.url_sources import DEFAULT_RECRAWL_INTERVAL_SECONDS
 from services.ingestion.rollback import request_rollback
 from services.ingestion.ticks import (
     SweepBounds,

@@ -1,4 +1,7 @@
-"""ProcessGroup with small Python children: prefixed output, clean stop, kill, failure."""
+"""ProcessGroup with small Python children: prefixed output, clean stop, kill, failure.
+
+What ``speedtier up`` asks the group to start is checked without processes in
+``tests/unit/services/app/cli/test_up.py``."""
 
 from __future__ import annotations
 
@@ -9,9 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from services.app.cli.up import process_specs
 from services.app.supervisor import ProcessGroup, ProcessSpec
-from shared.config import TIER_NAMES
 
 # A child that prints READY, then runs until SIGTERM, on which it says goodbye and exits 0.
 POLITE = """
@@ -202,29 +203,3 @@ def test_grandchildren_are_killed_with_their_parent() -> None:
             return True
 
     wait_for(gone, timeout=5)
-
-
-def test_up_runs_the_api_the_scheduler_and_a_worker_per_tier() -> None:
-    specs = process_specs("redis://r:1/0", "postgresql://p@h:2/d", host="0.0.0.0", port=9000)
-
-    assert [spec.name for spec in specs] == [
-        "api",
-        "scheduler",
-        *(f"worker.{tier}" for tier in TIER_NAMES),
-    ]
-    assert specs[0].argv[1:] == [
-        "-m",
-        "services.app.cli",
-        "api",
-        "--host",
-        "0.0.0.0",
-        "--port",
-        "9000",
-    ]
-    assert specs[-1].argv[-2:] == ["--tier", TIER_NAMES[-1]]
-    for spec in specs:
-        assert spec.argv[0] == sys.executable
-        assert spec.env is not None
-        assert spec.env["REDIS_URL"] == "redis://r:1/0"
-        assert spec.env["DATABASE_URL"] == "postgresql://p@h:2/d"
-        assert spec.env["SPEEDTIER_ENV"] == "development"

@@ -17,7 +17,7 @@ from services.app.cli import main
 from services.knowledge_sync.families import PAUSE_FLAG
 from shared.db.models import KnowledgeBaseSource
 from shared.errors import QueueUnavailable
-from tests.integration.kb_factories import (
+from tests.integration.services.knowledge_sync.factories import (
     Kb,
     job_states,
     kb_platform,

@@ -12,7 +12,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +32,7 @@ from services.app.scheduler import (
     tick_slot,
 )
 from shared.config import load_settings
+from tests import REPO
 from tests import platform_harness as h
 from tiers.worker import serve
 
@@ -414,7 +414,7 @@ def test_speedtier_scheduler_process_leads_emits_and_releases_on_sigterm(
     env = {**os.environ, **_env(redis_url, database_url, namespace)}
     process = subprocess.Popen(
         [sys.executable, "-m", "services.app.cli", "scheduler"],
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=REPO,
         env=env,
         stderr=subprocess.PIPE,
     )

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from services.app.api import create_app
 from services.app.bootstrap import Platform
 from shared.db.models import KnowledgeBaseSource
-from tests.integration.kb_factories import (
+from tests.integration.services.knowledge_sync.factories import (
     AUTH,
     Kb,
     finished,

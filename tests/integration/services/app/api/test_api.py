@@ -29,11 +29,11 @@ from services.app.api.openapi_document import openapi_path
 from services.app.bootstrap import Platform, bootstrap
 from services.app.cli import main
 from shared.config import load_settings
+from tests import REPO
 from tests import platform_harness as h
 
 TOKEN = "secret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-REPO = Path(__file__).resolve().parents[2]
 MAX_BODY = 4096
 
 

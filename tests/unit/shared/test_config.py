@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import SecretStr
 
 from shared.config import ENV_PREFIX, Settings, environment_variables, load_settings
+from tests import REPO
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = REPO / "README.md"
 
 #: variable -> (field, value as set in the environment, value the field then holds); each
 #: value differs from the field's default.

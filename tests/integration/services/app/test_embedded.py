@@ -35,8 +35,7 @@ from services.app.embedded import (
     postgres_bin_dir,
 )
 from shared.config import Settings, load_settings
-
-REPO = Path(__file__).resolve().parents[2]
+from tests import REPO
 
 
 @pytest.fixture
