@@ -1,15 +1,15 @@
-"""``speedtier kb``: the knowledge sync's manual re-drive and validation checks."""
+"""``speedtier kb``: the knowledge sync's manual re-drive, and its validation checks
+(:mod:`services.knowledge_sync.checks`) printed pass or fail."""
 
 from __future__ import annotations
 
 import sys
 
 import click
-from sqlalchemy import func, or_, select
 
 from router.context import LoadContext
 from router.requests import JobRequest
-from services.knowledge_sync import store
+from services.knowledge_sync.checks import run_checks
 from services.knowledge_sync.families import PAUSE_FLAG
 from shared.db.engine import session_scope
 from shared.db.models.rails import (
@@ -70,47 +70,13 @@ def enqueue(load: LoadContext, kind: str, record_id: int) -> None:
 def check(load: LoadContext) -> None:
     """Run the seed's validation queries and print pass or fail for each."""
     platform = load()
-    failed = False
     with session_scope(platform.sessions) as session:
-        backlog = session.scalar(
-            select(func.count()).select_from(KnowledgeBaseDocument).where(*store.RECOVERY_BACKLOG)
-        )
-        failing = session.execute(
-            select(
-                KnowledgeBaseSource.id,
-                KnowledgeBaseSource.organization_id,
-                KnowledgeBaseSource.type,
-                KnowledgeBaseSource.sync_status,
-                KnowledgeBaseSource.last_synced_at,
-            )
-            .where(
-                KnowledgeBaseSource.type.not_in(store.EXCLUDED_SOURCE_TYPES),
-                KnowledgeBaseSource.discarded_at.is_(None),
-                or_(
-                    KnowledgeBaseSource.sync_status == "failed",
-                    KnowledgeBaseSource.last_synced_at
-                    < func.now() - func.make_interval(0, 0, 0, 2),
-                ),
-            )
-            .order_by(KnowledgeBaseSource.last_synced_at.asc().nulls_first())
-            .limit(50)
-        ).all()
-    verdict = "pass" if backlog == 0 else "fail"
-    failed |= backlog != 0
-    click.echo(f"[{verdict}] recovery-sweep backlog (content but no chunks): {backlog}")
-    verdict = "pass" if not failing else "fail"
-    failed |= bool(failing)
-    click.echo(f"[{verdict}] sources still failing after the daily scan: {len(failing)}")
-    for row in failing:
-        click.echo(
-            f"       source {row.id} org {row.organization_id} {row.type}"
-            f" {row.sync_status} last synced {row.last_synced_at}"
-        )
-    paused = platform.flags.is_enabled(PAUSE_FLAG)
-    state = "on" if paused else "off"
-    click.echo(f"[{'fail' if paused else 'pass'}] {PAUSE_FLAG} is {state} (expected off)")
-    failed |= paused
-    sys.exit(1 if failed else 0)
+        checks = run_checks(session, platform.flags)
+    for result in checks:
+        click.echo(f"[{'pass' if result.passed else 'fail'}] {result.summary}")
+        for line in result.details:
+            click.echo(f"       {line}")
+    sys.exit(0 if all(result.passed for result in checks) else 1)
 
 
 def register(main: click.Group) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, true, tuple_, update
+from sqlalchemy import Row, func, or_, select, true, tuple_, update
 from sqlalchemy.orm import Session
 
 from services.connectors.base import ListedDocument, ListedSection
@@ -255,6 +255,40 @@ RECOVERY_BACKLOG = (
     KnowledgeBaseDocument.content != "",
     KnowledgeBaseDocument.source_type.not_in(EXCLUDED_SOURCE_TYPES),
 )
+
+
+def recovery_backlog_size(session: Session) -> int:
+    """How many documents the recovery sweep would pick up, across tenants."""
+    count = session.scalar(
+        select(func.count()).select_from(KnowledgeBaseDocument).where(*RECOVERY_BACKLOG)
+    )
+    return int(count or 0)
+
+
+def sources_still_failing(
+    session: Session, limit: int = 50
+) -> Sequence[Row[int, int, str, str, datetime | None]]:
+    """Live synced sources whose last sync failed or is over two days old, across tenants,
+    the longest unsynced first: ``id, organization_id, type, sync_status, last_synced_at``."""
+    return session.execute(
+        select(
+            KnowledgeBaseSource.id,
+            KnowledgeBaseSource.organization_id,
+            KnowledgeBaseSource.type,
+            KnowledgeBaseSource.sync_status,
+            KnowledgeBaseSource.last_synced_at,
+        )
+        .where(
+            KnowledgeBaseSource.type.not_in(EXCLUDED_SOURCE_TYPES),
+            KnowledgeBaseSource.discarded_at.is_(None),
+            or_(
+                KnowledgeBaseSource.sync_status == "failed",
+                KnowledgeBaseSource.last_synced_at < func.now() - func.make_interval(0, 0, 0, 2),
+            ),
+        )
+        .order_by(KnowledgeBaseSource.last_synced_at.asc().nulls_first())
+        .limit(limit)
+    ).all()
 
 
 def source_routing(
