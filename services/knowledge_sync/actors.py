@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from router.enqueue import Router
+from router.requests import JobRequest
 from router.unit_of_work import unit_of_work
 from services.knowledge_sync import runs, store
 from services.knowledge_sync.crawling import CrawlContext, crawl_url, start_crawl
@@ -20,59 +22,70 @@ from shared.errors import Delay, QueueUnavailable, RecordMissing, ValidationFail
 log = logging.getLogger(__name__)
 
 
-def build_handlers(
-    sessions: sessionmaker[Session], router: Router, ctx: runs.SyncContext, crawl: CrawlContext
-) -> dict[str, Callable[..., Any]]:
-    """The five actor bodies, bound to their dependencies."""
+@dataclass(frozen=True)
+class KnowledgeSyncActors:
+    """The five actor bodies, as methods bound to their dependencies: each opens a unit of
+    work, runs its unit, and commits (its follow-ups are enqueued after the commit)."""
 
-    def sync_source(organization_id: int, source_id: int, **_routing: Any) -> None:
+    sessions: sessionmaker[Session]
+    router: Router
+    sync: runs.SyncContext
+    crawl: CrawlContext
+
+    def _run_unit(self, unit: Callable[[Session], list[JobRequest]]) -> None:
+        with unit_of_work(self.sessions, self.router) as uow:
+            uow.enqueue(*unit(uow.session))
+            uow.commit()
+
+    def sync_source(self, organization_id: int, source_id: int, **_routing: Any) -> None:
         try:
-            with unit_of_work(sessions, router) as uow:
-                uow.enqueue(
-                    *runs.run_source_sync(
-                        uow.session,
-                        ctx,
-                        organization_id=organization_id,
-                        source_id=source_id,
-                        now=utcnow(),
-                    )
+            self._run_unit(
+                lambda session: runs.run_source_sync(
+                    session,
+                    self.sync,
+                    organization_id=organization_id,
+                    source_id=source_id,
+                    now=utcnow(),
                 )
-                uow.commit()
+            )
         except (Delay, RecordMissing, QueueUnavailable, ValidationFailed):
             raise  # not the source's failure: its writes are committed or not made at all
         except Exception as exc:
-            with session_scope(sessions) as session:
+            with session_scope(self.sessions) as session:
                 store.mark_source_failed(
                     session, organization_id, source_id, f"{type(exc).__name__}: {exc}"
                 )
                 session.commit()
             raise
 
-    def sync_document(organization_id: int, document_id: int, **_routing: Any) -> None:
-        with unit_of_work(sessions, router) as uow:
-            uow.enqueue(
-                *runs.run_document_sync(
-                    uow.session,
-                    ctx,
-                    organization_id=organization_id,
-                    document_id=document_id,
-                    now=utcnow(),
-                )
+    def sync_document(self, organization_id: int, document_id: int, **_routing: Any) -> None:
+        self._run_unit(
+            lambda session: runs.run_document_sync(
+                session,
+                self.sync,
+                organization_id=organization_id,
+                document_id=document_id,
+                now=utcnow(),
             )
-            uow.commit()
+        )
 
-    def sync_document_chunks(organization_id: int, document_id: int, **_routing: Any) -> None:
-        with session_scope(sessions) as session:
+    def sync_document_chunks(self, organization_id: int, document_id: int, **_routing: Any) -> None:
+        with session_scope(self.sessions) as session:
             runs.run_document_chunks(
-                session, ctx, organization_id=organization_id, document_id=document_id, now=utcnow()
+                session,
+                self.sync,
+                organization_id=organization_id,
+                document_id=document_id,
+                now=utcnow(),
             )
             session.commit()
 
-    def start_crawl_handler(organization_id: int, crawl_task_id: int, **_routing: Any) -> None:
-        with unit_of_work(sessions, router) as uow:
+    def start_crawl(self, organization_id: int, crawl_task_id: int, **_routing: Any) -> None:
+        with unit_of_work(self.sessions, self.router) as uow:
             start_crawl(uow, organization_id=organization_id, crawl_task_id=crawl_task_id)
 
-    def crawl_url_handler(
+    def crawl_url(
+        self,
         organization_id: int,
         crawl_task_id: int,
         url: str,
@@ -80,10 +93,10 @@ def build_handlers(
         parent_url: str | None = None,
         **_routing: Any,
     ) -> None:
-        with unit_of_work(sessions, router) as uow:
+        with unit_of_work(self.sessions, self.router) as uow:
             failure = crawl_url(
                 uow,
-                crawl,
+                self.crawl,
                 organization_id=organization_id,
                 crawl_task_id=crawl_task_id,
                 url=url,
@@ -93,10 +106,16 @@ def build_handlers(
         if failure is not None:
             raise failure  # counted in the ledger already; the job records how it ended
 
+
+def build_handlers(
+    sessions: sessionmaker[Session], router: Router, ctx: runs.SyncContext, crawl: CrawlContext
+) -> dict[str, Callable[..., Any]]:
+    """The five actor bodies, bound to their dependencies, by request kind."""
+    actors = KnowledgeSyncActors(sessions, router, ctx, crawl)
     return {
-        "sync_source": sync_source,
-        "sync_document": sync_document,
-        "sync_document_chunks": sync_document_chunks,
-        "start_crawl": start_crawl_handler,
-        "crawl_url": crawl_url_handler,
+        "sync_source": actors.sync_source,
+        "sync_document": actors.sync_document,
+        "sync_document_chunks": actors.sync_document_chunks,
+        "start_crawl": actors.start_crawl,
+        "crawl_url": actors.crawl_url,
     }

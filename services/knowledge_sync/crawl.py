@@ -67,6 +67,38 @@ def _finish_without_page(
     return CrawlStepResult([], finished, None, error=error, failure=failure)
 
 
+def _fetch_and_store(
+    session: Session,
+    org: int,
+    task: int,
+    url: str,
+    fetch: Callable[[str], CrawledPage],
+    final_attempt: bool,
+    store_page: Callable[[CrawledPage], object],
+) -> CrawledPage | CrawlStepResult:
+    """The fetched page, stored in a savepoint; or, when the fetch or the store failed for
+    good, the result of finishing the URL without it."""
+    try:
+        page = fetch(url)
+        with session.begin_nested():
+            store_page(page)
+    except (Delay, RecordMissing):
+        raise
+    except Disallowed as exc:
+        return _finish_without_page(session, org, task, url, str(exc), None)
+    except AddressRefused as exc:
+        log_refusal(exc, organization_id=org, requested=url)
+        return _finish_without_page(session, org, task, url, exc.reason, exc)
+    except Unrecoverable as exc:
+        return _finish_without_page(session, org, task, url, str(exc), exc)
+    except Exception as exc:
+        if not final_attempt:
+            raise
+        error = f"gave up on the final attempt: {type(exc).__name__}: {exc}"
+        return _finish_without_page(session, org, task, url, error, exc)
+    return page
+
+
 def crawl_url_step(
     session: Session,
     *,
@@ -103,24 +135,9 @@ def crawl_url_step(
             session, organization_id=org, crawl_task_id=task, parent_url=url
         )
         return CrawlStepResult(children, finished=False, page=None, replayed=True)
-    try:
-        page = fetch(url)
-        with session.begin_nested():
-            store_page(page)
-    except (Delay, RecordMissing):
-        raise
-    except Disallowed as exc:
-        return _finish_without_page(session, org, task, url, str(exc), None)
-    except AddressRefused as exc:
-        log_refusal(exc, organization_id=org, requested=url)
-        return _finish_without_page(session, org, task, url, exc.reason, exc)
-    except Unrecoverable as exc:
-        return _finish_without_page(session, org, task, url, str(exc), exc)
-    except Exception as exc:
-        if not final_attempt:
-            raise
-        error = f"gave up on the final attempt: {type(exc).__name__}: {exc}"
-        return _finish_without_page(session, org, task, url, error, exc)
+    page = _fetch_and_store(session, org, task, url, fetch, final_attempt, store_page)
+    if isinstance(page, CrawlStepResult):
+        return page
     children = crawl_ledger.claim_children(
         session,
         organization_id=org,

@@ -260,6 +260,31 @@ def children_of(
     return [ChildRequest(organization_id, crawl_task_id, u, parent_url, d) for u, d in rows]
 
 
+def _unclaimed(
+    session: Session,
+    organization_id: int,
+    crawl_task_id: int,
+    task: _LockedTask,
+    parent_url: str,
+    urls: Iterable[str],
+) -> list[str]:
+    """``urls`` in page order without duplicates, the parent, or URLs the task claimed
+    already, cut to the room left under the task's ``max_urls``."""
+    candidates = list(dict.fromkeys(url for url in urls if url != parent_url))
+    known = set(
+        session.scalars(
+            select(LedgerRow.url).where(
+                _rows_of(organization_id, crawl_task_id), LedgerRow.url.in_(candidates)
+            )
+        )
+    )
+    claimed_so_far = session.scalar(
+        select(func.count()).select_from(LedgerRow).where(_rows_of(organization_id, crawl_task_id))
+    )
+    room = max(0, task.max_urls - int(claimed_so_far or 0))
+    return [url for url in candidates if url not in known][:room]
+
+
 def claim_children(
     session: Session,
     *,
@@ -294,21 +319,7 @@ def claim_children(
     if parent is None:
         raise RecordMissing(f"crawl task {crawl_task_id} never claimed {parent_url}")
     if parent.finished_at is None and depth + 1 <= task.max_depth:
-        candidates = list(dict.fromkeys(url for url in urls if url != parent_url))
-        known = set(
-            session.scalars(
-                select(LedgerRow.url).where(
-                    _rows_of(organization_id, crawl_task_id), LedgerRow.url.in_(candidates)
-                )
-            )
-        )
-        claimed_so_far = session.scalar(
-            select(func.count())
-            .select_from(LedgerRow)
-            .where(_rows_of(organization_id, crawl_task_id))
-        )
-        room = max(0, task.max_urls - int(claimed_so_far or 0))
-        fresh = [url for url in candidates if url not in known][:room]
+        fresh = _unclaimed(session, organization_id, crawl_task_id, task, parent_url, urls)
         claimed = _insert_claims(
             session,
             organization_id,

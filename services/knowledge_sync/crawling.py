@@ -82,22 +82,10 @@ def _store_page(
         session, KnowledgeBaseCrawlTask, crawl_task_id, organization_id=organization_id
     )
     source = store.live_source(session, organization_id, task.knowledge_base_source_id)
-    row = session.execute(
-        select_scoped(KnowledgeBaseDocument, organization_id=organization_id).where(
-            KnowledgeBaseDocument.knowledge_base_source_id == source.id,
-            KnowledgeBaseDocument.source_identifier == page.final_url,
-        )
-    ).scalar_one_or_none()
-    if row is None:
-        row = KnowledgeBaseDocument(
-            organization_id=organization_id,
-            knowledge_base_source_id=source.id,
-            source_type=source.type,
-            source_identifier=page.final_url,
-            created_at=now,
-        )
-        session.add(row)
-    row.discarded_at = None
+    found = store.document_with_identifier(session, organization_id, source.id, page.final_url)
+    row = store.reclaim_or_add_document(
+        session, organization_id, source, page.final_url, found, now
+    )
     row.url = page.final_url
     store.store_content(row, page.title or page.final_url, page.markdown, now)
     session.flush()

@@ -160,7 +160,18 @@ def run_source_sync(
         )
     store.mark_source_synced(source, now)
     session.flush()
+    return _follow_ups(organization_id, source, provider, existing, listed)
 
+
+def _follow_ups(
+    organization_id: int,
+    source: KnowledgeBaseSource,
+    provider: SourceProvider,
+    existing: Mapping[str, KnowledgeBaseDocument],
+    listed: Mapping[str, ListedDocument],
+) -> list[JobRequest]:
+    """A document sync for every kept document the provider must still fetch (never synced,
+    or changed upstream), else a chunk sync for every kept one with content but no chunks."""
     follow_ups: list[JobRequest] = []
     for identifier, row in existing.items():
         if row.discarded_at is not None:

@@ -102,6 +102,41 @@ def upsert_sections(
     return existing
 
 
+def document_with_identifier(
+    session: Session, organization_id: int, source_id: int, identifier: str
+) -> KnowledgeBaseDocument | None:
+    """The source's document for ``identifier`` (discarded or not), if it has one."""
+    return session.execute(
+        select_scoped(KnowledgeBaseDocument, organization_id=organization_id).where(
+            KnowledgeBaseDocument.knowledge_base_source_id == source_id,
+            KnowledgeBaseDocument.source_identifier == identifier,
+        )
+    ).scalar_one_or_none()
+
+
+def reclaim_or_add_document(
+    session: Session,
+    organization_id: int,
+    source: KnowledgeBaseSource,
+    identifier: str,
+    row: KnowledgeBaseDocument | None,
+    now: datetime,
+) -> KnowledgeBaseDocument:
+    """``row`` (the source's document for ``identifier``) made live again, or, when there is
+    none, a new one added to the session."""
+    if row is None:
+        row = KnowledgeBaseDocument(
+            organization_id=organization_id,
+            knowledge_base_source_id=source.id,
+            source_type=source.type,
+            source_identifier=identifier,
+            created_at=now,
+        )
+        session.add(row)
+    row.discarded_at = None
+    return row
+
+
 def upsert_document(
     session: Session,
     organization_id: int,
@@ -112,16 +147,7 @@ def upsert_document(
 ) -> KnowledgeBaseDocument:
     """Create or update one listed document; a discarded one is reclaimed. Content from the
     listing (when it carries any) is stored, and a change clears ``chunks_synced_at``."""
-    if row is None:
-        row = KnowledgeBaseDocument(
-            organization_id=organization_id,
-            knowledge_base_source_id=source.id,
-            source_type=source.type,
-            source_identifier=listed.identifier,
-            created_at=now,
-        )
-        session.add(row)
-    row.discarded_at = None
+    row = reclaim_or_add_document(session, organization_id, source, listed.identifier, row, now)
     row.title, row.url, row.locale = listed.title, listed.url, listed.locale
     row.updated_at = now
     if listed.content is not None:
