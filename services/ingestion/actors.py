@@ -13,7 +13,7 @@ from router.enqueue import Router
 from router.unit_of_work import unit_of_work
 from services.indexing.embedders import Embedder
 from services.indexing.index_writer import DocumentChunker
-from services.ingestion import ingestion_job, refresh
+from services.ingestion import ingestion_job, url_refresh
 from services.ingestion.families import INGEST_KIND, INGEST_RETRY, REFRESH_KIND, ingest_request
 from services.web.fetch import PageFetch
 from shared.db.base import utcnow
@@ -51,7 +51,7 @@ def build_handlers(
 
     def refresh_document(organization_id: int, document_id: int, **_routing: Any) -> None:
         with unit_of_work(sessions, router) as uow:
-            outcome = refresh.refresh_document(
+            outcome = url_refresh.refresh_document(
                 uow.session,
                 organization_id=organization_id,
                 document_id=document_id,

@@ -17,8 +17,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from services.indexing.embedders import Embedder
 from services.indexing.index_writer import DocumentChunker
 from services.ingestion import store
-from services.ingestion.fetching import DEFAULT_RECRAWL_INTERVAL_SECONDS
 from services.ingestion.pipeline import REASON_LENGTH, IngestOutcome, ingest_document, mark_failed
+from services.ingestion.url_sources import DEFAULT_RECRAWL_INTERVAL_SECONDS
 from services.web.failures import TransientFailure
 from services.web.fetch import PageFetch
 from shared.db.engine import session_scope

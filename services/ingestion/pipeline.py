@@ -24,7 +24,7 @@ content the document's source again, for this pipeline to make it current (under
 version number: history records what replaced what).
 
 Re-fetching ready URL documents (recrawl, scheduled refresh) is
-:mod:`services.ingestion.refresh`; a changed page comes back through this pipeline.
+:mod:`services.ingestion.url_refresh`; a changed page comes back through this pipeline.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from services.indexing.embedders import Embedder
 from services.indexing.index_writer import DocumentChunker, index_fingerprint
 from services.indexing.kb_chunks import check_embedding_dimensions, replace_kb_chunks
 from services.ingestion import store
-from services.ingestion.fetching import (
+from services.ingestion.url_sources import (
     DEFAULT_RECRAWL_INTERVAL_SECONDS,
     MARKDOWN_CONTENT_TYPE,
     fetch_url_source,

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from services.indexing.embedders import Embedder
 from services.indexing.index_writer import DocumentChunker, index_fingerprint
 from services.ingestion import store
-from services.ingestion.fetching import MARKDOWN_CONTENT_TYPE
+from services.ingestion.url_sources import MARKDOWN_CONTENT_TYPE
 
 
 def request_rollback(

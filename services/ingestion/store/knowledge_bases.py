@@ -10,9 +10,9 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, or_, update
 from sqlalchemy.orm import Session
 
-from services.ingestion.fetching import refresh_interval_seconds
 from services.ingestion.store.names import checked_name
 from services.ingestion.store.paging import keyset_page
+from services.ingestion.url_sources import refresh_interval_seconds
 from shared.db.base import utcnow
 from shared.db.models.ingestion import REFRESH_SCHEDULES, KbDocument, KnowledgeBase
 from shared.db.tenant import select_scoped

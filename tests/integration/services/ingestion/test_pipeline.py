@@ -32,9 +32,8 @@ from services.app.bootstrap import Platform, bootstrap
 from services.indexing import chunk_batches
 from services.indexing.chunking import Chunker
 from services.indexing.embedders import HashingEmbedder
-from services.ingestion import ingestion_job, pipeline, refresh, search, store
+from services.ingestion import ingestion_job, pipeline, search, store, url_refresh
 from services.ingestion.families import ingest_job_id
-from services.ingestion.url_sources import DEFAULT_RECRAWL_INTERVAL_SECONDS
 from services.ingestion.rollback import request_rollback
 from services.ingestion.ticks import (
     SweepBounds,
@@ -42,6 +41,7 @@ from services.ingestion.ticks import (
     documents_to_refresh,
     sweep_processing,
 )
+from services.ingestion.url_sources import DEFAULT_RECRAWL_INTERVAL_SECONDS
 from services.web.failures import UNREACHABLE
 from services.web.fetch import PageFetch, page_fetcher
 from shared.config import load_settings
@@ -982,7 +982,7 @@ def _due(session: Session, now: datetime) -> set[int]:
 
 
 def _refresh(session: Session, org: int, doc: KbDocument, fetch: PageFetch, now: datetime) -> Any:
-    outcome = refresh.refresh_document(
+    outcome = url_refresh.refresh_document(
         session, organization_id=org, document_id=doc.id, fetch=fetch, now=now
     )
     session.commit()

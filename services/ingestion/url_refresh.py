@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from services.indexing.digests import text_hash
 from services.ingestion import store
-from services.ingestion.fetching import (
+from services.ingestion.url_sources import (
     DEFAULT_RECRAWL_INTERVAL_SECONDS,
     MARKDOWN_CONTENT_TYPE,
     fetch_url_source,
