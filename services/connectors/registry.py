@@ -9,7 +9,7 @@ from services.connectors import confluence, notion, scribe, zendesk
 from services.connectors.base import SourceProvider
 
 #: The clients of the providers whose sources sync through listings. URL sources sync by
-#: crawling (see ``url_crawl`` and the knowledge sync's ``crawling.py``), Intercom sources
+#: crawling (see ``url_crawl`` and the knowledge sync's ``crawl_units.py``), Intercom sources
 #: are not synced here.
 PROVIDERS: dict[str, SourceProvider] = {
     "notion": notion.NotionProvider(),

@@ -16,7 +16,7 @@ def register(platform: ServiceContext) -> None:
     from services.indexing.embedders import embedder_from_settings
     from services.knowledge_sync import routes
     from services.knowledge_sync.actors import build_handlers
-    from services.knowledge_sync.crawling import CrawlContext
+    from services.knowledge_sync.crawl_units import CrawlContext
     from services.knowledge_sync.families import families
     from services.knowledge_sync.runs import SyncContext
     from services.knowledge_sync.ticks import daily_sync_tick

@@ -14,7 +14,7 @@ from router.enqueue import Router
 from router.requests import JobRequest
 from router.unit_of_work import unit_of_work
 from services.knowledge_sync import runs, store
-from services.knowledge_sync.crawling import CrawlContext, crawl_url, start_crawl
+from services.knowledge_sync.crawl_units import CrawlContext, crawl_url, start_crawl
 from shared.db.base import utcnow
 from shared.db.engine import session_scope
 from shared.errors import Delay, QueueUnavailable, RecordMissing, ValidationFailed

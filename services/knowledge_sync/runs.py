@@ -25,7 +25,7 @@ from services.connectors.base import (
 )
 from services.indexing.index_writer import remove_document_index, replace_document_index
 from services.knowledge_sync import store
-from services.knowledge_sync.crawling import CRAWLED_SOURCE_TYPES, plan_source_crawl
+from services.knowledge_sync.crawl_units import CRAWLED_SOURCE_TYPES, plan_source_crawl
 from shared.db.models.rails import KnowledgeBaseDocument, KnowledgeBaseSource
 from shared.db.tenant import organization_filter, require_scoped
 from shared.errors import RecordMissing, Unrecoverable

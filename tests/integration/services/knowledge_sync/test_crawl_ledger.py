@@ -10,8 +10,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from services.knowledge_sync import crawl_ledger as ledger
-from services.knowledge_sync.crawl import CrawlStepResult, crawl_url_step
 from services.knowledge_sync.crawl_ledger import ChildRequest
+from services.knowledge_sync.crawl_step import CrawlStepResult, crawl_url_step
 from services.web.fetch import CrawledPage
 from services.web.robots import Disallowed
 from shared.db.models import (

@@ -17,7 +17,7 @@ from sqlalchemy import Engine, delete, event, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.knowledge_sync import crawl_ledger as ledger
-from services.knowledge_sync.crawl import crawl_url_step
+from services.knowledge_sync.crawl_step import crawl_url_step
 from services.web.fetch import CrawledPage
 from shared.db.engine import session_scope
 from shared.db.models import (

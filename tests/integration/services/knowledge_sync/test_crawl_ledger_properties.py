@@ -22,7 +22,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from services.knowledge_sync import crawl_ledger as ledger
-from services.knowledge_sync.crawl import crawl_url_step
+from services.knowledge_sync.crawl_step import crawl_url_step
 from services.web.fetch import CrawledPage
 from services.web.robots import Disallowed
 from shared.db.models import (

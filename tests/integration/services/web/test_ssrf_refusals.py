@@ -21,7 +21,7 @@ from services.indexing.chunking import Chunker
 from services.indexing.embedders import HashingEmbedder
 from services.ingestion import pipeline, store
 from services.knowledge_sync import crawl_ledger
-from services.knowledge_sync.crawl import crawl_url_step
+from services.knowledge_sync.crawl_step import crawl_url_step
 from services.web.fetch import CrawledPage, fetch_page
 from services.web.urls import normalize_url
 from shared.db.models import KnowledgeBaseCrawlTask, KnowledgeBaseSource, Organization

@@ -1,6 +1,6 @@
 """Crawl units on the platform: start_crawl and crawl_url, and URL sources' daily sync.
 
-The decisions live in ``crawl.py`` and ``crawl_ledger.py``; this module binds them to a
+The decisions live in ``crawl_step.py`` and ``crawl_ledger.py``; this module binds them to a
 session, the page fetcher and the job's attempt, commits, and hands back the follow-ups.
 """
 
@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from router.requests import JobRequest
 from router.unit_of_work import UnitOfWork
 from services.knowledge_sync import crawl_ledger, store
-from services.knowledge_sync.crawl import crawl_url_step
+from services.knowledge_sync.crawl_step import crawl_url_step
 from services.web.fetch import CrawledPage
 from shared.db.models.rails import (
     KnowledgeBaseCrawlTask,
