@@ -18,7 +18,6 @@ parse tree and renders markdown from it.
 
 from __future__ import annotations
 
-import codecs
 import os.path
 import re
 import zipfile
@@ -28,11 +27,11 @@ from dataclasses import dataclass
 from io import BytesIO
 
 import docx
-from charset_normalizer import from_bytes
 from docx.table import Table
 from docx.text.paragraph import Paragraph
 from pypdf import PasswordType, PdfReader
 
+from services.indexing.text_decoding import NotText, decode_text
 from services.web.html import extract_html
 from shared.errors import Unrecoverable
 
@@ -81,31 +80,8 @@ _DOCX_MAIN_TYPE = b"wordprocessingml.document.main+xml"
 # A DOCX that unpacks to more than this is treated as a ZIP bomb.
 _MAX_UNPACKED_FACTOR = 16
 # Acrobat accepts a PDF header within the first 1024 bytes and %%EOF within the last 1024;
-# browsers look for an HTML page's <meta charset> in its first 1024 bytes.
+# an HTML page's start is looked for as far.
 _HEAD_BYTES = 1024
-# UTF-32 before UTF-16: the UTF-32-LE BOM starts with the UTF-16-LE one.
-_BOMS = (
-    (codecs.BOM_UTF32_LE, "utf-32"),
-    (codecs.BOM_UTF32_BE, "utf-32"),
-    (codecs.BOM_UTF8, "utf-8-sig"),
-    (codecs.BOM_UTF16_LE, "utf-16"),
-    (codecs.BOM_UTF16_BE, "utf-16"),
-)
-_DETECTION_SAMPLE = 256 * 1024
-# What charset-normalizer may answer: legacy encodings people actually save text in. Left
-# to all its candidates it reads short Western text as hp_roman8, mac_iceland or cp775.
-_LEGACY_ENCODINGS = [
-    "cp1252", "cp1250", "cp1251", "cp1253", "cp1254", "cp1255", "cp1256", "cp1257", "cp1258",
-    "koi8_r", "koi8_u", "cp874", "cp932", "euc_jp", "iso2022_jp", "gb18030", "big5", "cp949",
-    "euc_kr", "shift_jis", "tis_620",
-]  # fmt: skip
-# On short Western text charset-normalizer scores cp1250 or cp1257 as high as, or a little
-# higher than, cp1252 (a superset of latin-1's printable range) and picks them, turning
-# "niño" into "niňo". cp1252 is by far the likeliest legacy encoding: it wins when it
-# scores within these margins of the best.
-_CP1252_CHAOS_SLACK = 0.15
-_CP1252_COHERENCE_SLACK = 0.1
-_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
 _HTML_START = re.compile(rb"\s*(?:<!--.*?-->\s*)*<(?:!doctype\s+html|html)[\s>]", re.I | re.S)
 _TRAILING_SPACE = re.compile(r"[^\S\n]+$", re.MULTILINE)
 _BLANK_LINES = re.compile(r"\n{3,}")
@@ -329,67 +305,10 @@ def _table_markdown(table: Table) -> str:
 
 
 def _decode(data: bytes, charset: str | None, *, html: bool) -> str:
-    """Text from bytes: a BOM, else UTF-8, else the declared charset (or an HTML page's
-    ``<meta charset>``), else what charset-normalizer detects. NUL bytes mean binary."""
-    for bom, encoding in _BOMS:
-        if data.startswith(bom):
-            try:
-                return data.decode(encoding)
-            except UnicodeDecodeError as exc:
-                raise ExtractionFailed(UNREADABLE) from exc
-    if b"\x00" in data:
-        raise ExtractionFailed(UNSUPPORTED)
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        first_invalid = exc.start
-    hint = charset or (_meta_charset(data) if html else None)
-    if hint is not None and _codec_name(hint) not in (None, "utf-8"):
-        try:
-            return data.decode(hint)
-        except UnicodeDecodeError:
-            pass
-    detected = _detect_encoding(data, first_invalid)
-    if detected is None:
-        raise ExtractionFailed(UNSUPPORTED)
-    return data.decode(detected, errors="replace")
-
-
-def _codec_name(name: str) -> str | None:
-    try:
-        return codecs.lookup(name).name
-    except LookupError:
-        return None
-
-
-def _meta_charset(data: bytes) -> str | None:
-    match = _META_CHARSET.search(data, 0, _HEAD_BYTES)
-    return match.group(1).decode("ascii") if match is not None else None
-
-
-def _detect_encoding(data: bytes, first_invalid: int) -> str | None:
-    """The legacy encoding of ``data``, judged on a sample around its first non-UTF-8 byte
-    (charset-normalizer decodes what it is given once per candidate encoding)."""
-    sample = data
-    if len(data) > _DETECTION_SAMPLE:
-        # Cut at line ends: no multibyte encoding uses 0x0A inside a character.
-        low = max(0, first_invalid - _DETECTION_SAMPLE // 2)
-        newline = data.find(b"\n", low, first_invalid)
-        start = newline + 1 if newline >= 0 else low
-        end = data.rfind(b"\n", start, start + _DETECTION_SAMPLE)
-        sample = data[start : end + 1 if end >= 0 else start + _DETECTION_SAMPLE]
-    matches = from_bytes(sample, cp_isolation=_LEGACY_ENCODINGS)
-    best = matches.best()
-    if best is None:
-        return None
-    for match in matches:
-        if (
-            match.encoding == "cp1252"
-            and match.chaos <= best.chaos + _CP1252_CHAOS_SLACK
-            and match.coherence >= best.coherence - _CP1252_COHERENCE_SLACK
-        ):
-            return "cp1252"
-    return best.encoding
+        return decode_text(data, charset, html=html)
+    except NotText as exc:
+        raise ExtractionFailed(UNREADABLE if exc.damaged else UNSUPPORTED) from exc
 
 
 def _normalise(text: str) -> str:

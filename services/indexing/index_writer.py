@@ -119,13 +119,9 @@ def replace_document_index(
     if current and _search_row_is(session, target, wanted_search):
         return IndexOutcome(chunk_count=current, unchanged=True, content_hash=digest)
 
-    chunks: list[Chunk] = []
-    vectors: list[PackedVector] = []
-    if not current:
-        chunks = chunker.split(content)
-        if not chunks:
-            return _remove_all(session, target, digest)
-        vectors = embed_chunks(embedder, chunks)
+    chunks, vectors = ([], []) if current else _split_and_embed(chunker, embedder, content)
+    if not current and not chunks:
+        return _remove_all(session, target, digest)
 
     _lock(session, target)
     # Under the lock and READ COMMITTED, this sees whatever a concurrent run committed.
@@ -139,6 +135,14 @@ def replace_document_index(
     if current:
         return IndexOutcome(chunk_count=current, unchanged=True, content_hash=digest)
     return IndexOutcome(chunk_count=len(chunks), unchanged=False, content_hash=digest)
+
+
+def _split_and_embed(
+    chunker: DocumentChunker, embedder: Embedder, content: str
+) -> tuple[list[Chunk], list[PackedVector]]:
+    """The content's chunks and their vectors, computed before any lock is taken."""
+    chunks = chunker.split(content)
+    return chunks, embed_chunks(embedder, chunks) if chunks else []
 
 
 def remove_document_index(
