@@ -12,16 +12,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 import pytest
 
 from router.requests import JobRequest
-from services.app.bootstrap import Platform, bootstrap
+from services.app.bootstrap import Platform
 from services.app.worker_pool import RestartPolicy, WorkerPool
-from shared.config import load_settings
+from tests.fixtures_platform import MakePlatform
 from tests.platform_harness import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -90,18 +89,8 @@ def worker_children(parent: int) -> set[int]:
 
 
 @pytest.fixture
-def platform(
-    redis_url: str, database_url: str, namespace: str, tmp_path: Path
-) -> Iterator[Platform]:
-    settings = load_settings(
-        redis_url=redis_url,
-        database_url=database_url,
-        redis_namespace=namespace,
-        data_dir=str(tmp_path / "data"),
-    )
-    built = bootstrap(settings, component="test")
-    yield built
-    built.close()
+def platform(make_platform: MakePlatform, tmp_path: Path) -> Platform:
+    return make_platform(data_dir=str(tmp_path / "data"), component="test")
 
 
 def run_ticks(platform: Platform, slots: list[str]) -> None:

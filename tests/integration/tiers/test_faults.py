@@ -45,13 +45,6 @@ def all_in(broker: TierBroker, items: list[str], state: str) -> bool:
 
 
 @pytest.fixture
-def broker(redis_url: str, namespace: str) -> Iterator[TierBroker]:
-    broker = h.make_broker(redis_url, namespace)
-    yield broker
-    broker.close()
-
-
-@pytest.fixture
 def durable_redis(tmp_path: Path) -> Iterator[list[EmbeddedService]]:
     """The embedded Redis (append-only file), in a list so a test can swap in its restart."""
     servers = [start_embedded_redis(tmp_path / "redis")]

@@ -3,33 +3,14 @@ and a run's settle script acknowledges its message to Dramatiq."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 import redis
 
 from router.enqueue import Router
-from router.registry import Registry
 from router.requests import JobRequest
 from tests import platform_harness as h
 from tiers.broker import ACKED_IN_SETTLE, TierBroker
 
 QUEUE = "t_plain.fast"
-
-
-@pytest.fixture
-def broker(redis_url: str, namespace: str) -> Iterator[TierBroker]:
-    broker = h.make_broker(redis_url, namespace)
-    yield broker
-    broker.close()
-
-
-@pytest.fixture
-def router(broker: TierBroker) -> Router:
-    registry = Registry()
-    for family in h.families().values():
-        registry.add(family)
-    return Router(registry, broker)
 
 
 def request(item: str, kind: str = "t_plain") -> JobRequest:

@@ -9,7 +9,6 @@ import io
 import json
 import socket
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,10 +19,10 @@ from sqlalchemy import func, select
 from werkzeug.test import TestResponse
 
 from services.app.api import create_app
-from services.app.bootstrap import Platform, bootstrap
+from services.app.bootstrap import Platform
 from services.ingestion.routes import UPLOAD_BODY_LIMIT
-from shared.config import load_settings
 from shared.db.models import IngestionApiKey, KbDocument, KnowledgeBase
+from tests.fixtures_platform import MakePlatform
 
 TOKEN = "internal-secret"
 INTERNAL = {"Authorization": f"Bearer {TOKEN}"}
@@ -32,23 +31,9 @@ MAX_ID = 2**63 - 1
 NUL_MESSAGE = "must not contain NUL (U+0000)"
 
 
-def make_platform(redis_url: str, database_url: str, namespace: str) -> Platform:
-    settings = load_settings(
-        redis_url=redis_url,
-        database_url=database_url,
-        redis_namespace=namespace,
-        internal_api_token=TOKEN,
-        environment="test",
-        api_max_body_bytes=MAX_BODY,
-    )
-    return bootstrap(settings)
-
-
 @pytest.fixture
-def platform(redis_url: str, database_url: str, namespace: str) -> Iterator[Platform]:
-    platform = make_platform(redis_url, database_url, namespace)
-    yield platform
-    platform.close()
+def platform(make_platform: MakePlatform) -> Platform:
+    return make_platform(internal_api_token=TOKEN, api_max_body_bytes=MAX_BODY)
 
 
 @pytest.fixture
@@ -428,37 +413,36 @@ def unused_port() -> int:
 
 
 def test_postgresql_down_is_a_503_with_retry_after_on_every_kind_of_route(
-    redis_url: str, namespace: str, caplog: pytest.LogCaptureFixture
+    make_platform: MakePlatform, caplog: pytest.LogCaptureFixture
 ) -> None:
     nowhere = f"postgresql://postgres@127.0.0.1:{unused_port()}/speedtier"
-    platform = make_platform(redis_url, nowhere, namespace)
+    platform = make_platform(
+        database_url=nowhere, internal_api_token=TOKEN, api_max_body_bytes=MAX_BODY
+    )
     client = create_app(platform).test_client()
     key = {"Authorization": "Bearer stk_some_key"}
     upload = {"file": (io.BytesIO(b"some words"), "a.txt", "text/plain")}
-    try:
-        answers = [
-            client.post(
-                "/internal/ingestion/api_keys",
-                json={"organization_id": 7, "name": "x"},
-                headers=INTERNAL,
-            ),
-            client.get("/knowledge-bases", headers=key),
-            client.post("/knowledge-bases", json={"name": "Docs"}, headers=key),
-            client.post("/search", json={"query": "refunds"}, headers=key),
-            client.post(
-                "/knowledge-bases/1/documents",
-                data=upload,
-                headers=key,
-                content_type="multipart/form-data",
-            ),
-            client.post(
-                "/internal/knowledge_base_sync/enqueue",
-                json={"requests": [{"kind": "sync_source", "organization_id": 7, "source_id": 1}]},
-                headers=INTERNAL,
-            ),
-        ]
-    finally:
-        platform.close()
+    answers = [
+        client.post(
+            "/internal/ingestion/api_keys",
+            json={"organization_id": 7, "name": "x"},
+            headers=INTERNAL,
+        ),
+        client.get("/knowledge-bases", headers=key),
+        client.post("/knowledge-bases", json={"name": "Docs"}, headers=key),
+        client.post("/search", json={"query": "refunds"}, headers=key),
+        client.post(
+            "/knowledge-bases/1/documents",
+            data=upload,
+            headers=key,
+            content_type="multipart/form-data",
+        ),
+        client.post(
+            "/internal/knowledge_base_sync/enqueue",
+            json={"requests": [{"kind": "sync_source", "organization_id": 7, "source_id": 1}]},
+            headers=INTERNAL,
+        ),
+    ]
 
     for response in answers:
         assert response.status_code == 503, (response.request.path, response.json)

@@ -3,6 +3,7 @@ failover, pause flags, and the ``ticks`` / ``tick`` commands."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -10,7 +11,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,7 +21,7 @@ from click.testing import CliRunner
 
 from router.enqueue import Enqueued
 from router.ticks import Tick
-from services.app.bootstrap import Platform, bootstrap
+from services.app.bootstrap import Platform
 from services.app.cli import main
 from services.app.cli.scheduler import manual_slot
 from services.app.scheduler import (
@@ -31,9 +32,9 @@ from services.app.scheduler import (
     next_fire_time,
     tick_slot,
 )
-from shared.config import load_settings
 from tests import REPO
 from tests import platform_harness as h
+from tests.fixtures_platform import MakePlatform
 from tiers.worker import serve
 
 LOCK_SECONDS = 1.5
@@ -85,24 +86,14 @@ class Recorder:
         return {"slot": slot}
 
 
-def make_platform(
-    redis_url: str,
-    database_url: str,
-    namespace: str,
+def scheduler_platform(
+    make_platform: MakePlatform,
     *,
     pause_flag: str | None = None,
     recorder: Recorder | None = None,
 ) -> Platform:
-    settings = load_settings(
-        redis_url=redis_url,
-        database_url=database_url,
-        redis_namespace=namespace,
-        internal_api_token="secret",
-        environment="test",
-        scheduler_lock_seconds=LOCK_SECONDS,
-        flag_cache_seconds=0,
-    )
-    platform = bootstrap(settings)
+    """The platform with a short leader lock and a ``test-tick`` that records its slots."""
+    platform = make_platform(scheduler_lock_seconds=LOCK_SECONDS)
     platform.add_tick(
         Tick(
             name="test-tick",
@@ -131,18 +122,9 @@ class Spy:
 
 
 @pytest.fixture
-def platforms(
-    redis_url: str, database_url: str, namespace: str
-) -> Iterator[Callable[..., Platform]]:
-    made: list[Platform] = []
-
-    def make(**kwargs: Any) -> Platform:
-        made.append(make_platform(redis_url, database_url, namespace, **kwargs))
-        return made[-1]
-
-    yield make
-    for platform in made:
-        platform.close()
+def platforms(make_platform: MakePlatform) -> Callable[..., Platform]:
+    """Scheduler replicas: each call is another process's platform on the same namespace."""
+    return functools.partial(scheduler_platform, make_platform)
 
 
 class Running:

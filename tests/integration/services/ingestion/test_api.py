@@ -31,15 +31,15 @@ from sqlalchemy import func, select
 from werkzeug.test import TestResponse
 
 from services.app.api import create_app
-from services.app.bootstrap import Platform, bootstrap
+from services.app.bootstrap import Platform
 from services.ingestion import store
 from services.ingestion.families import ingest_job_id
 from services.ingestion.routes import UPLOAD_BODY_LIMIT
 from services.ingestion.ticks import documents_to_ingest
-from shared.config import load_settings
 from shared.db.models import IngestionApiKey, KbDocument, KnowledgeBase
 from shared.db.models.ingestion import MAX_SOURCE_BYTES
 from shared.errors import QueueUnavailable
+from tests.fixtures_platform import MakePlatform
 from tiers.worker import serve
 
 TOKEN = "internal-secret"
@@ -53,19 +53,8 @@ PATIENCE = 60.0
 
 
 @pytest.fixture
-def platform(redis_url: str, database_url: str, namespace: str) -> Iterator[Platform]:
-    settings = load_settings(
-        redis_url=redis_url,
-        database_url=database_url,
-        redis_namespace=namespace,
-        internal_api_token=TOKEN,
-        environment="test",
-        api_max_body_bytes=MAX_BODY,
-        flag_cache_seconds=0,
-    )
-    platform = bootstrap(settings)
-    yield platform
-    platform.close()
+def platform(make_platform: MakePlatform) -> Platform:
+    return make_platform(internal_api_token=TOKEN, api_max_body_bytes=MAX_BODY)
 
 
 @pytest.fixture

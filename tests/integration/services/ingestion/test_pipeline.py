@@ -9,13 +9,12 @@ worker), the sweep tick's bounds, recrawl and refresh, and tenant isolation.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -28,7 +27,7 @@ from sqlalchemy import Engine, delete, event, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.app.bootstrap import Platform, bootstrap
+from services.app.bootstrap import Platform
 from services.indexing import chunk_batches
 from services.indexing.chunking import Chunker
 from services.indexing.embedders import HashingEmbedder
@@ -44,7 +43,6 @@ from services.ingestion.ticks import (
 from services.ingestion.url_sources import DEFAULT_RECRAWL_INTERVAL_SECONDS
 from services.web.failures import UNREACHABLE
 from services.web.fetch import PageFetch, page_fetcher
-from shared.config import load_settings
 from shared.db import migrate
 from shared.db.base import API2_SCHEMA, Api2Base
 from shared.db.engine import make_session_factory
@@ -58,6 +56,7 @@ from shared.db.models import (
 )
 from shared.db.vector import compare_type, embedding_storage, has_pgvector, include_object
 from shared.errors import RecordMissing, Retryable, Unrecoverable
+from tests.fixtures_platform import MakePlatform
 from tiers.policies import RetryPolicy
 from tiers.table import TIERS
 from tiers.worker import serve
@@ -855,39 +854,21 @@ def test_the_sweep_enqueues_under_deterministic_ids_and_a_queued_id_is_a_no_op(
 # -- through the platform: the families, the tick and a real worker ------------------------
 
 
-@pytest.fixture
-def make_platform(
-    redis_url: str, database_url: str, namespace: str
-) -> Iterator[Callable[..., Platform]]:
-    made: list[Platform] = []
-
-    def build(**overrides: Any) -> Platform:
-        settings = load_settings(
-            redis_url=redis_url,
-            database_url=database_url,
-            redis_namespace=namespace,
-            environment="test",
-            flag_cache_seconds=0,
-            crawl_allow_private_networks=True,
-            http_timeout_seconds=5,
-            **overrides,
-        )
-        platform = bootstrap(settings, services=["services.ingestion"])
-        families = platform.registry.by_name()
-        # Three attempts as in production, a short backoff so the test watches them all.
-        fast = RetryPolicy(max_attempts=3, base_seconds=0.2)
-        families["ingestion"] = dataclasses.replace(families["ingestion"], retry=fast)
-        made.append(platform)
-        return platform
-
-    yield build
-    for platform in made:
-        platform.close()
+def ingestion_platform(make_platform: MakePlatform, **settings: Any) -> Platform:
+    """Ingestion alone, allowed to fetch from 127.0.0.1, its family given three attempts as
+    in production and a short backoff so the test watches them all."""
+    return make_platform(
+        services=["services.ingestion"],
+        retries={"ingestion": RetryPolicy(max_attempts=3, base_seconds=0.2)},
+        crawl_allow_private_networks=True,
+        http_timeout_seconds=5,
+        **settings,
+    )
 
 
 @pytest.fixture
-def platform(make_platform: Callable[..., Platform]) -> Platform:
-    return make_platform()
+def platform(make_platform: MakePlatform) -> Platform:
+    return ingestion_platform(make_platform)
 
 
 @contextlib.contextmanager
@@ -938,11 +919,12 @@ def test_the_sweep_tick_and_a_worker_take_an_upload_to_ready(
 
 
 def test_a_worker_marks_a_persistently_failing_document_failed_on_its_last_attempt(
-    make_platform: Callable[..., Platform],
+    make_platform: MakePlatform,
     committed_fallback: tuple[sessionmaker[Session], set[int]],
 ) -> None:
     # Given an embedding API that never answers (every attempt is Retryable)
-    platform = make_platform(
+    platform = ingestion_platform(
+        make_platform,
         embedder="openai",
         embedding_api_url=f"http://127.0.0.1:{free_port()}/v1",
         embedding_dimensions=384,

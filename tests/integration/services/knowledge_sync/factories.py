@@ -1,4 +1,4 @@
-"""Rails rows, a knowledge-sync platform and real workers for the knowledge sync tests.
+"""Rails rows, knowledge-sync settings and real workers for the knowledge sync tests.
 
 Rows are committed through a real session factory (workers run in other threads and need
 committed data); every organization a :class:`Kb` creates is removed, with everything
@@ -20,8 +20,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.app.bootstrap import Platform, bootstrap
-from shared.config import load_settings
+from services.app.bootstrap import Platform
 from shared.db.models import (
     DataSource,
     DocumentChunk,
@@ -40,8 +39,6 @@ from tiers.policies import RetryPolicy
 from tiers.table import TIERS
 from tiers.worker import serve
 
-TOKEN = "secret"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 CHUNK_TYPE = "KnowledgeBaseDocument"
 
 #: Windows wide enough that no test waits on the seed's real ones (4 a minute for Notion).
@@ -72,31 +69,18 @@ def utc(seconds_ago: float = 0.0) -> datetime:
 # -- the platform and its workers ---------------------------------------------------------
 
 
-def kb_platform(
-    redis_url: str,
-    database_url: str,
-    namespace: str,
-    *,
-    provider_urls: Mapping[str, str] | None = None,
-    windows: Mapping[str, str] | None = None,
-    **overrides: Any,
-) -> Platform:
-    """The platform with its default services (knowledge sync included), pointed at the
-    local provider servers, allowed to crawl 127.0.0.1, flags read without a cache."""
-    settings = load_settings(
-        redis_url=redis_url,
-        database_url=database_url,
-        redis_namespace=namespace,
-        environment="test",
-        internal_api_token=TOKEN,
-        provider_urls=dict(provider_urls or {}),
-        crawl_allow_private_networks=True,
-        windows=dict(WIDE_WINDOWS if windows is None else windows),
-        flag_cache_seconds=0,
-        http_timeout_seconds=5,
-        **overrides,
-    )
-    return bootstrap(settings)
+def knowledge_sync_settings(
+    *, provider_urls: Mapping[str, str] | None = None, windows: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Settings for ``make_platform``: the providers at the local servers' URLs, 127.0.0.1
+    allowed to the crawler, and windows wide enough that no test waits on the seed's
+    (``windows={}`` gives the seed's own)."""
+    return {
+        "provider_urls": dict(provider_urls or {}),
+        "crawl_allow_private_networks": True,
+        "windows": dict(WIDE_WINDOWS if windows is None else windows),
+        "http_timeout_seconds": 5,
+    }
 
 
 def fast_retries(platform: Platform, *names: str, base_seconds: float = 0.5) -> None:

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy.orm import Session, sessionmaker
 
 from router.requests import JobRequest
 from services.app.bootstrap import Platform
@@ -20,7 +19,6 @@ from testkit.fakes.website import SCRIPT_MARKER, FakeWebsite
 from tests.integration.services.knowledge_sync.factories import (
     Kb,
     job_states,
-    kb_platform,
     running_workers,
     settle,
     state,
@@ -32,20 +30,6 @@ from tests.integration.services.knowledge_sync.factories import (
 def site() -> Iterator[FakeWebsite]:
     with FakeWebsite(pages=7) as site:
         yield site
-
-
-@pytest.fixture
-def kb(db_session_factory: sessionmaker[Session]) -> Iterator[Kb]:
-    kb = Kb(db_session_factory)
-    yield kb
-    kb.cleanup()
-
-
-@pytest.fixture
-def platform(redis_url: str, database_url: str, namespace: str) -> Iterator[Platform]:
-    platform = kb_platform(redis_url, database_url, namespace)
-    yield platform
-    platform.close()
 
 
 def crawl_source(platform: Platform, kb: Kb, settings: dict[str, Any]) -> tuple[int, int]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 
 import pytest
-from sqlalchemy.orm import Session, sessionmaker
 
 from router.enqueue import Enqueued
 from router.requests import JobRequest, route_all
@@ -17,11 +16,12 @@ from shared.db.models import KnowledgeBaseDocument, KnowledgeBaseSource
 from shared.errors import QueueUnavailable
 from testkit.fakes import notion_server as nb
 from testkit.fakes.notion_server import NotionServer
+from tests.fixtures_platform import MakePlatform
 from tests.integration.services.knowledge_sync.factories import (
     Kb,
     fast_retries,
     job_states,
-    kb_platform,
+    knowledge_sync_settings,
     record,
     running_workers,
     settle,
@@ -41,22 +41,10 @@ def notion() -> Iterator[NotionServer]:
 
 
 @pytest.fixture
-def kb(db_session_factory: sessionmaker[Session]) -> Iterator[Kb]:
-    kb = Kb(db_session_factory)
-    yield kb
-    kb.cleanup()
-
-
-@pytest.fixture
-def platform(
-    redis_url: str, database_url: str, namespace: str, notion: NotionServer
-) -> Iterator[Platform]:
-    platform = kb_platform(
-        redis_url, database_url, namespace, provider_urls={"notion": notion.base_url}
-    )
+def platform(make_platform: MakePlatform, notion: NotionServer) -> Platform:
+    platform = make_platform(**knowledge_sync_settings(provider_urls={"notion": notion.base_url}))
     fast_retries(platform, base_seconds=1.0)
-    yield platform
-    platform.close()
+    return platform
 
 
 class FailingEnqueue:

@@ -16,16 +16,15 @@ from typing import Any
 import pytest
 import redis
 from flask.testing import FlaskClient
-from sqlalchemy.orm import Session, sessionmaker
 
 from services.app.api import create_app
 from services.app.bootstrap import Platform
 from shared.db.models import KnowledgeBaseSource
+from tests.fixtures_platform import AUTH, MakePlatform
 from tests.integration.services.knowledge_sync.factories import (
-    AUTH,
     Kb,
     finished,
-    kb_platform,
+    knowledge_sync_settings,
     queued_messages,
     running_workers,
     state,
@@ -34,20 +33,6 @@ from tests.integration.services.knowledge_sync.factories import (
 
 PATH = "/internal/knowledge_base_sync/enqueue"
 URL = "https://docs.test/guide/intro"
-
-
-@pytest.fixture
-def kb(db_session_factory: sessionmaker[Session]) -> Iterator[Kb]:
-    kb = Kb(db_session_factory)
-    yield kb
-    kb.cleanup()
-
-
-@pytest.fixture
-def platform(redis_url: str, database_url: str, namespace: str) -> Iterator[Platform]:
-    platform = kb_platform(redis_url, database_url, namespace)
-    yield platform
-    platform.close()
 
 
 @pytest.fixture
@@ -363,21 +348,18 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 
 def test_503_and_no_202_while_redis_is_down(
-    redis_server: RedisServer, database_url: str, namespace: str, kb: Kb
+    redis_server: RedisServer, make_platform: MakePlatform, kb: Kb
 ) -> None:
-    platform = kb_platform(redis_server.url, database_url, namespace)
+    platform = make_platform(redis_url=redis_server.url, **knowledge_sync_settings())
     client = create_app(platform).test_client()
-    try:
-        org = kb.organization()
-        source = kb.source(org, "zendesk")
-        item = {"kind": "sync_source", "organization_id": org, "source_id": source}
-        assert post(client, [item]).status_code == 202
+    org = kb.organization()
+    source = kb.source(org, "zendesk")
+    item = {"kind": "sync_source", "organization_id": org, "source_id": source}
+    assert post(client, [item]).status_code == 202
 
-        redis_server.kill()
-        response = post(client, [item, {**GOOD, "organization_id": org}])
+    redis_server.kill()
+    response = post(client, [item, {**GOOD, "organization_id": org}])
 
-        assert response.status_code == 503
-        assert response.json["error"] == "queue_unavailable"
-        assert "jobs" not in response.json
-    finally:
-        platform.close()
+    assert response.status_code == 503
+    assert response.json["error"] == "queue_unavailable"
+    assert "jobs" not in response.json

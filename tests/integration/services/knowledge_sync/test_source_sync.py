@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from sqlalchemy.orm import Session, sessionmaker
 
 from services.app.bootstrap import Platform
 from services.knowledge_sync.runs import document_request, source_request
@@ -23,10 +22,11 @@ from testkit.fakes.notion_server import NotionServer
 from testkit.fakes.protocol_server import iso
 from testkit.fakes.scribe_server import ScribeServer, step
 from testkit.fakes.zendesk_server import API_TOKEN, EMAIL, FakeZendesk, Kind, sample_help_center
+from tests.fixtures_platform import MakePlatform
 from tests.integration.services.knowledge_sync.factories import (
     Kb,
     job_states,
-    kb_platform,
+    knowledge_sync_settings,
     queued_messages,
     record,
     running_workers,
@@ -68,17 +68,8 @@ def fakes() -> Iterator[Fakes]:
 
 
 @pytest.fixture
-def kb(db_session_factory: sessionmaker[Session]) -> Iterator[Kb]:
-    kb = Kb(db_session_factory)
-    yield kb
-    kb.cleanup()
-
-
-@pytest.fixture
-def platform(redis_url: str, database_url: str, namespace: str, fakes: Fakes) -> Iterator[Platform]:
-    platform = kb_platform(redis_url, database_url, namespace, provider_urls=fakes.urls())
-    yield platform
-    platform.close()
+def platform(make_platform: MakePlatform, fakes: Fakes) -> Platform:
+    return make_platform(**knowledge_sync_settings(provider_urls=fakes.urls()))
 
 
 @dataclass
@@ -322,45 +313,39 @@ def _delayed_messages(platform: Platform, queue: str) -> list[dict[str, Any]]:
 
 
 def test_notion_real_document_window_delays_the_fifth_sync_instead_of_failing_it(
-    redis_url: str, database_url: str, namespace: str, fakes: Fakes, kb: Kb
+    make_platform: MakePlatform, fakes: Fakes, kb: Kb
 ) -> None:
     # The seed's own windows: Notion document syncs 4 a minute per data source. Windows are
     # fixed minutes of the clock: start early in one, or a slow machine crossing into the
     # next lets a fifth sync through and the expected split never happens.
     if time.time() % 60 > 40:
         time.sleep(60.2 - time.time() % 60)
-    platform = kb_platform(
-        redis_url, database_url, namespace, provider_urls=fakes.urls(), windows={}
-    )
-    try:
-        notion_workspace(fakes.notion, pages=6)
-        source = make_source(kb, "notion", {"api_token": NOTION_TOKEN})
-        sync(platform, source)
-        with running_workers(platform):
+    platform = make_platform(**knowledge_sync_settings(provider_urls=fakes.urls(), windows={}))
+    notion_workspace(fakes.notion, pages=6)
+    source = make_source(kb, "notion", {"api_token": NOTION_TOKEN})
+    sync(platform, source)
+    with running_workers(platform):
 
-            def documents_settled() -> bool:
-                states = job_states(platform, "kb-document-sync-")
-                return (
-                    len(states) == 6
-                    and sorted(states.values()) == ["completed"] * 4 + ["delayed"] * 2
-                )
+        def documents_settled() -> bool:
+            states = job_states(platform, "kb-document-sync-")
+            return (
+                len(states) == 6 and sorted(states.values()) == ["completed"] * 4 + ["delayed"] * 2
+            )
 
-            wait_for(documents_settled)
-            time.sleep(0.5)
-            assert documents_settled()
-            delayed = [
-                job_id
-                for job_id, value in job_states(platform, "kb-document-sync-").items()
-                if value == "delayed"
-            ]
-            for job_id in delayed:
-                job = record(platform, job_id)
-                assert job["failures"] == "0" and job["last_delay"].startswith("window")
-        documents = kb.documents(source.org, source.id).values()
-        assert sum(row.content is not None for row in documents) == 4
-        assert len(fakes.notion.requests_to("/v1/search")) == 1
-    finally:
-        platform.close()
+        wait_for(documents_settled)
+        time.sleep(0.5)
+        assert documents_settled()
+        delayed = [
+            job_id
+            for job_id, value in job_states(platform, "kb-document-sync-").items()
+            if value == "delayed"
+        ]
+        for job_id in delayed:
+            job = record(platform, job_id)
+            assert job["failures"] == "0" and job["last_delay"].startswith("window")
+    documents = kb.documents(source.org, source.id).values()
+    assert sum(row.content is not None for row in documents) == 4
+    assert len(fakes.notion.requests_to("/v1/search")) == 1
 
 
 def test_notion_content_change_clears_chunks_synced_at_and_re_chunks(

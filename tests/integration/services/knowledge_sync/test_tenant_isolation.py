@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from sqlalchemy.orm import Session, sessionmaker
 
 from router.requests import JobRequest
 from services.app.bootstrap import Platform
@@ -16,9 +15,10 @@ from services.knowledge_sync import crawl_ledger
 from shared.db.models import KnowledgeBaseSource
 from testkit.fakes import notion_server as nb
 from testkit.fakes.notion_server import NotionServer
+from tests.fixtures_platform import MakePlatform
 from tests.integration.services.knowledge_sync.factories import (
     Kb,
-    kb_platform,
+    knowledge_sync_settings,
     record,
     running_workers,
     settle,
@@ -38,21 +38,8 @@ def notion() -> Iterator[NotionServer]:
 
 
 @pytest.fixture
-def kb(db_session_factory: sessionmaker[Session]) -> Iterator[Kb]:
-    kb = Kb(db_session_factory)
-    yield kb
-    kb.cleanup()
-
-
-@pytest.fixture
-def platform(
-    redis_url: str, database_url: str, namespace: str, notion: NotionServer
-) -> Iterator[Platform]:
-    platform = kb_platform(
-        redis_url, database_url, namespace, provider_urls={"notion": notion.base_url}
-    )
-    yield platform
-    platform.close()
+def platform(make_platform: MakePlatform, notion: NotionServer) -> Platform:
+    return make_platform(**knowledge_sync_settings(provider_urls={"notion": notion.base_url}))
 
 
 @dataclass

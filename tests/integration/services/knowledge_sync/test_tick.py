@@ -20,7 +20,6 @@ from shared.errors import QueueUnavailable
 from tests.integration.services.knowledge_sync.factories import (
     Kb,
     job_states,
-    kb_platform,
     queued_messages,
     running_workers,
     settle,
@@ -32,21 +31,18 @@ from tests.integration.services.knowledge_sync.factories import (
 SLOT = "2026-11-30T01:00Z"
 
 
-@pytest.fixture
-def kb(db_session_factory: sessionmaker[Session]) -> Iterator[Kb]:
-    # The tick scans every tenant of the database: start from empty knowledge tables.
+@pytest.fixture(autouse=True)
+def empty_knowledge_tables(db_session_factory: sessionmaker[Session]) -> None:
+    """The tick scans every tenant of the database: start from empty knowledge tables."""
     wipe_knowledge_tables(db_session_factory)
-    kb = Kb(db_session_factory)
-    yield kb
-    kb.cleanup()
 
 
 @pytest.fixture
-def platform(redis_url: str, database_url: str, namespace: str) -> Iterator[Platform]:
-    platform = kb_platform(redis_url, database_url, namespace)
+def platform(platform: Platform) -> Iterator[Platform]:
+    """Knowledge sync's platform, its kill switch lowered afterwards (flags are rows in the
+    shared test database)."""
     yield platform
     platform.flags.set(PAUSE_FLAG, False)
-    platform.close()
 
 
 @pytest.fixture

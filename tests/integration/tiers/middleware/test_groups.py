@@ -12,7 +12,6 @@ import pytest
 import redis
 
 from router.enqueue import Router
-from router.registry import Registry
 from router.requests import JobRequest
 from tests import platform_harness as h
 from tiers.broker import TierBroker
@@ -20,17 +19,10 @@ from tiers.broker import TierBroker
 
 @pytest.fixture
 def broker(redis_url: str, namespace: str) -> Iterator[TierBroker]:
+    """Short group leases, so a test sees a dead worker's slot come back."""
     broker = h.make_broker(redis_url, namespace, lease_seconds=1.0, heartbeat_timeout_ms=2000)
     yield broker
     broker.close()
-
-
-@pytest.fixture
-def router(broker: TierBroker) -> Router:
-    registry = Registry()
-    for family in h.families().values():
-        registry.add(family)
-    return Router(registry, broker)
 
 
 def max_concurrency(events: list[dict[str, Any]]) -> dict[int, int]:

@@ -8,26 +8,20 @@ import pytest
 import redis
 
 from router.requests import JobRequest
-from services.app.bootstrap import Platform, bootstrap
-from shared.config import load_settings
+from services.app.bootstrap import Platform
 from tests import platform_harness as h
+from tests.fixtures_platform import MakePlatform
 
 FLAG = "pause_api2_test_family"
 
 
 @pytest.fixture
-def platform(redis_url: str, database_url: str, namespace: str) -> Iterator[Platform]:
-    settings = load_settings(
-        redis_url=redis_url,
-        database_url=database_url,
-        redis_namespace=namespace,
-        flag_cache_seconds=0,
-        environment="test",
-    )
-    platform = bootstrap(settings, services=["tests.platform_harness"])
+def platform(make_platform: MakePlatform) -> Iterator[Platform]:
+    """The harness's families alone, the kill switch lowered afterwards (flags are rows in
+    the shared test database)."""
+    platform = make_platform(services=["tests.platform_harness"])
     yield platform
     platform.flags.set(FLAG, False)
-    platform.close()
 
 
 def test_pause_raised_after_enqueue_skips_the_job_and_resume_lets_new_work_run(

@@ -3,33 +3,15 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 
-import pytest
 import redis
 
 from router.enqueue import Router
-from router.registry import Registry
 from router.requests import JobRequest
 from tests import platform_harness as h
 from tiers.broker import TierBroker
 from tiers.policies import WindowRule
 from tiers.rate_window import RateWindows
-
-
-@pytest.fixture
-def broker(redis_url: str, namespace: str) -> Iterator[TierBroker]:
-    broker = h.make_broker(redis_url, namespace)
-    yield broker
-    broker.close()
-
-
-@pytest.fixture
-def router(broker: TierBroker) -> Router:
-    registry = Registry()
-    for family in h.families().values():
-        registry.add(family)
-    return Router(registry, broker)
 
 
 def test_window_counter_admits_its_limit_then_answers_the_window_end(

@@ -26,14 +26,13 @@ from flask.testing import FlaskClient
 from services.apikit.enqueue import enqueue_blueprint
 from services.app.api import MissingToken, create_app
 from services.app.api.openapi_document import openapi_path
-from services.app.bootstrap import Platform, bootstrap
+from services.app.bootstrap import Platform
 from services.app.cli import main
 from shared.config import load_settings
 from tests import REPO
 from tests import platform_harness as h
+from tests.fixtures_platform import AUTH, TOKEN, MakePlatform
 
-TOKEN = "secret"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
 MAX_BODY = 4096
 
 
@@ -43,20 +42,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def make_platform(redis_url: str, database_url: str, namespace: str, **overrides: Any) -> Platform:
+def api_platform(make_platform: MakePlatform, **settings: Any) -> Platform:
     """The platform with its services, plus the harness's ``t_plain`` family (tenant-scoped,
     param ``item``) and a service blueprint built with the shared enqueue helper."""
-    options: dict[str, Any] = {
-        "redis_url": redis_url,
-        "database_url": database_url,
-        "redis_namespace": namespace,
-        "internal_api_token": TOKEN,
-        "environment": "test",
-        "api_max_body_bytes": MAX_BODY,
-    }
-    settings = load_settings(**{**options, **overrides})
-    platform = bootstrap(settings)
-    platform.add_family(h.families()["t_plain"])
+    platform = make_platform(
+        families=[h.families()["t_plain"]], **{"api_max_body_bytes": MAX_BODY, **settings}
+    )
     platform.add_blueprint(
         enqueue_blueprint("plain_service", "/internal/plain_service", {"t_plain"}, "Plain jobs")
     )
@@ -64,10 +55,8 @@ def make_platform(redis_url: str, database_url: str, namespace: str, **overrides
 
 
 @pytest.fixture
-def platform(redis_url: str, database_url: str, namespace: str) -> Iterator[Platform]:
-    platform = make_platform(redis_url, database_url, namespace)
-    yield platform
-    platform.close()
+def platform(make_platform: MakePlatform) -> Platform:
+    return api_platform(make_platform)
 
 
 @pytest.fixture
@@ -160,24 +149,17 @@ def test_refuses_to_start_in_production_without_a_token(
 
 
 def test_development_without_a_token_is_open_and_says_so(
-    redis_url: str,
-    database_url: str,
-    namespace: str,
+    make_platform: MakePlatform,
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("INTERNAL_API_TOKEN", raising=False)
-    platform = make_platform(
-        redis_url, database_url, namespace, internal_api_token=None, environment="development"
-    )
-    try:
-        with caplog.at_level(logging.WARNING, logger="services.app.api"):
-            client = create_app(platform).test_client()
-        assert "OPEN" in caplog.text
-        response = client.post("/internal/jobs/enqueue", json={"requests": [plain("open")]})
-        assert response.status_code == 202
-    finally:
-        platform.close()
+    platform = api_platform(make_platform, internal_api_token=None, environment="development")
+    with caplog.at_level(logging.WARNING, logger="services.app.api"):
+        client = create_app(platform).test_client()
+    assert "OPEN" in caplog.text
+    response = client.post("/internal/jobs/enqueue", json={"requests": [plain("open")]})
+    assert response.status_code == 202
 
 
 # -- validation ----------------------------------------------------------------------------
@@ -416,44 +398,38 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 
 def test_503_not_202_while_redis_is_down(
-    redis_server: RedisServer, database_url: str, namespace: str
+    redis_server: RedisServer, make_platform: MakePlatform
 ) -> None:
-    platform = make_platform(redis_server.url, database_url, namespace)
+    platform = api_platform(make_platform, redis_url=redis_server.url)
     client = create_app(platform).test_client()
-    try:
-        assert post(client, {"requests": [plain("before")]}).status_code == 202
+    assert post(client, {"requests": [plain("before")]}).status_code == 202
 
-        redis_server.kill()
-        for path in ("/internal/jobs/enqueue", "/internal/plain_service/enqueue"):
-            response = post(client, {"requests": [plain("during")]}, path)
-            assert response.status_code == 503, path
-            assert response.json["error"] == "queue_unavailable"
-            assert response.headers["Retry-After"] == "5"
-        lookup = client.get("/internal/jobs/plain-before", headers=AUTH)
-        assert (lookup.status_code, lookup.json["error"]) == (503, "queue_unavailable")
-        ready = client.get("/readyz")
-        assert ready.status_code == 503
-        assert ready.json == {
-            "status": "not_ready",
-            "checks": {"redis": "unreachable", "postgresql": "ok"},
-        }
+    redis_server.kill()
+    for path in ("/internal/jobs/enqueue", "/internal/plain_service/enqueue"):
+        response = post(client, {"requests": [plain("during")]}, path)
+        assert response.status_code == 503, path
+        assert response.json["error"] == "queue_unavailable"
+        assert response.headers["Retry-After"] == "5"
+    lookup = client.get("/internal/jobs/plain-before", headers=AUTH)
+    assert (lookup.status_code, lookup.json["error"]) == (503, "queue_unavailable")
+    ready = client.get("/readyz")
+    assert ready.status_code == 503
+    assert ready.json == {
+        "status": "not_ready",
+        "checks": {"redis": "unreachable", "postgresql": "ok"},
+    }
 
-        redis_server.start()  # an empty server on the same port: the API recovers by itself
-        after = post(client, {"requests": [plain("during")]})
-        assert after.status_code == 202
-        assert after.json["jobs"][0]["outcome"] == "added"
-        assert client.get("/readyz").status_code == 200
-    finally:
-        platform.close()
+    redis_server.start()  # an empty server on the same port: the API recovers by itself
+    after = post(client, {"requests": [plain("during")]})
+    assert after.status_code == 202
+    assert after.json["jobs"][0]["outcome"] == "added"
+    assert client.get("/readyz").status_code == 200
 
 
-def test_readyz_follows_postgresql(redis_url: str, namespace: str) -> None:
+def test_readyz_follows_postgresql(make_platform: MakePlatform) -> None:
     nowhere = f"postgresql://postgres@127.0.0.1:{free_port()}/speedtier"
-    platform = make_platform(redis_url, nowhere, namespace)
-    try:
-        response = create_app(platform).test_client().get("/readyz")
-    finally:
-        platform.close()
+    platform = api_platform(make_platform, database_url=nowhere)
+    response = create_app(platform).test_client().get("/readyz")
 
     assert response.status_code == 503
     assert response.json["checks"] == {"redis": "ok", "postgresql": "unreachable"}

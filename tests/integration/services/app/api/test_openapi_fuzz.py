@@ -33,12 +33,11 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from services.app.api import create_app
-from services.app.bootstrap import bootstrap
 from services.ingestion import store
 from services.ingestion.families import ingest_request
-from shared.config import load_settings
 from shared.db.migrate import upgrade
 from tests.fixtures_db import create_database, drop_database
+from tests.fixtures_platform import MakePlatform
 
 TOKEN = "fuzz-internal-token"
 INTERNAL = {"Authorization": f"Bearer {TOKEN}"}
@@ -83,51 +82,51 @@ class Run:
 
 
 @pytest.fixture
-def fuzzed(redis_url: str, namespace: str) -> Iterator[Fuzzed]:
-    """The loaded document of an app on a database of its own, both credentials set."""
+def fuzz_database_url() -> Iterator[str]:
+    """A migrated database of the fuzzer's own (it writes whatever the schema allows)."""
     database_url = create_database("speedtier_fuzz")
-    upgrade(database_url)
-    settings_ = load_settings(
-        redis_url=redis_url,
-        database_url=database_url,
-        redis_namespace=namespace,
-        internal_api_token=TOKEN,
-        environment="test",
-        api_max_body_bytes=64 * 1024,
-    )
-    platform = bootstrap(settings_)
     try:
-        organization_id = 10**6 + uuid.uuid4().int % 10**12
-        with platform.sessions() as session:
-            _, key = store.create_api_key(session, organization_id=organization_id, name="fuzz")
-            base = store.create_knowledge_base(session, organization_id=organization_id, name="D")
-            added = store.add_document(
-                session,
-                organization_id=organization_id,
-                knowledge_base_id=base.id,
-                name="refunds",
-                source=store.TextSource("How refunds are handled."),
-            )
-            session.commit()
-            existing: dict[str, Any] = {
-                "knowledge_base_id": base.id,
-                "document_id": added.document.id,
-            }
-        job = platform.router.enqueue(ingest_request(organization_id, added.document.id, base.id))
-        existing["job_id"] = job.job_id
-        config = schemathesis.Config.from_dict(
-            {"auth": {"openapi": {"bearerAuth": {"bearer": TOKEN}, "apiKeyAuth": {"bearer": key}}}}
-        )
-        app = create_app(platform)
-        document = app.test_client().get("/internal/openapi.json", headers=INTERNAL).json
-        # Loaded from the document itself rather than its URL: schemathesis leaves out the
-        # operation it loads the schema from, and this one is a route like the others.
-        schema = schemathesis.openapi.from_dict(document, config=config)
-        schema.app = app
-        yield Fuzzed(schema, existing)
+        upgrade(database_url)
+        yield database_url
     finally:
-        platform.close()
         drop_database(database_url)
+
+
+@pytest.fixture
+def fuzzed(fuzz_database_url: str, make_platform: MakePlatform) -> Fuzzed:
+    """The loaded document of an app on a database of its own, both credentials set (the
+    database is requested first, so it is dropped after the platform is closed)."""
+    platform = make_platform(
+        database_url=fuzz_database_url, internal_api_token=TOKEN, api_max_body_bytes=64 * 1024
+    )
+    organization_id = 10**6 + uuid.uuid4().int % 10**12
+    with platform.sessions() as session:
+        _, key = store.create_api_key(session, organization_id=organization_id, name="fuzz")
+        base = store.create_knowledge_base(session, organization_id=organization_id, name="D")
+        added = store.add_document(
+            session,
+            organization_id=organization_id,
+            knowledge_base_id=base.id,
+            name="refunds",
+            source=store.TextSource("How refunds are handled."),
+        )
+        session.commit()
+        existing: dict[str, Any] = {
+            "knowledge_base_id": base.id,
+            "document_id": added.document.id,
+        }
+    job = platform.router.enqueue(ingest_request(organization_id, added.document.id, base.id))
+    existing["job_id"] = job.job_id
+    config = schemathesis.Config.from_dict(
+        {"auth": {"openapi": {"bearerAuth": {"bearer": TOKEN}, "apiKeyAuth": {"bearer": key}}}}
+    )
+    app = create_app(platform)
+    document = app.test_client().get("/internal/openapi.json", headers=INTERNAL).json
+    # Loaded from the document itself rather than its URL: schemathesis leaves out the
+    # operation it loads the schema from, and this one is a route like the others.
+    schema = schemathesis.openapi.from_dict(document, config=config)
+    schema.app = app
+    return Fuzzed(schema, existing)
 
 
 def fuzz(operation: Any, existing: dict[str, Any], run: Run) -> None:
