@@ -15,7 +15,7 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
@@ -122,34 +122,9 @@ def run_up(
         claim.acquire()
         verify_redis_persistence(settings.model_copy(update={"redis_url": redis_service.url}))
         _migrate(postgres_service.url)
-        group = ProcessGroup(
-            process_specs(
-                redis_service.url,
-                postgres_service.url,
-                host=host,
-                port=port,
-                allow_private_crawl=demo,
-                redis_namespace=namespace,
-            ),
-            grace_seconds=settings.worker_drain_seconds + 5,
-            label=LABEL,
+        return _run_processes(
+            settings, redis_service.url, postgres_service.url, namespace, host, port, demo
         )
-        with group.handle_signals():
-            group.start()
-            runtime_file.write(
-                settings.data_dir,
-                redis_url=redis_service.url,
-                database_url=postgres_service.url,
-                redis_namespace=namespace,
-            )
-            _say(f"API         http://{host}:{port}  (Ctrl-C stops everything)")
-            _say("other speedtier commands run from this folder use these services")
-            running_demo = _start_demo(settings, group, host, port) if demo else None
-            try:
-                return group.wait()
-            finally:
-                if running_demo is not None:
-                    running_demo.stop()
     except (EmbeddedServiceError, DataDirInUse, NamespaceTaken, VolatileRedis) as exc:
         _say(f"error: {exc}")
         return 1
@@ -162,15 +137,59 @@ def run_up(
             claim.release()
         if lock is not None:
             lock.close()
-        # Shutting the servers down must not be cut short by a second Ctrl-C.
-        previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _stop_services(services, previous_term)
+
+
+def _run_processes(
+    settings: Settings,
+    redis_url: str,
+    database_url: str,
+    namespace: str,
+    host: str,
+    port: int,
+    demo: bool,
+) -> int:
+    """Run the process group (and the demo) on the resolved services until it stops."""
+    group = ProcessGroup(
+        process_specs(
+            redis_url,
+            database_url,
+            host=host,
+            port=port,
+            allow_private_crawl=demo,
+            redis_namespace=namespace,
+        ),
+        grace_seconds=settings.worker_drain_seconds + 5,
+        label=LABEL,
+    )
+    with group.handle_signals():
+        group.start()
+        runtime_file.write(
+            settings.data_dir,
+            redis_url=redis_url,
+            database_url=database_url,
+            redis_namespace=namespace,
+        )
+        _say(f"API         http://{host}:{port}  (Ctrl-C stops everything)")
+        _say("other speedtier commands run from this folder use these services")
+        running_demo = _start_demo(settings, group, host, port) if demo else None
         try:
-            for service in reversed(services):
-                service.stop()
+            return group.wait()
         finally:
-            signal.signal(signal.SIGINT, previous_int)
-            signal.signal(signal.SIGTERM, previous_term)
+            if running_demo is not None:
+                running_demo.stop()
+
+
+def _stop_services(services: list[ResolvedService], previous_term: Any) -> None:
+    """Stop the servers ``up`` started, last first; a second Ctrl-C cannot cut it short."""
+    previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        for service in reversed(services):
+            service.stop()
+    finally:
+        signal.signal(signal.SIGINT, previous_int)
+        signal.signal(signal.SIGTERM, previous_term)
 
 
 def process_specs(

@@ -118,53 +118,55 @@ def ensure_postgres(
     """
     if mode != "embedded" and settings.database_url:
         return ResolvedService("postgres", settings.database_url, Origin.CONFIGURED)
-    if mode != "embedded":
-        user = os.environ.get("PGUSER", POSTGRES_SUPERUSER)
-        try:
-            usable = create_database(
-                LOCALHOST,
-                DEFAULT_POSTGRES_PORT,
-                user,
-                database,
-                timeout=2,
-                require_vector=mode == "auto",
-            )
-        except psycopg.Error as exc:
-            problem = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            if mode == "external":
-                raise EmbeddedServiceError(
-                    f"DATABASE_URL is not set and no usable PostgreSQL on "
-                    f"{LOCALHOST}:{DEFAULT_POSTGRES_PORT} ({problem}); set DATABASE_URL or "
-                    "allow the embedded PostgreSQL"
-                ) from exc
-            logger.info(
-                "no usable PostgreSQL on %s:%s (%s)", LOCALHOST, DEFAULT_POSTGRES_PORT, problem
-            )
-        else:
-            if not usable:
-                # Retrieval wants pgvector: prefer the embedded server, which has it.
-                logger.info(
-                    "not using the PostgreSQL on %s:%s (no pgvector); starting the embedded one",
-                    LOCALHOST,
-                    DEFAULT_POSTGRES_PORT,
-                )
-                service = start_embedded_postgres(
-                    _service_dir(settings, "postgres"), port=port, database=database
-                )
-                return ResolvedService("postgres", service.url, Origin.EMBEDDED, service)
-            url = f"postgresql://{user}@{LOCALHOST}:{DEFAULT_POSTGRES_PORT}/{database}"
-            logger.info(
-                "DATABASE_URL is not set; using the PostgreSQL that answers on %s:%s, database %r "
-                "(set DATABASE_URL to choose another)",
-                LOCALHOST,
-                DEFAULT_POSTGRES_PORT,
-                database,
-            )
-            return ResolvedService("postgres", url, Origin.DEFAULT_PORT)
+    url = _default_port_postgres(mode, database) if mode != "embedded" else None
+    if url is not None:
+        return ResolvedService("postgres", url, Origin.DEFAULT_PORT)
     service = start_embedded_postgres(
         _service_dir(settings, "postgres"), port=port, database=database
     )
     return ResolvedService("postgres", service.url, Origin.EMBEDDED, service)
+
+
+def _default_port_postgres(mode: Mode, database: str) -> str | None:
+    """The URL of ``database`` (created when missing) on the PostgreSQL that answers on the
+    default port; None when none answers, or, in ``auto`` mode, it has no pgvector (the
+    embedded server, which has it, is preferred)."""
+    user = os.environ.get("PGUSER", POSTGRES_SUPERUSER)
+    try:
+        usable = create_database(
+            LOCALHOST,
+            DEFAULT_POSTGRES_PORT,
+            user,
+            database,
+            timeout=2,
+            require_vector=mode == "auto",
+        )
+    except psycopg.Error as exc:
+        problem = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if mode == "external":
+            raise EmbeddedServiceError(
+                f"DATABASE_URL is not set and no usable PostgreSQL on "
+                f"{LOCALHOST}:{DEFAULT_POSTGRES_PORT} ({problem}); set DATABASE_URL or "
+                "allow the embedded PostgreSQL"
+            ) from exc
+        logger.info("no usable PostgreSQL on %s:%s (%s)", LOCALHOST, DEFAULT_POSTGRES_PORT, problem)
+        return None
+    if not usable:
+        # Retrieval wants pgvector: prefer the embedded server, which has it.
+        logger.info(
+            "not using the PostgreSQL on %s:%s (no pgvector); starting the embedded one",
+            LOCALHOST,
+            DEFAULT_POSTGRES_PORT,
+        )
+        return None
+    logger.info(
+        "DATABASE_URL is not set; using the PostgreSQL that answers on %s:%s, database %r "
+        "(set DATABASE_URL to choose another)",
+        LOCALHOST,
+        DEFAULT_POSTGRES_PORT,
+        database,
+    )
+    return f"postgresql://{user}@{LOCALHOST}:{DEFAULT_POSTGRES_PORT}/{database}"
 
 
 def _service_dir(settings: Settings, name: str) -> Path:
