@@ -18,7 +18,7 @@ def register(platform: ServiceContext) -> None:
     from services.knowledge_sync.actors import build_handlers
     from services.knowledge_sync.crawl_units import CrawlContext
     from services.knowledge_sync.families import families
-    from services.knowledge_sync.runs import SyncContext
+    from services.knowledge_sync.sync_units import SyncContext
     from services.knowledge_sync.ticks import daily_sync_tick
     from tiers.rate_window import RateWindows
 

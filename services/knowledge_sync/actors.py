@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from router.enqueue import Router
 from router.requests import JobRequest
 from router.unit_of_work import unit_of_work
-from services.knowledge_sync import runs, store
+from services.knowledge_sync import store, sync_units
 from services.knowledge_sync.crawl_units import CrawlContext, crawl_url, start_crawl
 from shared.db.base import utcnow
 from shared.db.engine import session_scope
@@ -29,7 +29,7 @@ class KnowledgeSyncActors:
 
     sessions: sessionmaker[Session]
     router: Router
-    sync: runs.SyncContext
+    sync: sync_units.SyncContext
     crawl: CrawlContext
 
     def _run_unit(self, unit: Callable[[Session], list[JobRequest]]) -> None:
@@ -40,7 +40,7 @@ class KnowledgeSyncActors:
     def sync_source(self, organization_id: int, source_id: int, **_routing: Any) -> None:
         try:
             self._run_unit(
-                lambda session: runs.run_source_sync(
+                lambda session: sync_units.run_source_sync(
                     session,
                     self.sync,
                     organization_id=organization_id,
@@ -60,7 +60,7 @@ class KnowledgeSyncActors:
 
     def sync_document(self, organization_id: int, document_id: int, **_routing: Any) -> None:
         self._run_unit(
-            lambda session: runs.run_document_sync(
+            lambda session: sync_units.run_document_sync(
                 session,
                 self.sync,
                 organization_id=organization_id,
@@ -71,7 +71,7 @@ class KnowledgeSyncActors:
 
     def sync_document_chunks(self, organization_id: int, document_id: int, **_routing: Any) -> None:
         with session_scope(self.sessions) as session:
-            runs.run_document_chunks(
+            sync_units.run_document_chunks(
                 session,
                 self.sync,
                 organization_id=organization_id,
@@ -108,7 +108,10 @@ class KnowledgeSyncActors:
 
 
 def build_handlers(
-    sessions: sessionmaker[Session], router: Router, ctx: runs.SyncContext, crawl: CrawlContext
+    sessions: sessionmaker[Session],
+    router: Router,
+    ctx: sync_units.SyncContext,
+    crawl: CrawlContext,
 ) -> dict[str, Callable[..., Any]]:
     """The five actor bodies, bound to their dependencies, by request kind."""
     actors = KnowledgeSyncActors(sessions, router, ctx, crawl)

@@ -16,6 +16,7 @@ from router.requests import JobRequest
 from router.unit_of_work import UnitOfWork
 from services.knowledge_sync import crawl_ledger, store
 from services.knowledge_sync.crawl_step import crawl_url_step
+from services.knowledge_sync.families import document_request
 from services.web.fetch import CrawledPage
 from shared.db.models.rails import (
     KnowledgeBaseCrawlTask,
@@ -132,7 +133,7 @@ def crawl_url(
     uow.enqueue(*(child.job_request() for child in result.children))
     uow.enqueue(
         *(
-            JobRequest("sync_document_chunks", organization_id, {"document_id": document_id})
+            document_request("sync_document_chunks", organization_id, document_id, None)
             for document_id in needs_chunks
         )
     )

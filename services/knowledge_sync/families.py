@@ -1,9 +1,10 @@
-"""The knowledge sync job families: request kinds, job ids, tiers, windows, pause flag.
+"""The knowledge sync job families: request kinds, job ids, tiers, windows, pause flag, and
+the requests that enqueue sources and documents.
 
 Request parameters are what Rails sends (``source_id``, ``document_id``, ``crawl_task_id``,
 ``url``...). ``provider`` and ``organization_data_source_id`` are filled in by whoever
-enqueues (the route looks them up for Rails' requests; runs and the tick know them) so the
-router can pick the tier and key the window.
+enqueues (the route looks them up for Rails' requests; the units and the tick know them)
+so the router can pick the tier and key the window.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl
 
+from router.requests import JobRequest
+from shared.db.models.rails import KnowledgeBaseSource
 from shared.inputs import NUL_FREE, Id, JsonInt
 from tiers.families import Family
 from tiers.policies import WindowRule
@@ -74,6 +77,32 @@ def _crawler(_params: Any) -> str:
 def _scope(organization_id: int, params: Any) -> str:
     ods = params.organization_data_source_id
     return f"ods-{ods}" if ods else f"org-{organization_id}"
+
+
+def _routing(source: KnowledgeBaseSource) -> dict[str, Any]:
+    return {
+        "provider": source.type,
+        "organization_data_source_id": source.organization_data_source_id,
+    }
+
+
+def document_request(
+    kind: str, organization_id: int, document_id: int, source: KnowledgeBaseSource | None
+) -> JobRequest:
+    params: dict[str, Any] = {"document_id": document_id}
+    if source is not None and kind == "sync_document":
+        params.update(_routing(source))
+    return JobRequest(kind, organization_id, params)
+
+
+def source_request(
+    organization_id: int, source_id: int, source_type: str, ods_id: int | None
+) -> JobRequest:
+    return JobRequest(
+        "sync_source",
+        organization_id,
+        {"source_id": source_id, "provider": source_type, "organization_data_source_id": ods_id},
+    )
 
 
 def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:

@@ -238,7 +238,7 @@ def sources_to_scan(
     session: Session, batch: int = 1000
 ) -> Iterable[tuple[int, int, str, int | None]]:
     """``(organization_id, source_id, type, organization_data_source_id)`` of every live source
-    but the excluded types, across tenants (the daily tick only; runs are tenant-scoped)."""
+    but the excluded types, across tenants (the daily tick only; the units are tenant-scoped)."""
     statement = (
         select(
             KnowledgeBaseSource.organization_id,

@@ -9,8 +9,7 @@ from router.enqueue import Router
 from router.requests import JobRequest
 from router.ticks import Tick, enqueue_tick
 from services.knowledge_sync import store
-from services.knowledge_sync.families import PAUSE_FLAG
-from services.knowledge_sync.runs import document_request, source_request
+from services.knowledge_sync.families import PAUSE_FLAG, document_request, source_request
 
 
 def scan_requests(session: Session) -> list[JobRequest]:

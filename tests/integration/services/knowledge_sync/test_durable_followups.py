@@ -11,7 +11,7 @@ import pytest
 from router.enqueue import Enqueued
 from router.requests import JobRequest, route_all
 from services.app.bootstrap import Platform
-from services.knowledge_sync.runs import document_request, source_request
+from services.knowledge_sync.families import document_request, source_request
 from shared.db.models import KnowledgeBaseDocument, KnowledgeBaseSource
 from shared.errors import QueueUnavailable
 from testkit.fakes import notion_server as nb

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from services.app.bootstrap import Platform
-from services.knowledge_sync.runs import document_request, source_request
+from services.knowledge_sync.families import document_request, source_request
 from shared.db.models import KnowledgeBaseDocument, KnowledgeBaseSource
 from testkit.fakes import notion_server as nb
 from testkit.fakes.confluence_server import ConfluenceServer

@@ -1,4 +1,5 @@
-"""The knowledge sync units as plain functions of a session and an organization id.
+"""The sync units (a source's listing, a document's content, a document's chunks) as plain
+functions of a session and an organization id; the crawl's units are ``crawl_units.py``.
 
 Each run writes the Rails tables in the caller's transaction and returns its follow-up
 requests; the actor commits first and enqueues after (durable follow-ups), so a retry of a
@@ -26,6 +27,7 @@ from services.connectors.base import (
 from services.indexing.index_writer import remove_document_index, replace_document_index
 from services.knowledge_sync import store
 from services.knowledge_sync.crawl_units import CRAWLED_SOURCE_TYPES, plan_source_crawl
+from services.knowledge_sync.families import document_request
 from shared.db.models.rails import KnowledgeBaseDocument, KnowledgeBaseSource
 from shared.db.tenant import organization_filter, require_scoped
 from shared.errors import RecordMissing, Unrecoverable
@@ -37,7 +39,7 @@ CHUNK_SOURCE_TYPE = "KnowledgeBaseDocument"
 
 @dataclass(frozen=True)
 class SyncContext:
-    """What the runs need besides a session: provider clients and how to reach them.
+    """What the sync units need besides a session: provider clients and how to reach them.
 
     Attributes:
       providers: source type -> client.
@@ -78,32 +80,6 @@ class SyncContext:
             settings=settings,
             timeout=self.timeout,
         )
-
-
-def _routing(source: KnowledgeBaseSource) -> dict[str, Any]:
-    return {
-        "provider": source.type,
-        "organization_data_source_id": source.organization_data_source_id,
-    }
-
-
-def document_request(
-    kind: str, organization_id: int, document_id: int, source: KnowledgeBaseSource | None
-) -> JobRequest:
-    params: dict[str, Any] = {"document_id": document_id}
-    if source is not None and kind == "sync_document":
-        params.update(_routing(source))
-    return JobRequest(kind, organization_id, params)
-
-
-def source_request(
-    organization_id: int, source_id: int, source_type: str, ods_id: int | None
-) -> JobRequest:
-    return JobRequest(
-        "sync_source",
-        organization_id,
-        {"source_id": source_id, "provider": source_type, "organization_data_source_id": ods_id},
-    )
 
 
 def discard_document(
