@@ -89,23 +89,22 @@ def _validation_failed(exc: ValidationFailed) -> Response:
     return invalid_request(exc.errors)
 
 
+def unavailable(error: str, message: str, retry_after: int = RETRY_AFTER_SECONDS) -> Response:
+    """503 ``{"error": error, "message": message}`` with ``Retry-After: retry_after``."""
+    response = error_response(503, error, message=message)
+    response.headers["Retry-After"] = str(retry_after)
+    return response
+
+
 def _queue_unavailable(exc: Exception) -> Response:
     log.warning("queue unavailable, answering 503: %s", exc)
-    response = error_response(
-        503, "queue_unavailable", message="Redis did not accept the work; nothing was enqueued."
-    )
-    response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-    return response
+    return unavailable("queue_unavailable", "Redis did not accept the work; nothing was enqueued.")
 
 
 def _database_unavailable(exc: Exception) -> Response:
     first_line = next(iter(str(exc).splitlines()), type(exc).__name__)
     log.warning("PostgreSQL unavailable, answering 503: %s", first_line)
-    response = error_response(
-        503, "database_unavailable", message="PostgreSQL is unreachable; retry later."
-    )
-    response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-    return response
+    return unavailable("database_unavailable", "PostgreSQL is unreachable; retry later.")
 
 
 def _too_large(exc: RequestEntityTooLarge) -> Response:

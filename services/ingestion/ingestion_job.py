@@ -62,9 +62,8 @@ def record_failed_attempt(
     Returns:
       the failure reason written, or None when the document stays as it is.
     """
-    store.lock_document(session, organization_id, document_id)
     try:
-        document = store.get_document(
+        document = store.locked_document(
             session, organization_id=organization_id, document_id=document_id
         )
     except RecordMissing:

@@ -189,8 +189,7 @@ class _Pass:
         meanwhile, or finished by a concurrent run). Raises RecordMissing when it was
         deleted meanwhile."""
         session, document = self.session, self.document
-        store.lock_document(session, document.organization_id, document.id)
-        locked = store.get_document(
+        locked = store.locked_document(
             session, organization_id=document.organization_id, document_id=document.id
         )
         if locked.submitted_at != self.submitted_at:

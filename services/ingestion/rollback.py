@@ -50,8 +50,9 @@ def request_rollback(
     kept = store.get_version(
         session, organization_id=organization_id, document_id=document_id, version=version
     )
-    store.lock_document(session, organization_id, document_id)
-    document = store.get_document(session, organization_id=organization_id, document_id=document_id)
+    document = store.locked_document(
+        session, organization_id=organization_id, document_id=document_id
+    )
     if document.status == "processing":
         raise store.DocumentBusy(f"document {document_id} is being ingested")
     if (

@@ -57,8 +57,9 @@ class RefreshOutcome:
 def _locked_if_ready(
     session: Session, organization_id: int, document_id: int, submitted_at: datetime
 ) -> KbDocument | None:
-    store.lock_document(session, organization_id, document_id)
-    document = store.get_document(session, organization_id=organization_id, document_id=document_id)
+    document = store.locked_document(
+        session, organization_id=organization_id, document_id=document_id
+    )
     if document.status != "ready" or document.submitted_at != submitted_at:
         return None
     return document

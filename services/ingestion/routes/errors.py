@@ -11,7 +11,7 @@ import time
 from flask import Blueprint, Response, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from services.apikit.errors import RETRY_AFTER_SECONDS, error_response
+from services.apikit.errors import RETRY_AFTER_SECONDS, error_response, unavailable
 from services.ingestion import store
 from shared.db.models.ingestion import MAX_SOURCE_BYTES
 from shared.errors import Delay, RecordMissing, Retryable
@@ -42,14 +42,10 @@ def _body_too_large(exc: RequestEntityTooLarge) -> Response:
 
 def _embedder_unavailable(exc: Delay | Retryable) -> Response:
     log.warning("embedder unavailable, answering 503: %s", exc)
-    response = error_response(
-        503, "embedder_unavailable", message="the embedding provider is busy; retry later"
-    )
     wait = RETRY_AFTER_SECONDS
     if isinstance(exc, Delay):
         wait = max(1, math.ceil(exc.until - time.time()))
-    response.headers["Retry-After"] = str(wait)
-    return response
+    return unavailable("embedder_unavailable", "the embedding provider is busy; retry later", wait)
 
 
 def register_error_handlers(routes: Blueprint) -> None:

@@ -153,6 +153,13 @@ def get_document(
     return document
 
 
+def locked_document(session: Session, *, organization_id: int, document_id: int) -> KbDocument:
+    """Take the document's lock (held until the transaction ends), then read the document
+    as it is now. Raises RecordMissing (missing, deleted or another tenant's)."""
+    lock_document(session, organization_id, document_id)
+    return get_document(session, organization_id=organization_id, document_id=document_id)
+
+
 def read_source(session: Session, *, organization_id: int, document_id: int) -> bytes | None:
     """The document's stored source bytes, returned to the caller and not kept on the ORM
     instance (so they are freed as soon as the caller lets go of them).
@@ -221,8 +228,7 @@ def mark_for_retry(
         document_id=document_id,
         knowledge_base_id=knowledge_base_id,
     )
-    lock_document(session, organization_id, document_id)
-    document = get_document(session, organization_id=organization_id, document_id=document_id)
+    document = locked_document(session, organization_id=organization_id, document_id=document_id)
     if document.status != "processing":
         resubmit(document, now or utcnow())
         session.flush()
