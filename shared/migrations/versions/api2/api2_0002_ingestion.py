@@ -86,6 +86,8 @@ def _use_pgvector() -> bool:
 
 
 def upgrade() -> None:
+    # One unit, however long: a migration's upgrade is the list of what it creates, in the
+    # order the foreign keys need; split, it would only scatter that list.
     op.create_table(
         "ingestion_api_keys",
         sa.Column("id", sa.BigInteger(), sa.Identity(always=False), primary_key=True),

@@ -57,6 +57,8 @@ def _index(table: str, columns: list[str], *, name: str | None = None, **kw: Any
 
 
 def upgrade() -> None:
+    # One unit, however long: a migration's upgrade is the list of what it creates, in the
+    # order the foreign keys need; split, it would only scatter that list.
     op.create_table(
         "organizations",
         _id(),
