@@ -23,14 +23,13 @@ from shared.db.models.rails import (
     KnowledgeBaseDocument,
     KnowledgeBaseSource,
 )
-from shared.db.tenant import require_scoped, select_scoped
+from shared.db.tenant import require_scoped
 from shared.errors import Unrecoverable
 from tiers.attempts import current_attempt
 from tiers.policies import DEFAULT_RETRY, RetryPolicy
 
 #: Sources whose documents come from crawling their root URL.
 CRAWLED_SOURCE_TYPES = ("url", "website")
-ACTIVE_TASK_STATES = ("pending", "running")
 
 
 @dataclass(frozen=True)
@@ -47,15 +46,7 @@ def plan_source_crawl(
 ) -> list[JobRequest]:
     """A URL source's sync: continue its unfinished crawl task, or open a new one on the
     source's root URL, and start it."""
-    task = session.execute(
-        select_scoped(KnowledgeBaseCrawlTask, organization_id=organization_id)
-        .where(
-            KnowledgeBaseCrawlTask.knowledge_base_source_id == source.id,
-            KnowledgeBaseCrawlTask.status.in_(ACTIVE_TASK_STATES),
-        )
-        .order_by(KnowledgeBaseCrawlTask.id.desc())
-        .limit(1)
-    ).scalar_one_or_none()
+    task = store.unfinished_crawl_task(session, organization_id, source.id)
     if task is None:
         root = source.settings.get("url") or source.settings.get("root_url")
         if not root:

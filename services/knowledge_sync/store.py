@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from services.connectors.base import ListedDocument, ListedSection
 from services.indexing.digests import content_hash
 from shared.db.models.rails import (
+    KnowledgeBaseCrawlTask,
     KnowledgeBaseDocument,
     KnowledgeBaseDocumentSection,
     KnowledgeBaseSection,
@@ -22,6 +23,8 @@ from shared.db.tenant import organization_filter, require_scoped, select_scoped
 
 #: Sources the pipeline never syncs (Intercom content comes from elsewhere).
 EXCLUDED_SOURCE_TYPES = ("intercom",)
+#: A crawl task in these states is continued by its source's next sync, not replaced.
+UNFINISHED_CRAWL_STATES = ("pending", "running")
 
 
 def live_source(session: Session, organization_id: int, source_id: int) -> KnowledgeBaseSource:
@@ -62,6 +65,21 @@ def documents_of_source(
         )
     ).scalars()
     return {row.source_identifier: row for row in rows}
+
+
+def unfinished_crawl_task(
+    session: Session, organization_id: int, source_id: int
+) -> KnowledgeBaseCrawlTask | None:
+    """The source's latest crawl task still pending or running, if any."""
+    return session.execute(
+        select_scoped(KnowledgeBaseCrawlTask, organization_id=organization_id)
+        .where(
+            KnowledgeBaseCrawlTask.knowledge_base_source_id == source_id,
+            KnowledgeBaseCrawlTask.status.in_(UNFINISHED_CRAWL_STATES),
+        )
+        .order_by(KnowledgeBaseCrawlTask.id.desc())
+        .limit(1)
+    ).scalar_one_or_none()
 
 
 def upsert_sections(
@@ -168,6 +186,26 @@ def store_content(
     row.last_synced_at = now
     row.updated_at = now
     return changed
+
+
+def mark_chunks_synced(
+    session: Session,
+    organization_id: int,
+    document_id: int,
+    indexed_hash: str | None,
+    now: datetime,
+) -> None:
+    """Set the document's ``chunks_synced_at``, unless its content changed since the chunks
+    were made from content of ``indexed_hash`` (then the recovery sweep chunks it again)."""
+    session.execute(
+        update(KnowledgeBaseDocument)
+        .where(
+            organization_filter(KnowledgeBaseDocument, organization_id),
+            KnowledgeBaseDocument.id == document_id,
+            KnowledgeBaseDocument.content_hash.is_not_distinct_from(indexed_hash),
+        )
+        .values(chunks_synced_at=now)
+    )
 
 
 def link_sections(

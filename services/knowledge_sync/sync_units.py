@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import update
 from sqlalchemy.orm import Session
 
 from router.requests import JobRequest
@@ -29,7 +28,7 @@ from services.knowledge_sync import store
 from services.knowledge_sync.crawl_units import CRAWLED_SOURCE_TYPES, plan_source_crawl
 from services.knowledge_sync.families import document_request
 from shared.db.models.rails import KnowledgeBaseDocument, KnowledgeBaseSource
-from shared.db.tenant import organization_filter, require_scoped
+from shared.db.tenant import require_scoped
 from shared.errors import RecordMissing, Unrecoverable
 
 #: ``document_chunks.source_type`` (and ``pg_search_documents.searchable_type``) of synced
@@ -229,13 +228,5 @@ def run_document_chunks(
         chunker=ctx.chunker,
         embedder=ctx.embedder,
     )
-    session.execute(
-        update(KnowledgeBaseDocument)
-        .where(
-            organization_filter(KnowledgeBaseDocument, organization_id),
-            KnowledgeBaseDocument.id == row.id,
-            KnowledgeBaseDocument.content_hash.is_not_distinct_from(indexed_hash),
-        )
-        .values(chunks_synced_at=now)
-    )
+    store.mark_chunks_synced(session, organization_id, row.id, indexed_hash, now)
     return int(outcome.chunk_count)

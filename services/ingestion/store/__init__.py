@@ -58,6 +58,7 @@ from services.ingestion.store.knowledge_bases import (
 )
 from services.ingestion.store.locks import lock_document
 from services.ingestion.store.names import MAX_NAME_LENGTH
+from services.ingestion.store.sweeps import DueDocument, documents_to_ingest, documents_to_refresh
 from services.ingestion.store.usage import INGESTED_EVENT, record_usage_event
 from services.ingestion.store.versions import (
     RETAINED_SNAPSHOTS,
@@ -77,6 +78,7 @@ __all__ = [
     "DocumentBusy",
     "DocumentSource",
     "DocumentTooLarge",
+    "DueDocument",
     "FileSource",
     "TextSource",
     "UrlSource",
@@ -87,6 +89,8 @@ __all__ = [
     "create_knowledge_base",
     "delete_document",
     "delete_knowledge_base",
+    "documents_to_ingest",
+    "documents_to_refresh",
     "get_document",
     "get_knowledge_base",
     "get_version",

@@ -35,7 +35,7 @@ from services.app.bootstrap import Platform
 from services.ingestion import store
 from services.ingestion.families import ingest_job_id
 from services.ingestion.routes import UPLOAD_BODY_LIMIT
-from services.ingestion.ticks import documents_to_ingest
+from services.ingestion.store import documents_to_ingest
 from shared.db.models import IngestionApiKey, KbDocument, KnowledgeBase
 from shared.db.models.ingestion import MAX_SOURCE_BYTES
 from shared.errors import QueueUnavailable

@@ -34,12 +34,8 @@ from services.indexing.embedders import HashingEmbedder
 from services.ingestion import ingestion_job, pipeline, search, store, url_refresh
 from services.ingestion.families import ingest_job_id
 from services.ingestion.rollback import request_rollback
-from services.ingestion.ticks import (
-    SweepBounds,
-    documents_to_ingest,
-    documents_to_refresh,
-    sweep_processing,
-)
+from services.ingestion.store import documents_to_ingest, documents_to_refresh
+from services.ingestion.ticks import SweepBounds, sweep_processing
 from services.ingestion.url_sources import DEFAULT_RECRAWL_INTERVAL_SECONDS
 from services.web.failures import UNREACHABLE
 from services.web.fetch import PageFetch, page_fetcher
