@@ -20,16 +20,6 @@ from tiers.broker import TierBroker
 
 
 @pytest.fixture
-def router(redis_url: str, namespace: str) -> Iterator[Router]:
-    broker = h.make_broker(redis_url, namespace)
-    registry = Registry()
-    for family in h.families().values():
-        registry.add(family)
-    yield Router(registry, broker)
-    broker.close()
-
-
-@pytest.fixture
 def probe(engine: Engine) -> Iterator[str]:
     """A table of its own for one test."""
     table = f"uow_probe_{uuid.uuid4().hex[:8]}"

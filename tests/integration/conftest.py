@@ -1,4 +1,4 @@
-"""The tiers tests' broker and router: the harness's test families
+"""The integration tests' platform-level broker and router: the harness's test families
 (``tests/platform_harness.py``) on a TierBroker of this test's Redis namespace."""
 
 from __future__ import annotations
