@@ -7,6 +7,7 @@ import logging
 import threading
 from typing import Any
 
+import redis
 from dramatiq.broker import Broker
 from dramatiq.common import q_name
 from dramatiq.middleware import Middleware, SkipMessage
@@ -90,5 +91,7 @@ class GroupSlots(Middleware):
                 reaped = self.jobs.reap()
                 if reaped:
                     log.warning("reaped %d group slot(s) whose worker stopped answering", reaped)
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                log.warning("lease upkeep: redis unreachable (%s); retrying", exc)
             except Exception:
                 log.exception("lease upkeep failed; retrying")
