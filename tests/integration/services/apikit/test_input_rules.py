@@ -8,8 +8,6 @@ from __future__ import annotations
 import io
 import json
 import socket
-import uuid
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -23,6 +21,7 @@ from services.app.bootstrap import Platform
 from services.ingestion.routes import UPLOAD_BODY_LIMIT
 from shared.db.models import IngestionApiKey, KbDocument, KnowledgeBase
 from tests.fixtures_platform import MakePlatform
+from tests.integration.services.ingestion.factories import Tenant, new_org, new_tenant
 
 TOKEN = "internal-secret"
 INTERNAL = {"Authorization": f"Bearer {TOKEN}"}
@@ -46,39 +45,9 @@ def client(app: Flask) -> FlaskClient:
     return app.test_client()
 
 
-@dataclass
-class Tenant:
-    client: FlaskClient
-    organization_id: int
-    key: str
-
-    @property
-    def auth(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.key}"}
-
-    def call(self, method: str, path: str, body: Any = None) -> TestResponse:
-        return self.client.open(path, method=method, headers=self.auth, json=body)
-
-    def base(self) -> int:
-        response = self.call("POST", "/knowledge-bases", {"name": "Docs"})
-        assert response.status_code == 201, response.json
-        return int(response.json["id"])  # type: ignore[index]
-
-
-def new_org() -> int:
-    return 10**6 + uuid.uuid4().int % 10**12
-
-
 @pytest.fixture
 def tenant(client: FlaskClient) -> Tenant:
-    organization_id = new_org()
-    response = client.post(
-        "/internal/ingestion/api_keys",
-        json={"organization_id": organization_id, "name": "rails"},
-        headers=INTERNAL,
-    )
-    assert response.status_code == 201, response.json
-    return Tenant(client, organization_id, response.json["key"])  # type: ignore[index]
+    return new_tenant(client, INTERNAL)
 
 
 def stored(platform: Platform, organization_id: int) -> tuple[int, int, int]:
@@ -111,7 +80,7 @@ NUL = "a\x00b"
 def test_a_nul_in_any_json_string_field_is_a_400_naming_it(
     tenant: Tenant, client: FlaskClient, platform: Platform
 ) -> None:
-    base = tenant.base()
+    base = tenant.create_base()
     documents = f"/knowledge-bases/{base}/documents"
     url = {"url": "https://example.com/"}
     cases: list[tuple[str, dict[str, Any], str]] = [
@@ -151,7 +120,7 @@ def test_a_nul_in_any_json_string_field_is_a_400_naming_it(
 def test_a_nul_in_any_part_of_a_multipart_upload_is_a_400_naming_it(
     tenant: Tenant, platform: Platform
 ) -> None:
-    path = f"/knowledge-bases/{tenant.base()}/documents"
+    path = f"/knowledge-bases/{tenant.create_base()}/documents"
 
     def upload(filename: str, content_type: str = "text/plain", **form: Any) -> TestResponse:
         data = {"file": (io.BytesIO(b"some words"), filename, content_type), **form}
@@ -214,7 +183,7 @@ def test_a_chunked_body_over_the_limit_is_a_413_not_a_truncated_body(
 
 
 def test_the_upload_route_holds_a_chunked_body_to_its_own_limit(tenant: Tenant) -> None:
-    path = f"/knowledge-bases/{tenant.base()}/documents"
+    path = f"/knowledge-bases/{tenant.create_base()}/documents"
     text = json.dumps({"name": "big", "text": "word "}).encode()
 
     over = chunked(tenant.client, path, text + b" " * UPLOAD_BODY_LIMIT, tenant.auth)
@@ -296,7 +265,7 @@ def test_path_ids_are_documented_as_the_routes_read_them(client: FlaskClient) ->
 def test_a_whole_number_is_an_integer_and_a_string_never_is(
     tenant: Tenant, client: FlaskClient
 ) -> None:
-    base = tenant.base()
+    base = tenant.create_base()
     assert tenant.call("POST", "/search", {"query": "refunds", "top_k": 5.0}).status_code == 200
     for top_k in (5.5, "5", True):
         response = tenant.call("POST", "/search", {"query": "refunds", "top_k": top_k})

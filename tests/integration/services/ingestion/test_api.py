@@ -13,13 +13,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import json
 import re
 import threading
-import time
-import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import docx
@@ -40,13 +36,18 @@ from shared.db.models import IngestionApiKey, KbDocument, KnowledgeBase
 from shared.db.models.ingestion import MAX_SOURCE_BYTES
 from shared.errors import QueueUnavailable
 from tests.fixtures_platform import MakePlatform
+from tests.integration.services.ingestion.factories import (
+    Tenant,
+    new_org,
+    new_tenant,
+    provision,
+)
 from tiers.worker import serve
 
 TOKEN = "internal-secret"
 INTERNAL = {"Authorization": f"Bearer {TOKEN}"}
 #: The app's own body limit, far under an upload's: the upload route must lift it.
 MAX_BODY = 64 * 1024
-PATIENCE = 60.0
 
 
 # -- the platform, the app and a worker ----------------------------------------------------
@@ -94,92 +95,9 @@ def worker(platform: Platform) -> Iterator[None]:
 # -- tenants and calls ---------------------------------------------------------------------
 
 
-def new_org() -> int:
-    return 10**6 + uuid.uuid4().int % 10**12
-
-
-@dataclass
-class Tenant:
-    """An organization with a provisioned API key, calling the API through ``client``."""
-
-    client: FlaskClient
-    organization_id: int
-    key: str
-
-    @property
-    def auth(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.key}"}
-
-    def call(self, method: str, path: str, body: Any = None, **kwargs: Any) -> TestResponse:
-        if body is not None:
-            kwargs["data"] = body if isinstance(body, bytes | str) else json.dumps(body)
-            kwargs.setdefault("content_type", "application/json")
-        return self.client.open(path, method=method, headers=self.auth, **kwargs)
-
-    def create_base(self, name: str = "Docs", **fields: Any) -> int:
-        response = self.call("POST", "/knowledge-bases", {"name": name, **fields})
-        assert response.status_code == 201, response.json
-        return int(response.json["id"])  # type: ignore[index]
-
-    def upload(
-        self,
-        base: int,
-        data: bytes,
-        filename: str,
-        content_type: str | None = None,
-        **fields: Any,
-    ) -> TestResponse:
-        form: dict[str, Any] = {"file": (io.BytesIO(data), filename, content_type), **fields}
-        return self.client.post(
-            f"/knowledge-bases/{base}/documents",
-            data=form,
-            headers=self.auth,
-            content_type="multipart/form-data",
-        )
-
-    def add_text(self, base: int, name: str, text: str, **fields: Any) -> TestResponse:
-        body = {"name": name, "text": text, **fields}
-        return self.call("POST", f"/knowledge-bases/{base}/documents", body)
-
-    def document(self, base: int, document: int) -> dict[str, Any]:
-        response = self.call("GET", f"/knowledge-bases/{base}/documents/{document}")
-        assert response.status_code == 200, response.json
-        return response.json  # type: ignore[return-value]
-
-    def settled(self, base: int, document: int, timeout: float = PATIENCE) -> dict[str, Any]:
-        """The document once it is out of ``processing`` (the worker must be running)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = self.document(base, document)
-            if found["status"] != "processing":
-                return found
-            time.sleep(0.05)
-        raise AssertionError(f"document {document} still processing after {timeout}s")
-
-    def search(self, query: str, base: int | None = None, **fields: Any) -> list[dict[str, Any]]:
-        path = "/search" if base is None else f"/knowledge-bases/{base}/search"
-        response = self.call("POST", path, {"query": query, **fields})
-        assert response.status_code == 200, response.json
-        return response.json["hits"]  # type: ignore[index,no-any-return]
-
-
-def provision(client: FlaskClient, organization_id: int, name: str = "rails") -> TestResponse:
-    return client.post(
-        "/internal/ingestion/api_keys",
-        json={"organization_id": organization_id, "name": name},
-        headers=INTERNAL,
-    )
-
-
 @pytest.fixture
 def tenant_factory(client: FlaskClient) -> Callable[[], Tenant]:
-    def make() -> Tenant:
-        organization_id = new_org()
-        response = provision(client, organization_id)
-        assert response.status_code == 201, response.json
-        return Tenant(client, organization_id, response.json["key"])  # type: ignore[index]
-
-    return make
+    return lambda: new_tenant(client, INTERNAL)
 
 
 @pytest.fixture
@@ -569,7 +487,7 @@ def test_every_public_route_needs_a_live_key(
     routes = public_routes(app)
     assert len(routes) == 14
     assert ("POST", "/knowledge-bases/1/documents") in routes
-    revoked = provision(client, tenant.organization_id, "old").json
+    revoked = provision(client, tenant.organization_id, INTERNAL, "old").json
     assert revoked is not None
     with platform.sessions() as session:
         store.revoke_api_key(session, organization_id=tenant.organization_id, key_id=revoked["id"])
@@ -598,7 +516,7 @@ def test_provisioning_keys_through_the_internal_route(
     client: FlaskClient, platform: Platform
 ) -> None:
     organization_id = new_org()
-    response = provision(client, organization_id, "Rails production")
+    response = provision(client, organization_id, INTERNAL, "Rails production")
     assert response.status_code == 201
     assert response.headers["Cache-Control"] == "no-store"
     created = response.json
@@ -609,7 +527,7 @@ def test_provisioning_keys_through_the_internal_route(
         row = session.get(IngestionApiKey, created["id"])
         assert row is not None
         assert row.key_hash == hashlib.sha256(created["key"].encode()).hexdigest()
-    second = provision(client, organization_id).json
+    second = provision(client, organization_id, INTERNAL).json
     assert second is not None and second["key"] != created["key"]
     listed = client.get("/knowledge-bases", headers={"Authorization": f"Bearer {created['key']}"})
     assert listed.status_code == 200

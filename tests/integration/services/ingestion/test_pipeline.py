@@ -13,7 +13,6 @@ import io
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -53,6 +52,7 @@ from shared.db.models import (
 from shared.db.vector import compare_type, embedding_storage, has_pgvector, include_object
 from shared.errors import RecordMissing, Retryable, Unrecoverable
 from tests.fixtures_platform import MakePlatform
+from tests.integration.services.ingestion.factories import new_org
 from tiers.policies import RetryPolicy
 from tiers.table import TIERS
 from tiers.worker import serve
@@ -62,10 +62,6 @@ CHUNKER = Chunker(max_tokens=40, overlap_tokens=5)
 
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-def new_org() -> int:
-    return 10**6 + uuid.uuid4().int % 10**12
 
 
 def utc_now() -> datetime:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from functools import partial
@@ -25,6 +24,7 @@ from services.knowledge_sync.crawl_step import crawl_url_step
 from services.web.fetch import CrawledPage, fetch_page
 from services.web.urls import normalize_url
 from shared.db.models import KnowledgeBaseCrawlTask, KnowledgeBaseSource, Organization
+from tests.integration.services.ingestion.factories import new_org
 
 GUARD_LOGGER = "services.web.ssrf_guard"
 #: The guard as production runs it: no private networks (the test site's loopback aside).
@@ -69,10 +69,6 @@ def redirecting_site() -> Iterator[str]:
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
-
-
-def new_org() -> int:
-    return 10**6 + uuid.uuid4().int % 10**12
 
 
 def ingest_url(session: Session, organization_id: int, url: str) -> pipeline.IngestOutcome:
