@@ -40,6 +40,7 @@ from urllib.parse import urlsplit
 import redis
 
 from shared.config import Settings
+from shared.errors import SpeedtierError
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ DURABLE_FSYNC = ("always", "everysec")
 CHECK_TIMEOUT_SECONDS = 5.0
 
 
-class VolatileRedis(RuntimeError):
+class VolatileRedis(SpeedtierError, RuntimeError):
     """Production or staging Redis without AOF persistence: accepted work could be lost."""
 
 

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import redis
 
+from shared.errors import SpeedtierError
+
 CLAIM_SECONDS = 30.0
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end"
 _RENEW = (
@@ -29,7 +31,7 @@ _RENEW = (
 )
 
 
-class NamespaceTaken(RuntimeError):
+class NamespaceTaken(SpeedtierError, RuntimeError):
     """Another ``speedtier up`` holds this Redis namespace."""
 
 

@@ -13,6 +13,8 @@ import re
 
 from charset_normalizer import from_bytes
 
+from shared.errors import SpeedtierError
+
 # UTF-32 before UTF-16: the UTF-32-LE BOM starts with the UTF-16-LE one.
 _BOMS = (
     (codecs.BOM_UTF32_LE, "utf-32"),
@@ -40,7 +42,7 @@ _META_CHARSET_BYTES = 1024
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
 
 
-class NotText(ValueError):
+class NotText(SpeedtierError, ValueError):
     """The bytes are not text; ``damaged`` when they carry a byte-order mark they do not
     decode under (truncated or corrupt text, rather than binary content)."""
 

@@ -24,13 +24,14 @@ from services.apikit.validation import IdConverter
 from services.app.api import jobs_routes, openapi_document, probes
 from services.app.bootstrap import Platform, bootstrap
 from shared.config import Settings, load_settings
+from shared.errors import SpeedtierError
 
 log = logging.getLogger(__name__)
 
 PLATFORM_BLUEPRINTS = (probes.blueprint, jobs_routes.blueprint, openapi_document.blueprint)
 
 
-class MissingToken(RuntimeError):
+class MissingToken(SpeedtierError, RuntimeError):
     """INTERNAL_API_TOKEN is required outside development and test."""
 
 

@@ -31,6 +31,7 @@ from services.app.namespace_claim import NamespaceClaim, NamespaceTaken
 from services.app.supervisor import ProcessGroup, ProcessSpec
 from shared import runtime_file
 from shared.config import TIER_NAMES, Settings, load_settings
+from shared.errors import SpeedtierError
 from shared.redis_persistence import VolatileRedis, verify_redis_persistence
 
 if TYPE_CHECKING:
@@ -227,7 +228,7 @@ def process_specs(
     return specs
 
 
-class DataDirInUse(RuntimeError):
+class DataDirInUse(SpeedtierError, RuntimeError):
     """Another ``speedtier up`` runs from the same data directory."""
 
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import requests
 
+from shared.errors import SpeedtierError
+
 #: Types the platform extracts, by extension (``mimetypes`` may not know Markdown).
 CONTENT_TYPES = {
     ".md": "text/markdown",
@@ -20,7 +22,7 @@ CONTENT_TYPES = {
 PAGE_SIZE = 100
 
 
-class ApiError(RuntimeError):
+class ApiError(SpeedtierError, RuntimeError):
     """The API answered an unexpected status; the message carries its error body."""
 
     def __init__(self, response: requests.Response) -> None:

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from services.app.demo.client import IngestionClient, content_type_of
 from services.app.demo.website import SampleWebsite, discover_pages
+from shared.errors import SpeedtierError
 
 FILES_DIR = Path(__file__).resolve().parent / "samples" / "files"
 KNOWLEDGE_BASE = "Nimbus sample knowledge base"
@@ -41,7 +42,7 @@ SNIPPET_CHARS = 150
 Say = Callable[[str], None]
 
 
-class DemoStopped(Exception):
+class DemoStopped(SpeedtierError):
     """The system is stopping; the demo gives up quietly."""
 
 

@@ -20,13 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from shared.errors import SpeedtierError
+
 logger = logging.getLogger("services.app.embedded")
 
 LOCALHOST = "127.0.0.1"
 START_TIMEOUT_SECONDS = 30.0
 
 
-class EmbeddedServiceError(RuntimeError):
+class EmbeddedServiceError(SpeedtierError, RuntimeError):
     """An embedded service could not be resolved, started or stopped."""
 
 

@@ -49,3 +49,33 @@ def test_only_job_outcomes_are_job_errors() -> None:
     assert not isinstance(store.DocumentTooLarge(), JobError)
     # robots.txt refusing a URL finishes it without content; it is not a job failure.
     assert not isinstance(Disallowed("https://example.com/"), JobError)
+
+
+#: Errors that are Dramatiq's mechanics, not the project's: a before-run middleware's way to
+#: hand an outcome (itself a SpeedtierError) to the outcomes middleware.
+MECHANICS = {"tiers.middleware.held.Held"}
+
+
+def test_every_error_the_project_defines_is_a_speedtier_error() -> None:
+    import importlib
+    import inspect
+    import pkgutil
+
+    found = []
+    for root in ("shared", "tiers", "router", "services"):
+        package = importlib.import_module(root)
+        for info in pkgutil.walk_packages(package.__path__, prefix=f"{root}."):
+            if ".migrations." in info.name:
+                continue
+            module = importlib.import_module(info.name)
+            for _, value in inspect.getmembers(module, inspect.isclass):
+                if value.__module__ == info.name and issubclass(value, BaseException):
+                    found.append(value)
+    strays = [
+        f"{error.__module__}.{error.__qualname__}"
+        for error in found
+        if not issubclass(error, SpeedtierError)
+        and f"{error.__module__}.{error.__qualname__}" not in MECHANICS
+    ]
+    assert len(found) > 20
+    assert strays == []
