@@ -119,12 +119,8 @@ class JobStore:
         network round trip, not one transaction. ``previous_redis_id`` names the copy a
         single message replaces when it moves along (its id stays the same).
         """
-        script = self._scripts["enqueue"]
-        pipe = self.client.pipeline(transaction=False)
-        for message in messages:
-            args = self._enqueue_args(message, previous_redis_id)
-            script(keys=[self.namespace], args=args, client=pipe)
-        replies = pipe.execute()
+        calls = [self._enqueue_args(message, previous_redis_id) for message in messages]
+        replies = self._evalsha_pipelined("enqueue", calls)
         return [
             EnqueueResult(
                 job_id=message.options[JOB_ID],
@@ -134,6 +130,28 @@ class JobStore:
             )
             for message, reply in zip(messages, replies, strict=True)
         ]
+
+    def _evalsha_pipelined(self, name: str, calls: Sequence[Sequence[Any]]) -> list[Any]:
+        """Run script ``name`` once per argument list, in one pipelined round trip.
+
+        redis-py's ``Script`` in a pipeline asks ``SCRIPT EXISTS`` before every execute: a
+        second round trip per enqueue. The script is sent by its hash alone; when Redis does
+        not know it (a restart, a flush), the calls failed, so it is loaded and the batch
+        sent again (were a flush to land mid-batch, the calls that ran are answered
+        ``deduplicated`` the second time: the identity script makes a resend harmless).
+        """
+        script = self._scripts[name]
+        for attempt in (1, 2):
+            pipe = self.client.pipeline(transaction=False)
+            for args in calls:
+                pipe.evalsha(script.sha, 1, self.namespace, *args)
+            try:
+                return list(pipe.execute())
+            except redis.exceptions.NoScriptError:
+                if attempt == 2:
+                    raise
+                self.client.script_load(script.script)
+        raise AssertionError("unreachable")
 
     # -- worker side -------------------------------------------------------------------------
 

@@ -159,3 +159,26 @@ def test_stale_copy_of_a_replaced_job_is_dropped(
         h.wait_until(lambda: not redis_client.hexists(f"{queue}.msgs", old_id))
     # Then it does not run twice
     assert runs(redis_client, namespace, "z") == 1
+
+
+def _script_exists_calls(client: redis.Redis) -> int:
+    stats = client.info("commandstats")
+    return int(stats.get("cmdstat_script|exists", {}).get("calls", 0))
+
+
+def test_a_single_enqueue_is_one_round_trip_and_survives_a_script_flush(
+    router: Router, broker: TierBroker, redis_client: redis.Redis
+) -> None:
+    # Given the identity script known to Redis
+    router.enqueue(request("warm"))
+    before = _script_exists_calls(redis_client)
+    # When single requests are enqueued
+    for i in range(20):
+        assert router.enqueue(request(f"one-{i}")).outcome == "added"
+    # Then none of them asked Redis whether the script exists first (one round trip each)
+    assert _script_exists_calls(redis_client) == before
+    # And after Redis forgets its scripts, an enqueue still lands, once
+    redis_client.script_flush()
+    assert router.enqueue(request("after-flush")).outcome == "added"
+    assert router.enqueue(request("after-flush")).outcome == "deduplicated"
+    assert state(broker, "plain-after-flush") == "waiting"
