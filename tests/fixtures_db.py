@@ -91,9 +91,8 @@ def engine(database_url: str) -> Iterator[Engine]:
     engine.dispose()
 
 
-@pytest.fixture
-def session(engine: Engine) -> Iterator[Session]:
-    """A session whose work is rolled back after the test, commits included.
+def joined_session(engine: Engine) -> Iterator[Session]:
+    """A session whose work is rolled back at the end, commits included.
 
     SQLAlchemy's "join an external transaction" recipe: the session runs inside an outer
     transaction and turns its own commits into savepoint releases.
@@ -106,6 +105,12 @@ def session(engine: Engine) -> Iterator[Session]:
         finally:
             session.close()
             transaction.rollback()
+
+
+@pytest.fixture
+def session(engine: Engine) -> Iterator[Session]:
+    """A session whose work is rolled back after the test (:func:`joined_session`)."""
+    yield from joined_session(engine)
 
 
 @pytest.fixture

@@ -30,6 +30,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import pytest
+from flask import Flask
+from flask.testing import FlaskClient
 
 from services.app.bootstrap import Platform, bootstrap
 from shared.config import load_settings
@@ -94,3 +96,16 @@ def make_platform(redis_url: str, database_url: str, namespace: str) -> Iterator
 def platform(make_platform: MakePlatform) -> Platform:
     """The production services on this test's namespace and database."""
     return make_platform()
+
+
+@pytest.fixture
+def app(platform: Platform) -> Flask:
+    """The internal API's Flask app over ``platform`` (a module's own ``platform`` too)."""
+    from services.app.api import create_app
+
+    return create_app(platform)
+
+
+@pytest.fixture
+def client(app: Flask) -> FlaskClient:
+    return app.test_client()

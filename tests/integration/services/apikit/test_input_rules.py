@@ -11,7 +11,6 @@ import socket
 from typing import Any
 
 import pytest
-from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import func, select
 from werkzeug.test import TestResponse
@@ -33,16 +32,6 @@ NUL_MESSAGE = "must not contain NUL (U+0000)"
 @pytest.fixture
 def platform(make_platform: MakePlatform) -> Platform:
     return make_platform(internal_api_token=TOKEN, api_max_body_bytes=MAX_BODY)
-
-
-@pytest.fixture
-def app(platform: Platform) -> Flask:
-    return create_app(platform)
-
-
-@pytest.fixture
-def client(app: Flask) -> FlaskClient:
-    return app.test_client()
 
 
 @pytest.fixture

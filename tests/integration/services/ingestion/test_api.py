@@ -26,7 +26,6 @@ from pypdf import PdfWriter
 from sqlalchemy import func, select
 from werkzeug.test import TestResponse
 
-from services.app.api import create_app
 from services.app.bootstrap import Platform
 from services.ingestion import store
 from services.ingestion.families import ingest_job_id
@@ -56,16 +55,6 @@ MAX_BODY = 64 * 1024
 @pytest.fixture
 def platform(make_platform: MakePlatform) -> Platform:
     return make_platform(internal_api_token=TOKEN, api_max_body_bytes=MAX_BODY)
-
-
-@pytest.fixture
-def app(platform: Platform) -> Flask:
-    return create_app(platform)
-
-
-@pytest.fixture
-def client(app: Flask) -> FlaskClient:
-    return app.test_client()
 
 
 @contextlib.contextmanager

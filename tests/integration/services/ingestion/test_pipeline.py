@@ -51,6 +51,7 @@ from shared.db.models import (
 )
 from shared.db.vector import compare_type, embedding_storage, has_pgvector, include_object
 from shared.errors import RecordMissing, Retryable, Unrecoverable
+from tests.fixtures_db import joined_session
 from tests.fixtures_platform import MakePlatform
 from tests.integration.services.ingestion.factories import new_org
 from tiers.policies import RetryPolicy
@@ -196,21 +197,10 @@ def fetch() -> PageFetch:
     return page_fetcher(allow_private=True, timeout=5)
 
 
-def _joined_session(engine: Engine) -> Iterator[Session]:
-    with engine.connect() as connection:
-        transaction = connection.begin()
-        session = Session(bind=connection, join_transaction_mode="create_savepoint")
-        try:
-            yield session
-        finally:
-            session.close()
-            transaction.rollback()
-
-
 @pytest.fixture
 def pg_session(pgvector_engine: Engine) -> Iterator[Session]:
     """Like ``session``, on the pgvector database."""
-    yield from _joined_session(pgvector_engine)
+    yield from joined_session(pgvector_engine)
 
 
 @pytest.fixture(params=["fallback", "pgvector"])

@@ -35,11 +35,6 @@ PATH = "/internal/knowledge_base_sync/enqueue"
 URL = "https://docs.test/guide/intro"
 
 
-@pytest.fixture
-def client(platform: Platform) -> FlaskClient:
-    return create_app(platform).test_client()
-
-
 def post(client: FlaskClient, requests: list[dict[str, Any]], headers: Any = AUTH) -> Any:
     return client.post(
         PATH,

@@ -59,16 +59,6 @@ def platform(make_platform: MakePlatform) -> Platform:
     return api_platform(make_platform)
 
 
-@pytest.fixture
-def app(platform: Platform) -> Flask:
-    return create_app(platform)
-
-
-@pytest.fixture
-def client(app: Flask) -> FlaskClient:
-    return app.test_client()
-
-
 def plain(item: str, org: int = 7, **extra: Any) -> dict[str, Any]:
     return {"kind": "t_plain", "organization_id": org, "item": item, **extra}
 
