@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 from dramatiq.message import Message
 
 from router.registry import Registry
@@ -24,6 +23,7 @@ from tiers.options import (
     PROVIDER,
     WINDOW_SCOPE,
 )
+from tiers.redis_retry import REDIS_DOWN
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class Router:
             batch = routed[start : start + BATCH_SIZE]
             try:
                 results = self.broker.enqueue_identified([self.message_for(j) for j in batch])
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
+            except REDIS_DOWN as exc:
                 raise QueueUnavailable(f"Redis did not accept the jobs: {exc}") from exc
             answers.extend(
                 Enqueued(r.job_id, r.outcome, r.queue, job.family.kind)

@@ -15,7 +15,7 @@ from dramatiq.middleware import Middleware
 
 from tiers.consumer import ACKED_IN_SETTLE, TierConsumer
 from tiers.faults import fault_point
-from tiers.job_store import EnqueueResult, JobStore
+from tiers.job_store import EnqueueResult, JobStore, as_text
 from tiers.options import ETA, JOB_ID, REDIS_MESSAGE_ID
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,7 @@ class TierBroker(RedisBroker):
         """Redis ids of fetched messages known only by their data (undecodable ones), found
         among this worker's unacked messages of the queue; identical data, several ids."""
         acks = f"{self.namespace}:__acks__.{self.broker_id}.{queue_name}"
-        ids = [self._text(i) for i in self.client.smembers(acks)]
+        ids = [as_text(i) for i in self.client.smembers(acks)]
         if not ids:
             return {}
         values = self.client.hmget(f"{self.namespace}:{queue_name}.msgs", ids)
@@ -159,10 +159,6 @@ class TierBroker(RedisBroker):
             if value in wanted:
                 found.setdefault(value, []).append(redis_id)
         return found
-
-    @staticmethod
-    def _text(value: bytes | str) -> str:
-        return value.decode() if isinstance(value, bytes) else value
 
     # -- what this process holds ---------------------------------------------------------
 
@@ -185,7 +181,7 @@ class TierBroker(RedisBroker):
         process does not hold: the reply of a fetch lost to a connection error left them
         there, where nothing would ever run them while this worker lives. Returns how many."""
         acks = f"{self.namespace}:__acks__.{self.broker_id}.{queue_name}"
-        listed = {self._text(i) for i in self.client.smembers(acks)}
+        listed = {as_text(i) for i in self.client.smembers(acks)}
         lost = sorted(listed - set(self._held[queue_name]))
         if lost:
             self._dispatch("requeue")(queue_name, *lost)  # type: ignore[no-untyped-call]

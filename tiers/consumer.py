@@ -26,7 +26,6 @@ from collections.abc import Iterable
 from queue import PriorityQueue
 from typing import TYPE_CHECKING, Any
 
-import redis
 from dramatiq import Worker
 from dramatiq.broker import MessageProxy
 from dramatiq.brokers.redis import _RedisConsumer
@@ -37,6 +36,7 @@ from dramatiq.worker import ConsumerThread
 
 from tiers.faults import fault_point
 from tiers.options import JOB_ID, REDIS_MESSAGE_ID
+from tiers.redis_retry import REDIS_DOWN
 
 if TYPE_CHECKING:
     from tiers.broker import TierBroker
@@ -48,7 +48,6 @@ ACKED_IN_SETTLE = "_st_acked_in_settle"
 #: The longest a consumer waits before reconnecting after an error; it waits no longer than
 #: the poll interval, so work resumes within a poll of Redis coming back.
 RESTART_DELAY_SECONDS = 1.0
-REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 
 
 class TierConsumer(_RedisConsumer):

@@ -39,7 +39,8 @@ def _load(name: str) -> str:
     return prelude + "\n" + (base / f"{name}.lua").read_text()
 
 
-def _text(value: bytes | str) -> str:
+def as_text(value: bytes | str) -> str:
+    """A reply of Redis (bytes, as Dramatiq's client answers) as a string."""
     return value.decode() if isinstance(value, bytes) else value
 
 
@@ -196,7 +197,7 @@ class JobStore:
             args += [options[JOB_ID], message.message_id, options[REDIS_MESSAGE_ID]]
         verdicts = self._scripts["claim_many"](keys=[self.namespace], args=args)
         for message, verdict in zip(batch, verdicts, strict=True):
-            self.claimed_at_fetch[message.options[REDIS_MESSAGE_ID]] = _text(verdict)
+            self.claimed_at_fetch[message.options[REDIS_MESSAGE_ID]] = as_text(verdict)
 
     def unclaim_unstarted(self, messages: Iterable[Message[Any]]) -> None:
         """Messages handed back unrun (worker shutdown): drop their fetch-time verdicts and
@@ -273,7 +274,7 @@ class JobStore:
                 QUEUED_LEASE_MS,
             ],
         )
-        return _text(reply)
+        return as_text(reply)
 
     def reject(
         self,
@@ -314,7 +315,7 @@ class JobStore:
         raw = self.client.hgetall(self.record_key(job_id))
         if not raw:
             return None
-        return {_text(k): _text(v) for k, v in raw.items()}
+        return {as_text(k): as_text(v) for k, v in raw.items()}
 
     def group_state(self, group_key: str) -> tuple[int, int]:
         """``(admitted, parked)`` counts of one group."""

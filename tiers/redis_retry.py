@@ -14,6 +14,8 @@ from typing import TypeVar
 import redis
 
 T = TypeVar("T")
+#: What redis-py raises when the server does not answer.
+REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 log = logging.getLogger(__name__)
 
 
@@ -25,7 +27,7 @@ def until_redis_answers(call: Callable[[], T], *, what: str, max_wait: float = 0
     while True:
         try:
             return call()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except REDIS_DOWN as exc:
             log.warning("redis unreachable while %s (%s); retrying in %.1fs", what, exc, wait)
             time.sleep(wait)
             wait = min(wait * 2, max_wait)

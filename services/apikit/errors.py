@@ -32,6 +32,7 @@ from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException, InternalServerError, RequestEntityTooLarge
 
 from shared.errors import QueueUnavailable, ValidationFailed
+from tiers.redis_retry import REDIS_DOWN
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +41,7 @@ RETRY_AFTER_SECONDS = 5
 
 #: Redis failures that mean "the queue cannot take work now", raised outside the router
 #: (which already turns connection errors into QueueUnavailable).
-REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (
-    redis.ConnectionError,
-    redis.TimeoutError,
-    redis.exceptions.ReadOnlyError,
-)
+REDIS_UNAVAILABLE: tuple[type[Exception], ...] = (*REDIS_DOWN, redis.exceptions.ReadOnlyError)
 
 #: PostgreSQL failures that mean "the database cannot be reached now": a refused or lost
 #: connection, an exhausted pool. Anything else from the database stays a 500.

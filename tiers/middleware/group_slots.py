@@ -7,7 +7,6 @@ import logging
 import threading
 from typing import Any
 
-import redis
 from dramatiq.broker import Broker
 from dramatiq.common import q_name
 from dramatiq.middleware import Middleware, SkipMessage
@@ -15,7 +14,7 @@ from dramatiq.middleware import Middleware, SkipMessage
 from tiers.faults import fault_point
 from tiers.job_store import JobStore
 from tiers.options import GROUP, JOB_ID, REDIS_MESSAGE_ID
-from tiers.redis_retry import until_redis_answers
+from tiers.redis_retry import REDIS_DOWN, until_redis_answers
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +90,7 @@ class GroupSlots(Middleware):
                 reaped = self.jobs.reap()
                 if reaped:
                     log.warning("reaped %d group slot(s) whose worker stopped answering", reaped)
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
+            except REDIS_DOWN as exc:
                 log.warning("lease upkeep: redis unreachable (%s); retrying", exc)
             except Exception:
                 log.exception("lease upkeep failed; retrying")
