@@ -1,5 +1,6 @@
 """Hybrid retrieval (``search_knowledge``): vector and full-text rankings fused by reciprocal
-rank.
+rank. One unit at ~400 lines on purpose: the two rankings, the planner between exact and
+index paths and the fusion share one visibility rule, and reading them apart hides it.
 
 A query is embedded with the embedder that indexed the chunks and ranked twice over the
 chunks the caller may see: by cosine distance (:func:`vector_search`) and by PostgreSQL full
