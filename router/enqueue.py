@@ -94,7 +94,14 @@ class Router:
           QueueUnavailable: Redis did not answer; the caller must treat every request of
             the failing batch as not accepted.
         """
-        routed = route_all(self.registry, requests)
+        return self.enqueue_routed(route_all(self.registry, requests))
+
+    def enqueue_routed(self, routed: Sequence[RoutedJob]) -> list[Enqueued]:
+        """Enqueue jobs already validated and routed (``route_all``), in pipelined batches.
+
+        Raises:
+          QueueUnavailable: as :meth:`enqueue_many`.
+        """
         answers: list[Enqueued] = []
         for start in range(0, len(routed), BATCH_SIZE):
             batch = routed[start : start + BATCH_SIZE]

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from sqlalchemy.orm import Session, sessionmaker
 
 from router.enqueue import Enqueued, Router
-from router.requests import JobRequest, route_all
+from router.requests import JobRequest, RoutedJob, route_all
 
 
 class UnitOfWork:
@@ -42,14 +42,13 @@ class UnitOfWork:
     def __init__(self, session: Session, router: Router) -> None:
         self.session = session
         self.router = router
-        self.follow_ups: list[JobRequest] = []
+        self.follow_ups: list[RoutedJob] = []
         self.committed = False
 
     def enqueue(self, *requests: JobRequest) -> None:
         """Send these requests once the unit commits. Raises ``ValidationFailed`` now for
         an invalid one."""
-        route_all(self.router.registry, requests)
-        self.follow_ups.extend(requests)
+        self.follow_ups.extend(route_all(self.router.registry, requests))
 
     def commit(self) -> list[Enqueued]:
         """Commit, then enqueue the follow-ups (raises ``QueueUnavailable`` when Redis
@@ -57,7 +56,7 @@ class UnitOfWork:
         self.session.commit()
         self.committed = True
         follow_ups, self.follow_ups = self.follow_ups, []
-        return self.router.enqueue_many(follow_ups) if follow_ups else []
+        return self.router.enqueue_routed(follow_ups) if follow_ups else []
 
 
 @contextmanager

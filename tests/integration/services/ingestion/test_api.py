@@ -281,7 +281,7 @@ def test_an_unavailable_queue_still_answers_202_and_leaves_the_document_to_the_s
         raise QueueUnavailable("Redis did not accept the jobs")
 
     with monkeypatch.context() as patched:
-        patched.setattr(platform.router, "enqueue_many", refuse)
+        patched.setattr(platform.router, "enqueue_routed", refuse)
         response = tenant.add_text(base, "faq", prose("wombatsweep"))
     assert response.status_code == 202
     body = response.json

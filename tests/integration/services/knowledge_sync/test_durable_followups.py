@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 import pytest
 
 from router.enqueue import Enqueued
-from router.requests import JobRequest, route_all
+from router.requests import RoutedJob
 from services.app.bootstrap import Platform
 from services.knowledge_sync.families import document_request, source_request
 from shared.db.models import KnowledgeBaseDocument, KnowledgeBaseSource
@@ -48,40 +48,40 @@ def platform(make_platform: MakePlatform, notion: NotionServer) -> Platform:
 
 
 class FailingEnqueue:
-    """Wraps ``platform.router.enqueue_many``: a call whose requests ``matches`` selects
-    raises QueueUnavailable (as a Redis outage would) while ``budget`` lasts."""
+    """Wraps ``platform.router.enqueue_routed`` (the step every enqueue ends in): a call
+    with a job ``matches`` selects raises QueueUnavailable (as a Redis outage would) while
+    ``budget`` lasts."""
 
     def __init__(
-        self, platform: Platform, matches: Callable[[JobRequest], bool], budget: int = 1
+        self, platform: Platform, matches: Callable[[RoutedJob], bool], budget: int = 1
     ) -> None:
         self.platform = platform
         self.matches = matches
         self.budget = budget
         self.refused: list[list[str]] = []  # job ids of each refused call
         self.accepted: list[list[str]] = []  # job ids of each later matching call
-        self._original = platform.router.enqueue_many
+        self._original = platform.router.enqueue_routed
 
-    def __call__(self, requests: Sequence[JobRequest]) -> list[Enqueued]:
-        matching = any(self.matches(r) for r in requests)
-        if matching:
-            job_ids = [job.job_id for job in route_all(self.platform.registry, requests)]
+    def __call__(self, routed: Sequence[RoutedJob]) -> list[Enqueued]:
+        if any(self.matches(job) for job in routed):
+            job_ids = [job.job_id for job in routed]
             if self.budget > 0:
                 self.budget -= 1
                 self.refused.append(job_ids)
                 raise QueueUnavailable("injected: Redis did not accept the follow-ups")
             self.accepted.append(job_ids)
-        return self._original(requests)
+        return self._original(routed)
 
     def __enter__(self) -> FailingEnqueue:
-        self.platform.router.enqueue_many = self  # type: ignore[method-assign]
+        self.platform.router.enqueue_routed = self  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.platform.router.enqueue_many = self._original  # type: ignore[method-assign]
+        self.platform.router.enqueue_routed = self._original  # type: ignore[method-assign]
 
 
-def kind_is(kind: str) -> Callable[[JobRequest], bool]:
-    return lambda request: request.kind == kind
+def kind_is(kind: str) -> Callable[[RoutedJob], bool]:
+    return lambda job: job.family.kind == kind
 
 
 def test_a_source_whose_follow_up_enqueue_failed_re_derives_them_on_retry(
