@@ -1,4 +1,4 @@
-"""x
+"""Super sources (seed 004): connections, import checkpoints and indexed nodes.
 
 Reserved in the revision chain so that work in progress on several branches of the code
 does not fork Alembic's history; the owner of this revision fills it in.

@@ -1,4 +1,4 @@
-"""x
+"""Rails tables the daily agent evaluation reports read.
 
 Reserved in the revision chain so that work in progress on several branches of the code
 does not fork Alembic's history; the owner of this revision fills it in.
