@@ -1,0 +1,229 @@
+"""What a super source gives the import, index and webhook families, whatever its API.
+
+A super source (GitHub, Linear, GitLab, Git, Notion, a website) is a tree of nodes: root
+nodes an organization connects (a repository, a team, a project, a page, a site) and, under
+each, indexable nodes (issues, pull requests, comments, files, pages). A connector module
+implements :class:`NodeSource` and, when the provider sends webhooks, a ``verify`` and a
+``parse`` function. The product (``services/super_sources``) owns jobs, checkpoints,
+dates already indexed and the webhook routes; a connector owns only the provider's protocol.
+
+==========================  ==========================================================
+call                        contract
+==========================  ==========================================================
+``list_roots(conn)``        the root nodes the connection can see (for a picker)
+``walk(conn, root, cp,      one page of the root's indexable refs; ``checkpoint`` of the
+since)``                    page is where the next call resumes (None: the walk is
+                            complete, and ``watermark`` is where the next walk may start,
+                            passed back as ``since``: an incremental walk)
+``fetch(conn, ref)``        the node's text now; None when the provider says it is gone
+``verify(headers, body,     the webhook's signature (constant time; Linear also checks its
+secret, now)``              timestamp window)
+``parse(headers, body)``    the delivery id and the refs the webhook touched
+==========================  ==========================================================
+
+Errors are the shared hierarchy (through :class:`shared.http.JsonClient`): ``Delay`` for a
+rate limit with a known end (429/403 with Retry-After, an exhausted quota), ``Retryable``
+for 5xx, timeouts and truncated pages, ``Unrecoverable`` for 401/403 and other 4xx
+(``NotFound`` for 404 outside ``fetch``). When ``Connection.rate_limits`` is set, every
+response's quota headers are recorded there, so the next job of the same connection can ask
+:meth:`RateLimitState.blocked_until` before calling the provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import redis
+
+from shared.errors import SpeedtierError
+
+#: A quota left at or under this many calls blocks the connection until its reset.
+DEFAULT_RESERVE = 0
+
+
+@dataclass(frozen=True)
+class NodeRef:
+    """A node's identity in its source: ``node_type`` (e.g. ``GithubIssue``) and an id that
+    is enough, with the connection, to fetch it (e.g. ``octo/hello#12``)."""
+
+    node_type: str
+    node_id: str
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node's current content.
+
+    ``synchronization_date`` is the provider's last-modified time (UTC-aware): the index
+    skips the node when it is not newer than what was indexed. ``parent`` is the node it
+    hangs under (a comment's issue), None for a node directly under its root.
+    """
+
+    ref: NodeRef
+    title: str
+    text: str
+    url: str | None
+    synchronization_date: datetime
+    parent: NodeRef | None = None
+
+
+@dataclass(frozen=True)
+class WalkPage:
+    """One page of a root's walk.
+
+    ``checkpoint`` is opaque; pass it back to ``walk`` to get the next page. None: the walk
+    is complete, and then ``watermark`` (possibly None) is where the next walk of this root
+    may start (pass it as ``since``): a time for the issue trackers, a commit for Git.
+    ``dates`` carries the listing's last-modified time of refs when the listing knows it,
+    so an index job may skip an unchanged node without fetching it.
+    """
+
+    refs: list[NodeRef]
+    checkpoint: str | None
+    watermark: str | None = None
+    dates: Mapping[NodeRef, datetime] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WebhookEvent:
+    """A verified delivery, parsed.
+
+    ``delivery_id`` is the provider's id of the delivery (replays repeat it). ``root`` is the
+    root node the touched nodes belong to (a repository, a team, a project) when the payload
+    names it; ``refs`` are the nodes to index again, ``removed`` those the provider deleted.
+    ``kind`` is the provider's event name (``issues``, ``Issue``, ``Merge Request Hook``...).
+    """
+
+    delivery_id: str
+    refs: list[NodeRef]
+    root: NodeRef | None = None
+    removed: list[NodeRef] = field(default_factory=list)
+    kind: str = ""
+
+
+@dataclass(frozen=True)
+class Connection:
+    """One organization's connection to a source.
+
+    ``credentials`` hold tokens (``token``, ``api_key``...), ``settings`` the rest (limits,
+    paths). ``rate_limits``, when given, records the provider's quota headers per connection.
+    """
+
+    source: str
+    connection_id: int
+    organization_id: int
+    base_url: str
+    credentials: Mapping[str, Any]
+    settings: Mapping[str, Any]
+    timeout: float = 30.0
+    rate_limits: RateLimitState | None = field(default=None, compare=False, repr=False)
+
+    def record_quota(self, remaining: int | None, reset_at: datetime | None) -> None:
+        """Record a response's quota headers when this connection keeps them."""
+        if self.rate_limits is not None:
+            self.rate_limits.record(self, remaining, reset_at)
+
+
+class NodeSource(Protocol):
+    """A super source's connector. Implementations raise the shared error hierarchy."""
+
+    source: str
+    root_node_types: tuple[str, ...]
+    indexable_node_types: tuple[str, ...]
+
+    def list_roots(self, conn: Connection) -> list[NodeRef]:
+        """The root nodes the connection can see."""
+        ...
+
+    def walk(
+        self, conn: Connection, root: NodeRef, checkpoint: str | None, since: str | None = None
+    ) -> WalkPage:
+        """One page of ``root``'s indexable refs, from ``checkpoint`` (None: the start).
+        ``since`` is a previous complete walk's watermark: list only what changed after it."""
+        ...
+
+    def fetch(self, conn: Connection, ref: NodeRef) -> Node | None:
+        """The node now; None when the provider says it no longer exists (404)."""
+        ...
+
+
+class MalformedWebhook(SpeedtierError):
+    """A webhook body or its headers cannot be read (answer 400, do not retry)."""
+
+
+class WebhookVerify(Protocol):
+    """``verify(headers, body, secret, now)``: True when the delivery is signed with
+    ``secret`` (compared in constant time) and, for providers that stamp it, fresh at
+    ``now``. Header names are matched case-insensitively."""
+
+    def __call__(
+        self, headers: Mapping[str, str], body: bytes, secret: str, now: datetime
+    ) -> bool: ...
+
+
+class WebhookParse(Protocol):
+    """``parse(headers, body)``: the event of a verified delivery; raises
+    :class:`MalformedWebhook` when it cannot be read."""
+
+    def __call__(self, headers: Mapping[str, str], body: bytes) -> WebhookEvent: ...
+
+
+def header(headers: Mapping[str, str], name: str) -> str | None:
+    """``headers[name]`` whatever the case of either."""
+    wanted = name.lower()
+    for key, value in headers.items():
+        if key.lower() == wanted:
+            return value
+    return None
+
+
+_RECORD = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+local reset_ms = tonumber(ARGV[1])
+if reset_ms > current then
+  redis.call('SET', KEYS[1], ARGV[1], 'PXAT', reset_ms)
+end
+return 1
+"""
+
+
+class RateLimitState:
+    """Provider quota per connection, in Redis, shared by every worker.
+
+    ``record`` is called with each response's quota headers (remaining calls, reset time);
+    when the quota left is at or under ``reserve`` (or a 429 gave a Retry-After), the
+    connection is blocked until the reset. Blocks only grow: of two budgets (Linear's
+    requests and complexity) the later reset wins, and a key expires at its reset.
+    """
+
+    def __init__(
+        self, client: redis.Redis, namespace: str, *, reserve: int = DEFAULT_RESERVE
+    ) -> None:
+        self.namespace = namespace
+        self.reserve = reserve
+        self._client = client
+        self._record = client.register_script(_RECORD)
+
+    def key(self, conn: Connection) -> str:
+        return ":".join((self.namespace, "super", "quota", conn.source, str(conn.connection_id)))
+
+    def record(self, conn: Connection, remaining: int | None, reset_at: datetime | None) -> None:
+        """Block ``conn`` until ``reset_at`` when ``remaining`` is at or under the reserve
+        (``remaining`` None with a ``reset_at``: blocked regardless, e.g. a Retry-After)."""
+        if reset_at is None or (remaining is not None and remaining > self.reserve):
+            return
+        reset_ms = int(reset_at.timestamp() * 1000)
+        if reset_ms <= int(datetime.now(UTC).timestamp() * 1000):
+            return
+        self._record(keys=[self.key(conn)], args=[reset_ms])
+
+    def blocked_until(self, conn: Connection, now: datetime | None = None) -> datetime | None:
+        """When ``conn`` may call the provider again; None: now."""
+        raw = self._client.get(self.key(conn))
+        if raw is None:
+            return None
+        until = datetime.fromtimestamp(int(raw) / 1000, UTC)
+        return until if until > (now or datetime.now(UTC)) else None
