@@ -25,12 +25,15 @@ from shared.db.models.rails import (
     OrganizationDataSource,
     PgSearchDocument,
 )
+from shared.db.models.rails_reports import Employee, Evaluation, TicketRule
 
 __all__ = [
     "Conversation",
     "ConversationUpload",
     "DataSource",
     "DocumentChunk",
+    "Employee",
+    "Evaluation",
     "FlipperFeature",
     "FlipperGate",
     "IngestionApiKey",
@@ -47,5 +50,6 @@ __all__ = [
     "Organization",
     "OrganizationDataSource",
     "PgSearchDocument",
+    "TicketRule",
     "UsageEvent",
 ]
