@@ -26,17 +26,37 @@ from shared.db.models.rails import (
     PgSearchDocument,
 )
 from shared.db.models.rails_reports import Employee, Evaluation, TicketRule
+from shared.db.models.rails_uploads import (
+    ActiveStorageAttachment,
+    ActiveStorageBlob,
+    CallDetail,
+    Client,
+    ConversationMembership,
+    ConversationPart,
+    ConversationUploadDelivery,
+    GoodJob,
+    IntegrationProfile,
+)
 
 __all__ = [
+    "ActiveStorageAttachment",
+    "ActiveStorageBlob",
+    "CallDetail",
+    "Client",
     "Conversation",
+    "ConversationMembership",
+    "ConversationPart",
     "ConversationUpload",
+    "ConversationUploadDelivery",
     "DataSource",
     "DocumentChunk",
     "Employee",
     "Evaluation",
     "FlipperFeature",
     "FlipperGate",
+    "GoodJob",
     "IngestionApiKey",
+    "IntegrationProfile",
     "KbChunk",
     "KbDocument",
     "KbDocumentVersion",

@@ -272,6 +272,8 @@ class Conversation(RailsTenant, RailsTimestamps, RailsBase):
     external_id: Mapped[str | None] = mapped_column(String)
     external_type: Mapped[str | None] = mapped_column(String)
     last_synced_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    #: seconds, from the recording's duration (native upload processing; rails_0004).
+    handling_time: Mapped[int | None] = mapped_column(Integer)
 
 
 class ConversationUpload(RailsTenant, RailsTimestamps, RailsBase):
