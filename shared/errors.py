@@ -14,7 +14,9 @@ exception                  outcome
 ``Unrecoverable``          fails at once, no retry
 ``Retryable`` (or any      retried under the family's policy; the attempt is consumed
 unexpected exception)
-``Delay(until)``           delivered again at ``until``; the attempt is NOT consumed
+``Delay(until)``           delivered again at ``until``; the attempt is NOT consumed,
+                           unless the job's streak of provider/outage delays passes its
+                           family's limit (``tiers.policies.RetryPolicy``)
 ``Paused``                 completes as ``skipped`` (kill switch raised)
 ========================  ==========================================================
 """
@@ -23,6 +25,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from typing import Literal
+
+#: Who asked a job to wait (see :class:`Delay`).
+DelaySource = Literal["provider", "outage", "pacing"]
 
 
 class SpeedtierError(Exception):
@@ -45,6 +51,11 @@ class Retryable(JobError):
     """A transient failure (429 without Retry-After, 5xx, transport error)."""
 
 
+class DelaysExhausted(Retryable):
+    """A job's streak of provider/outage delays passed its family's limit: the attempt is
+    spent as if it had failed (``tiers.policies.RetryPolicy.max_consecutive_delays``)."""
+
+
 class Delay(JobError):
     """Deliver the job again at ``until`` (epoch seconds) without spending an attempt.
 
@@ -52,20 +63,40 @@ class Delay(JobError):
       until: epoch seconds at which the job should run again.
       reason: a short word for logs and the job record (``window``, ``retry-after``, ...).
       carry: message options the delayed delivery carries (a window reservation).
+      source: who asked to wait, which decides whether the delay counts toward the family's
+        limit on consecutive delays (``RetryPolicy.max_consecutive_delays`` /
+        ``max_delayed_seconds``):
+
+        - ``provider`` (the default, so an unlabelled delay can never wait forever): a
+          third party said "later" (429 with Retry-After, 529 overload). Nothing on our
+          side guarantees it ever says yes, so it counts toward both limits.
+        - ``outage``: our own PostgreSQL/Redis or flag store was unreachable. The wait
+          between two such delays is ours (a few seconds), so their number says nothing;
+          only the time since the streak began counts.
+        - ``pacing``: a platform-internal window (provider windows, the embedder's window,
+          per-host politeness) reserved the job a later start. A window always admits in
+          bounded time, so it never counts, and it neither extends nor ends a streak.
     """
 
     def __init__(
-        self, until: float, reason: str = "delay", carry: Mapping[str, str] | None = None
+        self,
+        until: float,
+        reason: str = "delay",
+        carry: Mapping[str, str] | None = None,
+        source: DelaySource = "provider",
     ) -> None:
         super().__init__(f"{reason}: delayed until {until:.3f}")
         self.until = until
         self.reason = reason
         self.carry = dict(carry or {})
+        self.source: DelaySource = source
 
     @classmethod
-    def after(cls, seconds: float, reason: str = "delay") -> Delay:
+    def after(
+        cls, seconds: float, reason: str = "delay", source: DelaySource = "provider"
+    ) -> Delay:
         """A delay of ``seconds`` from now."""
-        return cls(time.time() + max(0.0, seconds), reason)
+        return cls(time.time() + max(0.0, seconds), reason, source=source)
 
 
 class Paused(JobError):

@@ -94,6 +94,8 @@ def handler(
 
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_seconds=0.3)
+#: Two attempts, each ended by a third consecutive provider delay.
+CAPPED_RETRY = RetryPolicy(max_attempts=2, base_seconds=0.3, max_consecutive_delays=2)
 
 
 def families() -> dict[str, Family]:
@@ -107,6 +109,13 @@ def families() -> dict[str, Family]:
                 job_id=lambda o, p: f"plain-{p.item}",
                 fixed_tier="fast",
                 **common,
+            ),
+            Family(
+                name="t_capped",
+                kind="t_capped",
+                job_id=lambda o, p: f"capped-{p.item}",
+                fixed_tier="fast",
+                **{**common, "retry": CAPPED_RETRY},
             ),
             Family(
                 name="t_group",

@@ -15,6 +15,9 @@ constant                 wire key           written by       meaning
 ``PROVIDER``             ``st_provider``    router           provider called (window key)
 ``WINDOW_SCOPE``         ``st_scope``       router           window scope below provider
 ``FAILURES``             ``st_failures``    outcomes         attempts spent so far
+``DELAY_STREAK``         ``st_delays``      outcomes         provider delays since the
+                                                             last attempt ended
+``DELAY_SINCE``          ``st_dsince``      outcomes         epoch s the delay streak began
 ``WINDOW_RESERVATION``   ``st_wres``        rate windows     a reserved start,
                                                              ``<key>#<window>``, good for
                                                              one delivery
@@ -40,6 +43,8 @@ KEEP_FINISHED: Final = "st_keep"
 PROVIDER: Final = "st_provider"
 WINDOW_SCOPE: Final = "st_scope"
 FAILURES: Final = "st_failures"
+DELAY_STREAK: Final = "st_delays"
+DELAY_SINCE: Final = "st_dsince"
 #: Short on the wire because it has been since the first delayed message; the name says it.
 WINDOW_RESERVATION: Final = "st_wres"
 WINDOW_ADMITTED: Final = "st_window"

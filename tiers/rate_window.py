@@ -123,6 +123,6 @@ class RateWindows:
         if admission.reserved_index is not None:
             # Its own start is counted in that window: wake exactly then, once.
             carry = {WINDOW_RESERVATION: f"{key}#{admission.reserved_index}"}
-            raise Delay(admission.start_at, reason=reason, carry=carry)
+            raise Delay(admission.start_at, reason=reason, carry=carry, source="pacing")
         spread = random.uniform(0, jitter * rule.period_seconds)
-        raise Delay(admission.start_at + spread, reason=reason)
+        raise Delay(admission.start_at + spread, reason=reason, source="pacing")

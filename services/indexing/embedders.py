@@ -191,7 +191,7 @@ class OpenAICompatibleEmbedder:
         windows, rule, project_key = self.window
         until = windows.acquire(windows.key("embeddings", project_key), rule)
         if until is not None:
-            raise Delay(until, reason="window")
+            raise Delay(until, reason="window", source="pacing")
 
     def _vectors(self, body: Any, expected: int) -> list[list[float]]:
         data = body.get("data") if isinstance(body, dict) else None

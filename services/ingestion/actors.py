@@ -37,16 +37,18 @@ def build_handlers(
     """The two actor bodies, bound to their dependencies."""
 
     def ingest_document(organization_id: int, document_id: int, **_routing: Any) -> None:
+        attempt = current_attempt(INGEST_RETRY)
         ingestion_job.run_ingestion(
             sessions,
             organization_id=organization_id,
             document_id=document_id,
             chunker=ctx.chunker,
             embedder=ctx.embedder,
-            final_attempt=current_attempt(INGEST_RETRY).is_final,
+            final_attempt=attempt.is_final,
             now=utcnow(),
             fetch=ctx.fetch,
             recrawl_interval_seconds=ctx.recrawl_interval_seconds,
+            delay_ends_job=attempt.delay_ends_job,
         )
 
     def refresh_document(organization_id: int, document_id: int, **_routing: Any) -> None:

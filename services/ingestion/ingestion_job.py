@@ -10,6 +10,7 @@ attempt so nothing stays in ``processing`` forever: on the last one (or after
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -22,7 +23,7 @@ from services.ingestion.url_sources import DEFAULT_RECRAWL_INTERVAL_SECONDS
 from services.web.failures import TransientFailure
 from services.web.fetch import PageFetch
 from shared.db.engine import session_scope
-from shared.errors import Delay, RecordMissing, Retryable, Unrecoverable
+from shared.errors import Delay, DelaysExhausted, RecordMissing, Retryable, Unrecoverable
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,7 @@ def run_ingestion(
     now: datetime,
     fetch: PageFetch | None = None,
     recrawl_interval_seconds: float = DEFAULT_RECRAWL_INTERVAL_SECONDS,
+    delay_ends_job: Callable[[Delay], bool] = lambda _delay: False,
 ) -> IngestOutcome:
     """:func:`~services.ingestion.pipeline.ingest_document` in its own committed unit of
     work, then, if it raised, :func:`record_failed_attempt` in another before re-raising
@@ -122,10 +124,15 @@ def run_ingestion(
 
     Parameters:
       final_attempt: no retry follows this attempt (``tiers.attempts.current_attempt``).
+      delay_ends_job: whether a delay now would fail the job for good (its streak of
+        provider delays passed the family's limit on the last attempt:
+        ``Attempt.delay_ends_job``); the document is then failed before the delay is
+        re-raised, so a provider answering 429 forever cannot keep it in ``processing``.
 
     Raises:
       RecordMissing: the document is missing, deleted or another tenant's.
-      Delay: re-delivered later without spending the attempt; nothing to verify.
+      Delay: re-delivered later without spending the attempt; nothing to verify (unless
+        ``delay_ends_job``: the document was failed first).
       any other error of the pass, after its attempt was recorded.
     """
     outcome: IngestOutcome | None = None
@@ -147,7 +154,14 @@ def run_ingestion(
                     recrawl_interval_seconds=recrawl_interval_seconds,
                 )
                 session.commit()
-        except (Delay, RecordMissing):
+        except RecordMissing:
+            raise
+        except Delay as delay:
+            if delay_ends_job(delay):
+                exhausted = DelaysExhausted(f"the provider kept asking to wait ({delay.reason})")
+                _record_failure(
+                    sessions, organization_id, document_id, submitted_at, exhausted, now, True
+                )
             raise
         except Exception as exc:
             _record_failure(

@@ -75,6 +75,7 @@ def _fetch_and_store(
     fetch: Callable[[str], CrawledPage],
     final_attempt: bool,
     store_page: Callable[[CrawledPage], object],
+    delay_ends_job: Callable[[Delay], bool] = lambda _delay: False,
 ) -> CrawledPage | CrawlStepResult:
     """The fetched page, stored in a savepoint; or, when the fetch or the store failed for
     good, the result of finishing the URL without it."""
@@ -82,7 +83,12 @@ def _fetch_and_store(
         page = fetch(url)
         with session.begin_nested():
             store_page(page)
-    except (Delay, RecordMissing):
+    except Delay as delay:
+        if not delay_ends_job(delay):
+            raise
+        error = f"gave up: the host kept asking to wait ({delay.reason})"
+        return _finish_without_page(session, org, task, url, error, None)
+    except RecordMissing:
         raise
     except Disallowed as exc:
         return _finish_without_page(session, org, task, url, str(exc), None)
@@ -109,6 +115,7 @@ def crawl_url_step(
     fetch: Callable[[str], CrawledPage],
     final_attempt: bool,
     store_page: Callable[[CrawledPage], object],
+    delay_ends_job: Callable[[Delay], bool] = lambda _delay: False,
 ) -> CrawlStepResult:
     """Run one crawl_url unit in the caller's transaction (see the module docstring).
 
@@ -120,6 +127,9 @@ def crawl_url_step(
         the URL instead of being raised, so the crawl can still complete.
       store_page: writes the page's knowledge_base_documents row in this transaction; it
         runs in a savepoint, and a failure counts as a retryable failure of the unit.
+      delay_ends_job: whether a delay now would fail the job for good (the streak of host
+        delays passed the family's limit on the last attempt: ``Attempt.delay_ends_job``);
+        the URL is then finished without its page, so the crawl still completes.
 
     Raises:
       RecordMissing: the task is missing or of another organization, or never claimed url.
@@ -135,7 +145,9 @@ def crawl_url_step(
             session, organization_id=org, crawl_task_id=task, parent_url=url
         )
         return CrawlStepResult(children, finished=False, page=None, replayed=True)
-    page = _fetch_and_store(session, org, task, url, fetch, final_attempt, store_page)
+    page = _fetch_and_store(
+        session, org, task, url, fetch, final_attempt, store_page, delay_ends_job
+    )
     if isinstance(page, CrawlStepResult):
         return page
     children = crawl_ledger.claim_children(

@@ -108,6 +108,7 @@ def crawl_url(
     content, if any, for the caller to raise once the unit is done."""
     session = uow.session
     stored: list[KnowledgeBaseDocument] = []
+    attempt = current_attempt(crawl.retry)
     result = crawl_url_step(
         session,
         organization_id=organization_id,
@@ -115,10 +116,11 @@ def crawl_url(
         url=url,
         depth=depth,
         fetch=crawl.fetch,
-        final_attempt=current_attempt(crawl.retry).is_final,
+        final_attempt=attempt.is_final,
         store_page=lambda page: stored.append(
             _store_page(session, organization_id, crawl_task_id, page, now)
         ),
+        delay_ends_job=attempt.delay_ends_job,
     )
     needs_chunks = [row.id for row in stored if row.chunks_synced_at is None and row.content]
     uow.enqueue(*(child.job_request() for child in result.children))

@@ -10,9 +10,20 @@ Unrecoverable                  failed            message dead-lettered, no retry
 Delay(until)                   delayed           back at ``until``, attempt NOT spent
 PostgreSQL / Redis unreachable delayed           back in OUTAGE_DELAY_SECONDS, attempt
                                                  NOT spent (an outage is not the job's)
+Delay past the delay limit     delayed / failed  counts as a failed attempt
+                                                 (``DelaysExhausted``), see below
 anything else (Retryable...)   delayed / failed  retried per family policy until the
                                                  attempts run out, then failed
 ============================  ================  ==================================
+
+Delays without end: a delay's ``source`` (``shared.errors.Delay``) says who asked to wait.
+Provider delays (429 + Retry-After, 529) and outage delays build a streak carried on the
+message (``st_delays``, ``st_dsince``); platform pacing (our rate windows, politeness) neither
+counts nor breaks it. When one more delay would put the streak past the family's
+``RetryPolicy.max_consecutive_delays`` (provider delays) or ``max_delayed_seconds`` (age of
+the streak), the run settles as a failed ``DelaysExhausted`` attempt instead: retried with
+backoff and a fresh streak, or failed on the last attempt. Any attempt that ends (a failure,
+a retry) starts the next delivery with no streak.
 
 :func:`classify` reads this table (exception -> :class:`Settlement`); :class:`Outcomes`
 records the settlement, its slot release and its next delivery in one atomic step.
@@ -32,15 +43,32 @@ from dramatiq.broker import Broker
 from dramatiq.common import dq_name, q_name
 from dramatiq.middleware import Middleware
 
-from shared.errors import Delay, JobError, Paused, RecordMissing, Retryable, Unrecoverable
+from shared.errors import (
+    Delay,
+    DelaysExhausted,
+    JobError,
+    Paused,
+    RecordMissing,
+    Retryable,
+    Unrecoverable,
+)
 from shared.outages import is_infrastructure_outage
+from tiers.attempts import delay_streak, set_running_policy
 from tiers.broker import ACKED_IN_SETTLE, TierBroker
 from tiers.families import Family, family_of
 from tiers.faults import fault_point
 from tiers.job_store import JobStore
 from tiers.middleware.group_slots import GroupSlots
 from tiers.middleware.held import Held
-from tiers.options import ETA, FAILURES, JOB_ID, REDIS_MESSAGE_ID, WINDOW_RESERVATION
+from tiers.options import (
+    DELAY_SINCE,
+    DELAY_STREAK,
+    ETA,
+    FAILURES,
+    JOB_ID,
+    REDIS_MESSAGE_ID,
+    WINDOW_RESERVATION,
+)
 from tiers.policies import DEFAULT_RETRY, RetryPolicy
 from tiers.redis_retry import until_redis_answers
 
@@ -60,6 +88,10 @@ class Outcomes(Middleware):
         self.jobs = jobs
         self.slots = slots
 
+    def before_process_message(self, broker: Broker, message: Any) -> None:
+        family = family_of(message, self.families)
+        set_running_policy(family.retry if family else None)
+
     def after_process_message(
         self,
         broker: Broker,
@@ -68,6 +100,7 @@ class Outcomes(Middleware):
         result: Any = None,
         exception: BaseException | None = None,
     ) -> None:
+        set_running_policy(None)
         if not self.slots.was_claimed(message):
             return
         fault_point("run.after")
@@ -140,13 +173,19 @@ def classify(message: Any, exception: BaseException | None, policy: RetryPolicy)
             exception,
         )
         wait = OUTAGE_DELAY_SECONDS * (1 + random.random() / 2)
-        exception = Delay.after(wait, reason=f"outage: {exception}"[:200])
+        exception = Delay.after(wait, reason=f"outage: {exception}"[:200], source="outage")
     failures = int(message.options.get(FAILURES, 0))
     if exception is None:
         return Settlement("completed", failures)
     if isinstance(exception, Delay):
-        again = _again_at(message, exception.until, failures, exception.carry)
-        return Settlement("delayed", failures, again, delay=f"{exception.reason}: {exception}")
+        delayed = _delayed(message, exception, failures, policy)
+        if delayed is not None:
+            return delayed
+        streak, since = delay_streak(message.options)
+        exception = DelaysExhausted(
+            f"{streak} provider delay(s) over {time.time() - (since or time.time()):.0f}s "
+            f"without progress; last: {exception}"
+        )
     error = f"{type(exception).__name__}: {exception}"
     if isinstance(exception, RecordMissing):
         return Settlement("record_missing", failures, error=error)
@@ -168,15 +207,36 @@ def classify(message: Any, exception: BaseException | None, policy: RetryPolicy)
     return Settlement("delayed", failures, _again_at(message, time.time() + wait, failures), error)
 
 
+def _delayed(message: Any, delay: Delay, failures: int, policy: RetryPolicy) -> Settlement | None:
+    """The settlement of ``delay`` with the message's delay streak extended; None when the
+    streak would pass the policy's limit (the attempt is spent instead)."""
+    now = time.time()
+    streak, since = delay_streak(message.options)
+    if policy.delay_spends_attempt(delay.source, streak, since, now):
+        return None
+    carry: dict[str, Any] = dict(delay.carry)
+    if delay.source != "pacing":
+        carry[DELAY_STREAK] = streak + (1 if delay.source == "provider" else 0)
+        carry[DELAY_SINCE] = since if since is not None else now
+    else:  # pacing keeps whatever streak the job had
+        carry[DELAY_STREAK] = streak
+        carry[DELAY_SINCE] = since
+    again = _again_at(message, delay.until, failures, carry)
+    return Settlement("delayed", failures, again, delay=f"{delay.reason}: {delay}")
+
+
 def _again_at(
-    message: Any, until: float, failures: int, carry: Mapping[str, str] | None = None
+    message: Any, until: float, failures: int, carry: Mapping[str, Any] | None = None
 ) -> Any:
-    """The copy of ``message`` delivered again at ``until`` (a retry or a delay)."""
+    """The copy of ``message`` delivered again at ``until`` (a retry or a delay); a retry
+    (no ``carry``) starts with no delay streak."""
     options = {
         REDIS_MESSAGE_ID: str(uuid4()),
         ETA: int(until * 1000),
         FAILURES: failures,
         WINDOW_RESERVATION: None,  # a window reservation is good for one delivery only
+        DELAY_STREAK: 0,
+        DELAY_SINCE: None,
         **(carry or {}),
     }
     return message.copy(queue_name=dq_name(q_name(message.queue_name)), options=options)

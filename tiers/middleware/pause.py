@@ -43,7 +43,7 @@ class PauseSwitch(Middleware):
             # Unread, the switch might be raised: do not run. Its store being down says
             # nothing about the job, so it waits without spending an attempt.
             wait = UNREADABLE_DELAY_SECONDS * (1 + random.random() / 2)
-            delay = Delay.after(wait, reason="kill switch unreadable")
+            delay = Delay.after(wait, reason="kill switch unreadable", source="outage")
             log.warning("kill switch %s unreadable (%s); job delayed", family.pause_flag, exc)
             raise Held(delay) from exc
         if paused:

@@ -51,6 +51,7 @@ from shared.db.models import (
 )
 from shared.db.vector import compare_type, embedding_storage, has_pgvector, include_object
 from shared.errors import RecordMissing, Retryable, Unrecoverable
+from testkit.fakes.embeddings_server import RATE_LIMITED, running_embeddings_server
 from tests.fixtures_db import joined_session
 from tests.fixtures_platform import MakePlatform
 from tests.integration.services.ingestion.factories import new_org
@@ -927,6 +928,47 @@ def test_a_worker_marks_a_persistently_failing_document_failed_on_its_last_attem
 
     assert failed.status == "failed" and failed.attempts == 3
     assert (failed.failure_reason or "").startswith("temporary failure persisted after 3 attempts")
+
+
+def test_an_embedder_answering_429_forever_ends_the_document_failed(
+    make_platform: MakePlatform,
+    committed_fallback: tuple[sessionmaker[Session], set[int]],
+) -> None:
+    # Given an embedding API that answers 429 with Retry-After: 0 to every request, and
+    # the family's limit of 3 consecutive provider delays per attempt (2 attempts)
+    with running_embeddings_server(dimensions=384, retry_after="0") as embeddings:
+        embeddings.fail_next(*[RATE_LIMITED] * 10_000)
+        platform = make_platform(
+            services=["services.ingestion"],
+            retries={
+                "ingestion": RetryPolicy(max_attempts=2, base_seconds=0.2, max_consecutive_delays=3)
+            },
+            embedder="openai",
+            embedding_api_url=embeddings.base_url,
+            embedding_api_key="sk-test",
+            embedding_dimensions=384,
+        )
+        factory, organizations = committed_fallback
+        org = new_org()
+        organizations.add(org)
+        with factory() as session:
+            doc = add(session, org, make_base(session, org), "z", store.TextSource(words("z")))
+
+        platform.router.enqueue(pipeline_request(org, doc.id))
+        with worker(platform):
+            failed = wait_for_status(factory, org, doc.id, "failed")
+            deadline = time.monotonic() + 10
+            while platform.broker.jobs.record(ingest_job_id(doc.id))["state"] != "failed":  # type: ignore[index]
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+
+    # Then the document left processing for failed, and the job failed with it
+    assert failed.status == "failed"
+    assert "kept asking to wait" in (failed.failure_reason or "")
+    record = platform.broker.jobs.record(ingest_job_id(doc.id))
+    assert record is not None and record["last_error"].startswith("DelaysExhausted")
+    # Each attempt: three delays allowed, the fourth request's 429 spent it
+    assert len(embeddings.requests) == 8
 
 
 def pipeline_request(org: int, doc_id: int) -> Any:

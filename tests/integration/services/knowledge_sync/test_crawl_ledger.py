@@ -347,6 +347,28 @@ def test_a_delay_never_finishes_even_on_the_final_attempt(session: Session, craw
     assert task_state(session, crawl) == ("running", 1, 0)
 
 
+def test_a_delay_that_ends_the_job_finishes_the_url_so_the_crawl_completes(
+    session: Session, crawl: Crawl
+) -> None:
+    # Given a host answering 429 + Retry-After on the last attempt, past the delay limit
+    ledger.start(session, **crawl.scope)
+
+    result = crawl_url_step(
+        session,
+        url=ROOT,
+        depth=0,
+        fetch=failing(Delay.after(1.0, "retry-after")),
+        final_attempt=True,
+        store_page=[].append,
+        delay_ends_job=lambda delay: delay.source == "provider",
+        **crawl.scope,
+    )
+
+    # Then the URL is finished without its page and the crawl completes
+    assert result.finished and result.error is not None and "kept asking" in result.error
+    assert task_state(session, crawl) == ("completed", 0, 0)
+
+
 def test_a_failing_store_rolls_back_to_its_savepoint(session: Session, crawl: Crawl) -> None:
     ledger.start(session, **crawl.scope)
 

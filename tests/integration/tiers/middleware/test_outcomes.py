@@ -87,3 +87,22 @@ def test_a_retry_that_then_succeeds_completes(
         finished(broker, job, "completed")
     assert len(starts(redis_client, namespace, job)) == 2
     assert broker.jobs.record(job)["failures"] == "1"  # type: ignore[index]
+
+
+def test_a_provider_answering_429_forever_ends_the_job(
+    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
+) -> None:
+    # Given a family allowing 2 consecutive provider delays per attempt and 2 attempts,
+    # and a job whose provider asks it to wait (Retry-After) every time it runs
+    answer = router.enqueue(
+        JobRequest("t_capped", 1, {"item": "f", "mode": "delay", "times": 10_000, "delay": 0.05})
+    )
+    with h.running_worker(broker):
+        finished(broker, answer.job_id, "failed")
+    record = broker.jobs.record(answer.job_id)
+    assert record is not None
+    # Then each attempt ran three times (two delays, the third spent it), and the job failed
+    assert len(starts(redis_client, namespace, answer.job_id)) == 6
+    assert record["failures"] == "2"
+    assert record["last_error"].startswith("DelaysExhausted: 2 provider delay(s)")
+    assert redis_client.zcard(f"{namespace}:t_capped.fast.XQ") == 1

@@ -8,9 +8,10 @@ import pytest
 from dramatiq.message import Message
 
 from shared.errors import Delay, Paused, RecordMissing, Retryable, Unrecoverable
+from tiers.attempts import Attempt
 from tiers.middleware.held import Held
 from tiers.middleware.outcomes import classify
-from tiers.options import ETA, FAILURES, JOB_ID, WINDOW_RESERVATION
+from tiers.options import DELAY_SINCE, DELAY_STREAK, ETA, FAILURES, JOB_ID, WINDOW_RESERVATION
 from tiers.policies import RetryPolicy
 
 POLICY = RetryPolicy(max_attempts=3, base_seconds=10.0)
@@ -62,3 +63,85 @@ def test_a_failure_is_retried_with_backoff_until_the_attempts_run_out() -> None:
     last = classify(message(failures=2), ValueError("boom"), POLICY)
     assert (last.state, last.failures, last.next_message) == ("failed", 3, None)
     assert last.error == "ValueError: boom"
+
+
+# -- delays without end (issue 14, item 6) ------------------------------------------------
+
+CAPPED = RetryPolicy(max_attempts=2, base_seconds=10.0, max_consecutive_delays=2)
+
+
+def delayed_again(
+    msg: Message[object], delay: Delay, policy: RetryPolicy = CAPPED
+) -> Message[object]:
+    settlement = classify(msg, delay, policy)
+    assert settlement.state == "delayed" and settlement.error == ""
+    again: Message[object] = settlement.next_message
+    return again
+
+
+def test_provider_delays_past_the_limit_spend_the_attempt_then_fail_the_job() -> None:
+    # Given a job whose provider answers 429 + Retry-After every time
+    msg = message(failures=0)
+    for _ in range(2):
+        msg = delayed_again(msg, Delay.after(1, "retry-after"))
+    assert msg.options[DELAY_STREAK] == 2
+    # When the third delay comes, the streak passes the limit: a failed attempt, retried
+    spent = classify(msg, Delay.after(1, "retry-after"), CAPPED)
+    assert (spent.state, spent.failures) == ("delayed", 1)
+    assert spent.error.startswith("DelaysExhausted: 2 provider delay(s)")
+    retry = spent.next_message
+    assert (retry.options[DELAY_STREAK], retry.options[DELAY_SINCE]) == (0, None)
+    # And the next streak on the last attempt fails the job for good
+    msg = retry
+    for _ in range(2):
+        msg = delayed_again(msg, Delay.after(1, "retry-after"))
+    last = classify(msg, Delay.after(1, "retry-after"), CAPPED)
+    assert (last.state, last.failures, last.next_message) == ("failed", 2, None)
+
+
+def test_pacing_never_counts_and_keeps_the_streak() -> None:
+    # Given a job one provider delay short of the limit
+    msg = delayed_again(message(), Delay.after(1, "retry-after"))
+    msg = delayed_again(msg, Delay.after(1, "retry-after"))
+    since = msg.options[DELAY_SINCE]
+    # When platform windows park it a hundred times, nothing is spent and nothing resets
+    for _ in range(100):
+        msg = delayed_again(msg, Delay.after(1, "window", source="pacing"))
+    assert (msg.options[DELAY_STREAK], msg.options[DELAY_SINCE]) == (2, since)
+    assert msg.options[FAILURES] == 0
+    # Then the next provider delay is the one past the limit
+    assert classify(msg, Delay.after(1, "retry-after"), CAPPED).failures == 1
+
+
+def test_outage_delays_count_by_age_only() -> None:
+    policy = RetryPolicy(max_attempts=3, max_consecutive_delays=1, max_delayed_seconds=60.0)
+    msg = message()
+    # Many outage delays in a short streak spend nothing: their cadence is ours
+    for _ in range(10):
+        msg = delayed_again(msg, Delay.after(1, "outage", source="outage"), policy)
+    assert msg.options[DELAY_STREAK] == 0
+    # But a streak older than max_delayed_seconds spends the attempt
+    msg.options[DELAY_SINCE] = time.time() - 61
+    spent = classify(msg, Delay.after(1, "outage", source="outage"), policy)
+    assert (spent.state, spent.failures) == ("delayed", 1)
+    assert spent.error.startswith("DelaysExhausted")
+
+
+def test_a_lost_connection_starts_an_outage_streak() -> None:
+    import psycopg
+
+    try:
+        psycopg.connect("postgresql://127.0.0.1:1/none", connect_timeout=2)
+    except psycopg.OperationalError as exc:
+        outage = exc
+    again = classify(message(), outage, CAPPED).next_message
+    assert again.options[DELAY_STREAK] == 0 and again.options[DELAY_SINCE] is not None
+
+
+def test_the_attempt_tells_a_handler_when_a_delay_would_end_the_job() -> None:
+    delay = Delay.after(1, "retry-after")
+    first = Attempt(number=1, max_attempts=2, streak=2, streak_since=time.time(), policy=CAPPED)
+    last = Attempt(number=2, max_attempts=2, streak=2, streak_since=time.time(), policy=CAPPED)
+    assert first.delay_spends_attempt(delay) and not first.delay_ends_job(delay)
+    assert last.delay_ends_job(delay)
+    assert not last.delay_ends_job(Delay.after(1, "window", source="pacing"))
