@@ -22,7 +22,7 @@ _COMMAND_MODULES = (
 )
 #: Products' command groups, each module exposing ``register(main)``; their commands receive
 #: :func:`load_context` as click's context object rather than bootstrapping themselves.
-PRODUCT_COMMAND_MODULES = ("services.knowledge_sync.cli",)
+PRODUCT_COMMAND_MODULES = ("services.knowledge_sync.cli", "services.uploads.cli")
 
 
 class _Main(click.Group):
