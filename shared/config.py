@@ -3,7 +3,9 @@
 Every field is documented in the README's configuration table. A field is read from
 ``SPEEDTIER_<FIELD>`` (``env_prefix``); only the names that do not follow that rule carry an
 explicit alias: the conventional unprefixed ones (``REDIS_URL``, ``DATABASE_URL``,
-``INTERNAL_API_TOKEN``, ``SENTRY_DSN``, ``LOG_LEVEL``) and two shorter ones
+``INTERNAL_API_TOKEN``, ``SENTRY_DSN``, ``LOG_LEVEL``, Rails' ``RAILS_INTERNAL_URL`` and
+``RAILS_INTERNAL_TOKEN``, PostHog's ``POSTHOG_HOST``, ``POSTHOG_PROJECT_API_KEY`` and
+``POSTHOG_PERSONAL_API_KEY``) and two shorter ones
 (``SPEEDTIER_ENV``, ``SPEEDTIER_FLAGS``). :func:`environment_variables` lists the name of
 every field. Nothing reads the environment at import time: call :func:`load_settings` from a
 bootstrap function.
@@ -84,6 +86,24 @@ class Settings(BaseSettings):
     api_max_body_bytes: int = Field(1_048_576, ge=1024)
     scheduler_misfire_grace_seconds: int = Field(300, ge=1)
     scheduler_lock_seconds: float = Field(30.0, gt=0)
+
+    # Rails' /internal/* endpoints (seed 001): unset URL -> the families that call Rails fail
+    # their jobs as unrecoverable with a message naming the variable.
+    rails_internal_url: str | None = Field(None, validation_alias="RAILS_INTERNAL_URL")
+    rails_internal_token: SecretStr | None = Field(None, validation_alias="RAILS_INTERNAL_TOKEN")
+    rails_timeout_seconds: float = Field(30.0, gt=0)
+    # PostHog rollout flags, evaluated locally per organization (shared.rollouts): without a
+    # personal API key every rollout flag is off.
+    posthog_host: str = Field("https://us.i.posthog.com", validation_alias="POSTHOG_HOST")
+    posthog_project_api_key: SecretStr | None = Field(
+        None, validation_alias="POSTHOG_PROJECT_API_KEY"
+    )
+    posthog_personal_api_key: SecretStr | None = Field(
+        None, validation_alias="POSTHOG_PERSONAL_API_KEY"
+    )
+    posthog_poll_seconds: float = Field(30.0, ge=1)
+    #: The deployment region rollout flags are evaluated with (``region`` property).
+    region: str | None = None
 
     @field_validator("crawl_host_rate")
     @classmethod

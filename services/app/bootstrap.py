@@ -23,6 +23,7 @@ from shared.db.engine import make_engine, make_session_factory
 from shared.flags import Flags
 from shared.observability import EXPECTED_OUTCOMES, configure_logging, init_sentry
 from shared.redis_persistence import verify_redis_persistence
+from shared.rollouts import PostHogRollouts
 from tiers.broker import TierBroker
 from tiers.families import Family
 from tiers.middleware.group_slots import GroupSlots
@@ -84,6 +85,8 @@ class Platform:
         raise KeyError(f"unknown tick {name!r}; known: {known}")
 
     def close(self) -> None:
+        if self.flags.rollouts is not None:
+            self.flags.rollouts.close()
         self.broker.close()
         self.engine.dispose()
 
@@ -93,6 +96,21 @@ def window_overrides(settings: Settings) -> dict[str, WindowRule]:
         key: WindowRule(*parse_rate(rate, field=f"SPEEDTIER_WINDOWS[{key}]"))
         for key, rate in settings.windows.items()
     }
+
+
+def rollouts(settings: Settings) -> PostHogRollouts | None:
+    """The PostHog rollout flags the settings describe (None without a personal API key:
+    every rollout flag off)."""
+    personal, project = settings.posthog_personal_api_key, settings.posthog_project_api_key
+    if personal is None or project is None:
+        return None
+    return PostHogRollouts(
+        project_api_key=project.get_secret_value(),
+        personal_api_key=personal.get_secret_value(),
+        host=settings.posthog_host,
+        poll_seconds=settings.posthog_poll_seconds,
+        region=settings.region,
+    )
 
 
 def bootstrap(
@@ -125,7 +143,7 @@ def bootstrap(
     registry = Registry()
     families = registry.by_name()
     engine = make_engine(settings.database_url)
-    flags = Flags(engine, settings.flag_overrides, settings.flag_cache_seconds)
+    flags = Flags(engine, settings.flag_overrides, settings.flag_cache_seconds, rollouts(settings))
     broker, slots = build_broker(
         redis_url=settings.redis_url,
         namespace=settings.redis_namespace,

@@ -29,6 +29,7 @@ The tick's pause flag is read before emitting (and the worker reads it again at 
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -101,6 +102,11 @@ def tick_slot(tick: Tick, now: datetime, grace_seconds: float) -> str | None:
     when no fire time is within the grace period."""
     fire = latest_fire_time(tick.cron, now, grace_seconds)
     return tick.slot(fire) if fire is not None else None
+
+
+def emissions_key(platform: Platform) -> str:
+    """The hash of each tick's last emission: tick name -> JSON (slot, outcome, at)."""
+    return f"{platform.settings.redis_namespace}:scheduler:emissions"
 
 
 def enqueue_tick(platform: Platform, tick: Tick, slot: str) -> Enqueued:
@@ -268,10 +274,22 @@ class TickScheduler:
             log.info(
                 "scheduler: %s slot %s skipped, paused by %s", tick.name, slot, tick.pause_flag
             )
+            self.record_emission(tick, slot, f"skipped: paused by {tick.pause_flag}")
             return None
         answer = enqueue_tick(self.platform, tick, slot)
         log.info("scheduler: %s slot %s %s (%s)", tick.name, slot, answer.outcome, answer.job_id)
+        self.record_emission(tick, slot, answer.outcome)
         return answer
+
+    def record_emission(self, tick: Tick, slot: str, outcome: str) -> None:
+        """Note the tick's last emission (slot, what the enqueue answered, when) in
+        ``<ns>:scheduler:emissions`` for the dashboard; the job record of the slot then says
+        how its run ended. A note that cannot be written is only logged."""
+        note = json.dumps({"slot": slot, "outcome": outcome, "at": self.clock().isoformat()})
+        try:
+            self.platform.broker.client.hset(emissions_key(self.platform), tick.name, note)
+        except redis.RedisError as exc:
+            log.warning("scheduler: could not note %s's emission: %s", tick.name, exc)
 
     def catch_up(self) -> None:
         """Emit each tick's latest slot within the grace period (after an election)."""

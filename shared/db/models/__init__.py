@@ -9,6 +9,7 @@ from shared.db.models.ingestion import (
     KnowledgeBase,
     UsageEvent,
 )
+from shared.db.models.operator import OperatorAction
 from shared.db.models.rails import (
     Conversation,
     ConversationUpload,
@@ -68,6 +69,7 @@ __all__ = [
     "KnowledgeBaseSection",
     "KnowledgeBaseSource",
     "Organization",
+    "OperatorAction",
     "OrganizationDataSource",
     "PgSearchDocument",
     "TicketRule",

@@ -1,7 +1,7 @@
 """Operator surface: audit of actions taken from the dashboard.
 
-Reserved in the revision chain so that work in progress on several branches of the code
-does not fork Alembic's history; the owner of this revision fills it in.
+``api2.operator_actions``: one row per action an operator took on the dashboard (retry or
+discard a failed job, toggle a kill switch, resolve a delivery claim), with who and when.
 
 Revision ID: api2_0004
 Revises: api2_0003
@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import sqlalchemy as sa
+from alembic import op
+
 revision: str = "api2_0004"
 down_revision: str | Sequence[str] | None = "api2_0003"
 branch_labels: str | Sequence[str] | None = None
@@ -19,8 +22,21 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    pass
+    op.create_table(
+        "operator_actions",
+        sa.Column("id", sa.BigInteger(), sa.Identity(always=False), primary_key=True),
+        sa.Column("at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
+        sa.Column("operator", sa.String(length=100), nullable=False),
+        sa.Column("action", sa.String(length=40), nullable=False),
+        sa.Column("target", sa.Text(), nullable=False),
+        sa.Column("outcome", sa.String(length=40), nullable=False),
+        sa.Column("detail", sa.Text(), nullable=True),
+        schema="api2",
+    )
+    op.create_index(
+        "ix_operator_actions_target_at", "operator_actions", ["target", "at"], schema="api2"
+    )
 
 
 def downgrade() -> None:
-    pass
+    op.drop_table("operator_actions", schema="api2")
