@@ -5,7 +5,7 @@ Every field is documented in the README's configuration table. A field is read f
 explicit alias: the conventional unprefixed ones (``REDIS_URL``, ``DATABASE_URL``,
 ``INTERNAL_API_TOKEN``, ``SENTRY_DSN``, ``LOG_LEVEL``, Rails' ``RAILS_INTERNAL_URL`` and
 ``RAILS_INTERNAL_TOKEN``, PostHog's ``POSTHOG_HOST``, ``POSTHOG_PROJECT_API_KEY`` and
-``POSTHOG_PERSONAL_API_KEY``) and two shorter ones
+``POSTHOG_PERSONAL_API_KEY``, Slack's ``SLACK_BOT_TOKEN``) and two shorter ones
 (``SPEEDTIER_ENV``, ``SPEEDTIER_FLAGS``). :func:`environment_variables` lists the name of
 every field. Nothing reads the environment at import time: call :func:`load_settings` from a
 bootstrap function.
@@ -104,6 +104,12 @@ class Settings(BaseSettings):
     posthog_poll_seconds: float = Field(30.0, ge=1)
     #: The deployment region rollout flags are evaluated with (``region`` property).
     region: str | None = None
+
+    # The daily agent evaluation reports' Slack posts (seed 001): a bot token with
+    # chat:write and the channel the reports go to.
+    slack_bot_token: SecretStr | None = Field(None, validation_alias="SLACK_BOT_TOKEN")
+    slack_api_url: str = "https://slack.com/api/"
+    reports_slack_channel: str | None = None
 
     @field_validator("crawl_host_rate")
     @classmethod

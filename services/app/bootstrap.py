@@ -35,6 +35,7 @@ SERVICE_MODULES: tuple[str, ...] = (
     "services.maintenance",
     "services.knowledge_sync",
     "services.ingestion",
+    "services.reports",
 )
 
 

@@ -32,13 +32,17 @@ class TicketRule(RailsTenant, RailsTimestamps, SoftDeleted, RailsBase):
 
 
 class Employee(RailsTenant, RailsTimestamps, SoftDeleted, RailsBase):
-    """An agent of an organization (the rows of a report are per agent)."""
+    """An agent of an organization (the rows of a report are per agent). Shared by every
+    family that reads agents (conversation uploads match them by email, then name)."""
 
     __tablename__ = "employees"
+    __table_args__ = (
+        Index("index_employees_on_organization_id_and_email", "organization_id", "email"),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    name: Mapped[str] = mapped_column(String)
     email: Mapped[str | None] = mapped_column(String)
+    name: Mapped[str | None] = mapped_column(String)
 
 
 class Evaluation(RailsTenant, RailsTimestamps, RailsBase):

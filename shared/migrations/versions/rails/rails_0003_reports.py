@@ -50,9 +50,12 @@ def upgrade() -> None:
     )
     _tenant_table(
         "employees",
-        sa.Column("name", sa.String(), nullable=False),
         sa.Column("email", sa.String(), nullable=True),
+        sa.Column("name", sa.String(), nullable=True),
         sa.Column("discarded_at", sa.DateTime(), nullable=True),
+    )
+    op.create_index(
+        "index_employees_on_organization_id_and_email", "employees", ["organization_id", "email"]
     )
     _tenant_table(
         "evaluations",

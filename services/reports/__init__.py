@@ -1,0 +1,24 @@
+"""Daily agent evaluation reports (seed 001): the two ticks, the per-organization report
+job (collect, backfill preview, Slack, email), its enqueue route and its CLI."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from router.context import ServiceContext
+
+
+def register(platform: ServiceContext) -> None:
+    """The report family, the 04:00 and 20:00 UTC ticks and the enqueue route."""
+    from services.reports import routes
+    from services.reports.actors import build_context, report_handler
+    from services.reports.families import families
+    from services.reports.ticks import report_ticks
+
+    context = build_context(platform)
+    for family in families(report_handler(context)):
+        platform.add_family(family)
+    for tick in report_ticks(context, platform.router):
+        platform.add_tick(tick)
+    platform.add_blueprint(routes.blueprint())
