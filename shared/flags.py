@@ -1,8 +1,12 @@
-"""Kill switches shared with Rails through Flipper's PostgreSQL tables.
+"""Kill switches shared with Rails through Flipper's PostgreSQL tables, and the rollout
+flags (PostHog, per organization and region) beside them.
 
 A flag is on when ``flipper_gates`` holds its boolean gate (``key = 'boolean'``,
 ``value = 'true'``), which is what ``Flipper.enable(:name)`` writes, so a flag raised in a
 Rails console pauses this service too. ``SPEEDTIER_FLAGS`` overrides the tables (local use).
+
+:meth:`Flags.rollout` reads a PostHog rollout flag (``shared.rollouts``) for one
+organization in one region; ``SPEEDTIER_FLAGS`` overrides those too (for every organization).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import time
 from collections.abc import Mapping
 
 from sqlalchemy import Engine, text
+
+from shared.rollouts import PostHogRollouts
 
 _IS_ENABLED = text(
     "SELECT 1 FROM flipper_gates"
@@ -36,6 +42,7 @@ class Flags:
       engine: the PostgreSQL engine holding Flipper's tables.
       overrides: flag -> forced value (from ``SPEEDTIER_FLAGS``); wins over the tables.
       cache_seconds: how long a read is reused; 0 reads the table every time.
+      rollouts: the PostHog rollout flags; None: every rollout flag is off.
     """
 
     def __init__(
@@ -43,8 +50,10 @@ class Flags:
         engine: Engine,
         overrides: Mapping[str, bool] | None = None,
         cache_seconds: float = 2.0,
+        rollouts: PostHogRollouts | None = None,
     ) -> None:
         self.engine = engine
+        self.rollouts = rollouts
         self.overrides = dict(overrides or {})
         self.cache_seconds = cache_seconds
         self._cache: dict[str, tuple[float, bool]] = {}
@@ -64,6 +73,16 @@ class Flags:
         with self._lock:
             self._cache[name] = (now, value)
         return value
+
+    def rollout(self, name: str, *, organization_id: int, region: str | None = None) -> bool:
+        """Whether PostHog rollout flag ``name`` is on for ``organization_id`` in ``region``
+        (default: this deployment's ``SPEEDTIER_REGION``). Off when PostHog is not configured
+        or unreachable (fail closed); ``SPEEDTIER_FLAGS`` wins for every organization."""
+        if name in self.overrides:
+            return self.overrides[name]
+        if self.rollouts is None:
+            return False
+        return self.rollouts.is_enabled(name, organization_id=organization_id, region=region)
 
     def set(self, name: str, enabled: bool) -> None:
         """Raise or lower a flag in Flipper's tables (what ``speedtier pause|resume`` do)."""

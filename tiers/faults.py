@@ -14,6 +14,7 @@ point                  between
 ``settle.after``       the outcome settled (and acked) and the thread moving on
 ``promote.before``     a delayed message being due and its move to its queue
 ``promote.after``      the move (and ack) of a delayed message and forgetting it
+``step.after``         a resumable step marked completed and the job's next step
 =====================  ========================================================
 """
 
@@ -24,7 +25,15 @@ import signal
 
 FAULT_ENV = "SPEEDTIER_FAULT"
 POINTS = frozenset(
-    {"fetch.after", "claim.after", "run.after", "settle.after", "promote.before", "promote.after"}
+    {
+        "fetch.after",
+        "claim.after",
+        "run.after",
+        "settle.after",
+        "promote.before",
+        "promote.after",
+        "step.after",
+    }
 )
 _ARMED = os.environ.get(FAULT_ENV, "")
 if _ARMED and _ARMED not in POINTS:

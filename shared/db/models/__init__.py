@@ -27,6 +27,15 @@ from shared.db.models.rails import (
     PgSearchDocument,
 )
 from shared.db.models.rails_reports import Employee, Evaluation, TicketRule
+from shared.db.models.rails_routine import (
+    AssignmentQueue,
+    AssignmentQueueMembership,
+    Group,
+    GroupEmployee,
+    OutboundDeliveryClaim,
+    Sheet,
+    SheetRow,
+)
 from shared.db.models.rails_uploads import (
     ActiveStorageAttachment,
     ActiveStorageBlob,
@@ -42,6 +51,8 @@ from shared.db.models.rails_uploads import (
 __all__ = [
     "ActiveStorageAttachment",
     "ActiveStorageBlob",
+    "AssignmentQueue",
+    "AssignmentQueueMembership",
     "CallDetail",
     "Client",
     "Conversation",
@@ -56,6 +67,8 @@ __all__ = [
     "FlipperFeature",
     "FlipperGate",
     "GoodJob",
+    "Group",
+    "GroupEmployee",
     "IngestionApiKey",
     "IntegrationProfile",
     "KbChunk",
@@ -71,7 +84,10 @@ __all__ = [
     "Organization",
     "OperatorAction",
     "OrganizationDataSource",
+    "OutboundDeliveryClaim",
     "PgSearchDocument",
+    "Sheet",
+    "SheetRow",
     "TicketRule",
     "UsageEvent",
 ]

@@ -1,0 +1,128 @@
+"""Rollout flags: PostHog feature flags evaluated locally, per organization and region.
+
+The seeds gate new behaviour per organization with PostHog flags (``api2_...``) and take a
+deployment region as a release condition (``region = eu-central-1``). This module polls the
+flag definitions with the official ``posthog`` SDK (local evaluation: the personal API key
+reads ``/flags/definitions``, formerly ``/api/feature_flag/local_evaluation``, every
+``SPEEDTIER_POSTHOG_POLL_SECONDS``) and evaluates them here, never calling PostHog per job.
+
+It fails closed: a flag is **off** when PostHog is not configured (no personal API key), when
+the definitions could never be loaded (PostHog unreachable since start), when the flag is
+unknown or inactive, or when evaluation raises. Once loaded, definitions stay as last polled
+while PostHog is unreachable (the SDK keeps them), so an outage does not flip a rollout.
+
+An organization is evaluated as PostHog person ``organization:<id>`` and as group
+``organization`` ``<id>``, both with the properties ``organization_id`` and ``region``, so a
+flag's release condition may be written on either.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Final
+
+log = logging.getLogger(__name__)
+
+#: Every rollout flag seed 001 names (one place; ``speedtier maintenance check`` and the
+#: reports' and uploads' families read them through ``Flags.rollout``).
+DAILY_AGENT_EVALUATION_REPORT_COLLECT: Final = "api2_daily_agent_evaluation_report_collect"
+COUNTER_CACHE_NATIVE_REPAIRS: Final = "api2_counter_cache_native_repairs"
+CONVERSATION_UPLOAD_SYNC_COMPLETION: Final = "api2_conversation_upload_sync_completion"
+CONVERSATION_UPLOAD_DURABLE_DELIVERY: Final = "api2_conversation_upload_durable_delivery"
+CONVERSATION_UPLOAD_NATIVE_PROCESSING: Final = "api2_conversation_upload_native_processing"
+ROLLOUT_FLAGS: Final = (
+    DAILY_AGENT_EVALUATION_REPORT_COLLECT,
+    COUNTER_CACHE_NATIVE_REPAIRS,
+    CONVERSATION_UPLOAD_SYNC_COMPLETION,
+    CONVERSATION_UPLOAD_DURABLE_DELIVERY,
+    CONVERSATION_UPLOAD_NATIVE_PROCESSING,
+)
+ORGANIZATION_GROUP: Final = "organization"
+
+
+class PostHogRollouts:
+    """Local evaluation of PostHog flags; the SDK client is built on first use (so a process
+    forked or spawned later polls from its own thread).
+
+    Parameters:
+      project_api_key: the project's API key (``phc_...``), the ``token`` of the poll.
+      personal_api_key: a personal (or feature-flags secure) API key; None: every flag off.
+      host: PostHog's URL.
+      poll_seconds: how often the definitions are polled.
+      region: the deployment region used when a caller gives none.
+    """
+
+    def __init__(
+        self,
+        *,
+        project_api_key: str | None,
+        personal_api_key: str | None,
+        host: str,
+        poll_seconds: float = 30.0,
+        region: str | None = None,
+    ) -> None:
+        self.project_api_key = project_api_key
+        self.personal_api_key = personal_api_key
+        self.host = host
+        self.poll_seconds = poll_seconds
+        self.region = region
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.personal_api_key and self.project_api_key)
+
+    def _sdk(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                from posthog import Posthog
+
+                self._client = Posthog(
+                    self.project_api_key or "",
+                    host=self.host,
+                    secret_key=self.personal_api_key,  # a personal API key works here
+                    poll_interval=max(1, round(self.poll_seconds)),
+                    send=False,  # evaluation only: no events leave this process
+                    disable_geoip=True,
+                    feature_flags_request_timeout_seconds=3,
+                )
+                self._client.load_feature_flags()
+            return self._client
+
+    def is_enabled(self, name: str, *, organization_id: int, region: str | None = None) -> bool:
+        """Whether flag ``name`` is on for the organization in ``region`` (default: this
+        deployment's). False whenever it cannot be told (the module's fail-closed rules)."""
+        if not self.configured:
+            return False
+        region = region or self.region
+        properties: dict[str, Any] = {"organization_id": str(organization_id)}
+        if region:
+            properties["region"] = region
+        try:
+            evaluated = self._sdk().evaluate_flags(
+                f"organization:{organization_id}",
+                groups={ORGANIZATION_GROUP: str(organization_id)},
+                person_properties=properties,
+                group_properties={ORGANIZATION_GROUP: properties},
+                only_evaluate_locally=True,
+                flag_keys=[name],
+            )
+            return bool(
+                evaluated.is_enabled(name, default_value=False, send_feature_flag_events=False)
+            )
+        except Exception as exc:
+            log.warning("rollout flag %s unreadable (%s): off", name, exc)
+            return False
+
+    def reload(self) -> None:
+        """Poll the definitions now (tests, and the CLI check)."""
+        if self.configured:
+            self._sdk().load_feature_flags()
+
+    def close(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.shutdown()
