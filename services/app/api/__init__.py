@@ -85,4 +85,7 @@ def create_app(platform: Platform | None = None, settings: Settings | None = Non
     register_error_handlers(app)
     for blueprint in (*PLATFORM_BLUEPRINTS, *platform.blueprints):
         app.register_blueprint(blueprint)
+    from services.app.dashboard import blueprint as dashboard  # it reads api_token from here
+
+    app.register_blueprint(dashboard)
     return app

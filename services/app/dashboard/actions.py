@@ -1,0 +1,60 @@
+"""What an operator changes from the dashboard, each recorded with who and when.
+
+The change goes through the platform's own door (the job store's retry and discard scripts,
+``shared.flags``); the audit row (``api2.operator_actions``) is written after it, with what
+the platform answered. Were PostgreSQL down at that moment, a retried or discarded job's
+record still names its operator (``retried_by``, ``discarded_by``).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from services.app.bootstrap import Platform
+from shared.db.engine import session_scope
+from shared.db.models.operator import OperatorAction
+from tiers.dead_letters import DeadLetters
+
+
+def record(
+    platform: Platform, operator: str, action: str, target: str, outcome: str, detail: str = ""
+) -> None:
+    with session_scope(platform.sessions) as session:
+        session.add(
+            OperatorAction(
+                operator=operator,
+                action=action,
+                target=target[:500],
+                outcome=outcome,
+                detail=detail or None,
+            )
+        )
+        session.commit()
+
+
+def retry_job(platform: Platform, operator: str, job_id: str) -> str:
+    outcome = DeadLetters(platform.broker.jobs).retry(job_id, operator)
+    record(platform, operator, "retry", job_id, outcome)
+    return outcome
+
+
+def discard_job(platform: Platform, operator: str, job_id: str) -> str:
+    outcome = DeadLetters(platform.broker.jobs).discard(job_id, operator)
+    record(platform, operator, "discard", job_id, outcome)
+    return outcome
+
+
+def set_switch(platform: Platform, operator: str, flag: str, paused: bool) -> str:
+    platform.flags.set(flag, paused)
+    outcome = "paused" if paused else "resumed"
+    record(platform, operator, "pause" if paused else "resume", flag, outcome)
+    return outcome
+
+
+def recent(platform: Platform, limit: int = 100) -> list[OperatorAction]:
+    with session_scope(platform.sessions) as session:
+        rows = session.scalars(
+            select(OperatorAction).order_by(OperatorAction.id.desc()).limit(limit)
+        ).all()
+        session.expunge_all()
+        return list(rows)

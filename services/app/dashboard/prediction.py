@@ -1,0 +1,87 @@
+"""When an organization's next job in a family will start, from measured rates.
+
+The model (also explained on the page), for one group (family, tier, organization):
+
+* ``r_queue``: runs that ended in the group's queue per minute, all organizations, over the
+  last :data:`RATE_MINUTES` minutes (``tiers.run_rates``); the pace at which the queue's
+  FIFO list drains. ``r_group``: the same for this group alone; the pace at which its slots
+  come free.
+* The group has a message **waiting** in the queue (admitted under its cap): its next start
+  is that message's turn, ``position / r_queue`` from now (``position``: messages ahead of it
+  in the list, LPOS).
+* Otherwise it has **parked** jobs (every slot taken by a running job): the next parked job
+  is admitted when a slot frees, in ``1 / r_group``, and then waits behind what the queue
+  holds, ``length / r_queue``.
+* Nothing waiting or parked: no backlog, nothing to predict.
+
+With no run measured in the window the prediction is unknown (no worker has been taking
+from the queue), never a guess. Delayed jobs (retries, window delays) start at their own
+due time and are not part of it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import redis
+
+from services.app.dashboard.snapshot import Group
+
+#: The window the rates are measured over.
+RATE_MINUTES = 15
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Seconds until the group's next start (None: unknown or nothing to start) and why."""
+
+    seconds: float | None
+    basis: str
+
+
+def per_minute(counts: Counter[str], field: str) -> float:
+    """A count over the rate window as a per-minute rate (the current, partial, minute is
+    counted, so the rate is over ``RATE_MINUTES`` plus a fraction: a slight underestimate)."""
+    return counts.get(field, 0) / RATE_MINUTES
+
+
+def positions(client: redis.Redis, namespace: str, groups: list[Group]) -> dict[str, int]:
+    """Group key -> how many messages are ahead of its first waiting message in the queue."""
+    asked = [(g, rid) for g in groups for rid in g.waiting_ids]
+    if not asked:
+        return {}
+    pipe = client.pipeline(transaction=False)
+    for group, redis_id in asked:
+        pipe.lpos(f"{namespace}:{group.queue}", redis_id)
+    found: dict[str, int] = {}
+    for (group, _), position in zip(asked, pipe.execute(), strict=True):
+        if position is not None:
+            found[group.key] = min(found.get(group.key, position), int(position))
+    return found
+
+
+def predict(
+    group: Group, counts: Counter[str], position: int | None, queue_length: int
+) -> Prediction:
+    """The next start of ``group`` under the model in this module's docstring."""
+    r_queue = per_minute(counts, f"q:{group.queue}")
+    r_group = per_minute(counts, f"g:{group.key}")
+    if group.waiting and position is not None:
+        if position == 0:
+            return Prediction(0.0, "first in its queue: starts when a worker thread is free")
+        if r_queue <= 0:
+            return Prediction(None, f"{position} ahead in the queue; no run ended there lately")
+        return Prediction(
+            60 * position / r_queue, f"{position} ahead in the queue at {r_queue:.1f} runs/min"
+        )
+    if group.parked:
+        if r_group <= 0 or r_queue <= 0:
+            return Prediction(None, "group full; none of its runs ended lately")
+        seconds = 60 / r_group + 60 * queue_length / r_queue
+        return Prediction(
+            seconds,
+            f"group full: a slot frees every {60 / r_group:.0f}s ({r_group:.1f} runs/min), "
+            f"then {queue_length} ahead at {r_queue:.1f} runs/min",
+        )
+    return Prediction(None, "no backlog")

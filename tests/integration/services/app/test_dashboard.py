@@ -1,0 +1,205 @@
+"""The dashboard's routes on real Redis and PostgreSQL through Flask's test client: sign-in,
+CSRF, clear answers to bad input, and each page drawn from the live platform. (The browser
+test, tests/e2e/test_dashboard_browser.py, drives the same pages in Chromium.)"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from sqlalchemy import select, text
+
+from router.requests import JobRequest
+from services.app.api import create_app
+from services.app.bootstrap import SERVICE_MODULES, Platform
+from services.app.dashboard import auth
+from services.app.dashboard.prediction import predict
+from services.app.dashboard.snapshot import Group
+from services.app.scheduler import TickScheduler
+from shared.db.engine import session_scope
+from shared.db.models.operator import OperatorAction
+from tests import platform_harness as h
+from tests.fixtures_platform import AUTH, TOKEN, MakePlatform
+
+HARNESS = (*SERVICE_MODULES, "tests.platform_harness")
+
+
+@pytest.fixture
+def platform(make_platform: MakePlatform) -> Platform:
+    return make_platform(services=HARNESS)
+
+
+def signed_in(app: Flask, name: str = "ann") -> FlaskClient:
+    client = app.test_client()
+    answer = client.post(
+        "/dashboard/login", data={"name": name, "token": TOKEN, "next": "/dashboard/"}
+    )
+    assert answer.status_code == 302 and answer.headers["Location"] == "/dashboard/"
+    return client
+
+
+def csrf_of(html: str) -> str:
+    match = re.search(r'name="csrf_token" value="([0-9a-f]+)"', html)
+    assert match, "no CSRF token on the page"
+    return match.group(1)
+
+
+def enqueue(platform: Platform, item: str, kind: str = "t_plain", **params: object) -> str:
+    request = JobRequest(kind=kind, organization_id=7, params={"item": item, **params})
+    return platform.router.enqueue_many([request])[0].job_id
+
+
+def test_pages_need_a_signed_in_operator(client: FlaskClient) -> None:
+    answer = client.get("/dashboard/orgs")
+    assert answer.status_code == 302
+    assert answer.headers["Location"].startswith("/dashboard/login?next=/dashboard/orgs")
+    assert client.post("/dashboard/jobs/x/retry").status_code == 401
+    wrong = client.post("/dashboard/login", data={"name": "ann", "token": "nope"})
+    assert wrong.status_code == 401 and b"not this deployment" in wrong.data
+    forged = f"ann|{int(time.time())}|{'0' * 64}"
+    client.set_cookie(auth.COOKIE, forged, path="/dashboard")
+    assert client.get("/dashboard/").status_code == 302
+    # A script may use the bearer header instead
+    assert client.get("/dashboard/", headers=AUTH).status_code == 200
+
+
+def test_the_session_cookie_is_locked_down(app: Flask) -> None:
+    client = app.test_client()
+    answer = client.post("/dashboard/login", data={"name": "ann", "token": TOKEN})
+    cookie = answer.headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/dashboard" in cookie
+    assert auth.read_session(TOKEN, auth.issue_session(TOKEN, "ann")) == "ann"
+    with pytest.raises(auth.BadSession):
+        auth.read_session("another-token", auth.issue_session(TOKEN, "ann"))
+    with pytest.raises(auth.BadSession):
+        auth.read_session(TOKEN, auth.issue_session(TOKEN, "ann", now=time.time() - 13 * 3600))
+
+
+def test_state_changes_need_the_pages_csrf_token(app: Flask, platform: Platform) -> None:
+    client = signed_in(app)
+    flag = "pause_api2_test_family"
+    refused = client.post(f"/dashboard/switches/{flag}", data={"to": "on", "confirm": flag})
+    assert refused.status_code == 403 and not platform.flags.is_enabled(flag)
+    page = client.get(f"/dashboard/switches/{flag}?to=on")
+    assert page.status_code == 200 and b"t_paused" in page.data
+    token = csrf_of(page.text)
+    unconfirmed = client.post(
+        f"/dashboard/switches/{flag}", data={"to": "on", "confirm": "", "csrf_token": token}
+    )
+    assert unconfirmed.status_code == 400 and not platform.flags.is_enabled(flag)
+    done = client.post(
+        f"/dashboard/switches/{flag}", data={"to": "on", "confirm": flag, "csrf_token": token}
+    )
+    assert done.status_code == 302 and platform.flags.is_enabled(flag)
+    with session_scope(platform.sessions) as session:
+        action = session.scalars(select(OperatorAction)).one()
+        assert (action.operator, action.action, action.target) == ("ann", "pause", flag)
+
+
+def test_bad_input_gets_a_page_that_says_so(app: Flask) -> None:
+    client = signed_in(app)
+    missing = client.get("/dashboard/jobs/no-such-job")
+    assert missing.status_code == 404 and b"No job" in missing.data
+    assert client.get("/dashboard/jobs?id=no-such-job").status_code == 302
+    assert client.get("/dashboard/jobs?id=" + "x" * 400).status_code == 400
+    unknown = client.get("/dashboard/switches/pause_nothing?to=on")
+    assert unknown.status_code == 404 and b"No family is paused" in unknown.data
+    assert client.get("/dashboard/switches/pause_api2_test_family?to=maybe").status_code == 400
+    page = client.get("/dashboard/failed")
+    token = csrf_of(page.text)
+    refused = client.post("/dashboard/jobs/no-such-job/retry", data={"csrf_token": token})
+    assert refused.status_code == 409 and b"not failed any more" in refused.data
+
+
+def test_a_failed_job_is_retried_from_its_page_and_runs(app: Flask, platform: Platform) -> None:
+    # Given a job that failed for good under a real worker
+    job_id = enqueue(platform, "dash-1", mode="flaky", times=3)
+    with h.running_worker(platform.broker):
+        h.wait_until(lambda: h.state(platform.broker, job_id) == "failed")
+    client = signed_in(app, "bob")
+    listing = client.get("/dashboard/failed")
+    assert job_id in listing.text and "Retryable: flaky" in listing.text
+    # When bob retries it from the job's page
+    page = client.get(f"/dashboard/jobs/{job_id}")
+    assert 'id="retry"' in page.text
+    answer = client.post(f"/dashboard/jobs/{job_id}/retry", data={"csrf_token": csrf_of(page.text)})
+    assert answer.status_code == 302
+    # Then it runs again and completes, and the record and the audit name bob
+    with h.running_worker(platform.broker):
+        h.wait_until(lambda: h.state(platform.broker, job_id) == "completed")
+    shown = client.get(f"/dashboard/jobs/{job_id}").text
+    assert "completed" in shown and "by bob" in shown
+    audit = client.get("/dashboard/audit").text
+    assert "retry" in audit and job_id in audit and "waiting" in audit
+
+
+def test_queues_and_orgs_show_what_redis_holds(app: Flask, platform: Platform) -> None:
+    # Given a group of cap 1 (t_serial) with one job admitted and two parked, and no worker
+    for item in ("s1", "s2", "s3"):
+        enqueue(platform, item, kind="t_serial")
+    client = signed_in(app)
+    queues = client.get("/dashboard/partials/queues").text
+    row = re.search(r'data-queue="t_serial.fast".*?</tr>', queues, re.S)
+    assert row is not None
+    assert [int(n) for n in re.findall(r"<td>(\d+)</td>", row.group(0))] == [1, 0, 2, 0]
+    orgs = client.get("/dashboard/orgs").text
+    assert 'data-group="t_serial.fast|7"' in orgs and "0 / 1" in orgs
+    assert "How the start time is predicted" in orgs
+    # the first waiting job is first in its queue
+    assert "first in its queue" in orgs
+
+
+def test_the_prediction_follows_the_measured_rates() -> None:
+    group = Group("q.fast|7", "q.fast", "q", "fast", "7", 2, running=2, parked=3)
+    # 30 runs of the queue and 15 of the group over 15 minutes: 2/min and 1/min
+    counts = {"q:q.fast": 30, "g:q.fast|7": 15}
+    parked = predict(group, counts, None, queue_length=4)  # type: ignore[arg-type]
+    assert parked.seconds == pytest.approx(60 / 1 + 60 * 4 / 2)
+    group.waiting_ids.append("m1")
+    waiting = predict(group, counts, 6, queue_length=10)  # type: ignore[arg-type]
+    assert waiting.seconds == pytest.approx(60 * 6 / 2)
+    unknown = predict(group, {}, 6, queue_length=10)  # type: ignore[arg-type]
+    assert unknown.seconds is None and "no run ended" in unknown.basis
+
+
+def test_windows_and_schedule_pages(app: Flask, platform: Platform) -> None:
+    # Given a windowed job that ran and a tick the scheduler emitted
+    job_id = enqueue(platform, "w1", kind="t_window", provider="notion")
+    with h.running_worker(platform.broker):
+        h.wait_until(lambda: h.state(platform.broker, job_id) == "completed")
+    scheduler = TickScheduler(platform)
+    tick = platform.ticks[0]
+    scheduler.emit_tick(tick)
+    scheduler.lock.client.close()
+    client = signed_in(app)
+    windows = client.get("/dashboard/windows").text
+    assert "t_window" in windows and "5 per 1.0 s" in windows
+    schedule = client.get("/dashboard/schedule").text
+    assert f'data-tick="{tick.name}"' in schedule
+    assert "none noted" not in schedule.split(f'data-tick="{tick.name}"')[1].split("</tr>")[0]
+
+
+def test_redis_down_is_a_503_page(make_platform: MakePlatform) -> None:
+    platform = make_platform(services=HARNESS, redis_url="redis://127.0.0.1:1/0")
+    client = signed_in(create_app(platform))
+    answer = client.get("/dashboard/")
+    assert answer.status_code == 503 and b"Redis is unreachable" in answer.data
+
+
+def test_flipper_sees_the_switch(app: Flask, platform: Platform) -> None:
+    client = signed_in(app)
+    flag = "pause_api2_test_family"
+    token = csrf_of(client.get(f"/dashboard/switches/{flag}?to=on").text)
+    client.post(
+        f"/dashboard/switches/{flag}", data={"to": "on", "confirm": flag, "csrf_token": token}
+    )
+    with platform.engine.connect() as connection:
+        gate = connection.execute(
+            text("SELECT value FROM flipper_gates WHERE feature_key = :f AND key = 'boolean'"),
+            {"f": flag},
+        ).scalar()
+    assert gate == "true"
+    assert "PAUSED" in client.get("/dashboard/switches").text
