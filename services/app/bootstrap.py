@@ -36,6 +36,7 @@ SERVICE_MODULES: tuple[str, ...] = (
     "services.knowledge_sync",
     "services.ingestion",
     "services.reports",
+    "services.super_sources",
 )
 
 

@@ -22,7 +22,11 @@ _COMMAND_MODULES = (
 )
 #: Products' command groups, each module exposing ``register(main)``; their commands receive
 #: :func:`load_context` as click's context object rather than bootstrapping themselves.
-PRODUCT_COMMAND_MODULES = ("services.knowledge_sync.cli", "services.uploads.cli")
+PRODUCT_COMMAND_MODULES = (
+    "services.knowledge_sync.cli",
+    "services.uploads.cli",
+    "services.super_sources.cli",
+)
 
 
 class _Main(click.Group):

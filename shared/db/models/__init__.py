@@ -47,6 +47,11 @@ from shared.db.models.rails_uploads import (
     GoodJob,
     IntegrationProfile,
 )
+from shared.db.models.super_sources import (
+    SuperSourceConnection,
+    SuperSourceImport,
+    SuperSourceNode,
+)
 
 __all__ = [
     "ActiveStorageAttachment",
@@ -88,6 +93,9 @@ __all__ = [
     "PgSearchDocument",
     "Sheet",
     "SheetRow",
+    "SuperSourceConnection",
+    "SuperSourceImport",
+    "SuperSourceNode",
     "TicketRule",
     "UsageEvent",
 ]

@@ -1,0 +1,47 @@
+"""Super sources (seed 004): import, index and webhook families on the fast and slow tiers,
+for every source in the registry (GitHub, Linear, GitLab, Git, ...)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from router.context import ServiceContext
+    from services.super_sources.registry import SourceRegistry
+
+
+def register(platform: ServiceContext) -> None:
+    """The three families and the webhook route, for the default registry's sources."""
+    from services.super_sources.sources import default_registry
+
+    install(platform, default_registry())
+
+
+def install(platform: ServiceContext, registry: SourceRegistry) -> None:
+    """The three families and the webhook route, for ``registry``'s sources (a test or a
+    plug-in passes its own)."""
+    from services.connectors.nodes import RateLimitState
+    from services.indexing.chunking import Chunker
+    from services.indexing.embedders import embedder_from_settings
+    from services.super_sources import routes
+    from services.super_sources.actors import build_handlers
+    from services.super_sources.context import SuperContext
+    from services.super_sources.families import families
+    from tiers.rate_window import RateWindows
+
+    settings = platform.settings
+    client = platform.broker.client
+    namespace = settings.redis_namespace
+    ctx = SuperContext(
+        registry=registry,
+        rate_limits=RateLimitState(client, namespace),
+        chunker=Chunker(),
+        embedder=embedder_from_settings(settings, windows=RateWindows(client, namespace)),
+        client=client,
+        namespace=namespace,
+        provider_urls=settings.provider_urls,
+        timeout=settings.http_timeout_seconds,
+    )
+    for family in families(build_handlers(platform.sessions, platform.router, ctx)):
+        platform.add_family(family)
+    platform.add_blueprint(routes.blueprint(ctx))

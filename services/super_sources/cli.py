@@ -1,0 +1,71 @@
+"""``speedtier super``: the six queues' status, and a re-drive of one root's import."""
+
+from __future__ import annotations
+
+import click
+
+from router.context import LoadContext
+from services.connectors.nodes import NodeRef
+from services.super_sources import store
+from services.super_sources.families import import_request
+from services.super_sources.queue_status import queue_status
+from services.super_sources.sources import default_registry
+from shared.db.engine import session_scope
+
+
+@click.group("super")
+def super_group() -> None:
+    """Super sources: queue status and import re-drive."""
+
+
+@super_group.command("status")
+@click.pass_obj
+def status(load: LoadContext) -> None:
+    """The six queues: ready and delayed messages; per organization, slots held (running or
+    next in line) and jobs parked behind the group's cap."""
+    platform = load()
+    for row in queue_status(platform.broker):
+        click.echo(f"{row.queue:<22} ready={row.ready} delayed={row.delayed}")
+        for owner, (admitted, parked) in row.groups.items():
+            who = "all organizations" if owner == "*" else f"organization {owner}"
+            click.echo(f"    {who}: running={admitted} parked={parked}")
+
+
+@super_group.command("import")
+@click.argument("source")
+@click.argument("connection_id", type=click.IntRange(min=1))
+@click.argument("root")
+@click.option("--first-run", is_flag=True, help="Walk from the beginning, not incrementally.")
+@click.pass_obj
+def import_command(
+    load: LoadContext, source: str, connection_id: int, root: str, first_run: bool
+) -> None:
+    """Re-drive the import of ROOT (``TYPE:ID``, or ``ID`` when SOURCE has one root type)
+    of connection CONNECTION_ID."""
+    entry = default_registry().get(source)
+    if entry is None:
+        raise click.ClickException(f"unknown source {source!r}")
+    root_type, _, root_id = root.partition(":")
+    if root_type not in entry.root_node_types:
+        if len(entry.root_node_types) != 1:
+            choices = ", ".join(entry.root_node_types)
+            raise click.ClickException(f"ROOT must be TYPE:ID with TYPE one of {choices}")
+        root_type, root_id = entry.root_node_types[0], root
+    if not root_id:
+        raise click.ClickException("ROOT has no id")
+    platform = load()
+    with session_scope(platform.sessions) as session:
+        row = store.connection_for_webhook(session, source, connection_id, None)
+        if row is None:
+            raise click.ClickException(f"no {source} connection {connection_id}")
+        organization_id = row.organization_id
+    answer = platform.router.enqueue(
+        import_request(
+            organization_id, source, connection_id, NodeRef(root_type, root_id), first_run=first_run
+        )
+    )
+    click.echo(f"{answer.job_id}: {answer.outcome} on {answer.queue}")
+
+
+def register(main: click.Group) -> None:
+    main.add_command(super_group)

@@ -1,0 +1,80 @@
+"""What the three families' units need besides a session: the registry, how to reach a
+connection's provider, its quota, the chunker and embedder, and the counters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import redis
+
+from services.connectors.nodes import Connection, RateLimitState
+from services.indexing.chunking import Chunker
+from services.indexing.embedders import Embedder
+from services.super_sources.registry import SourceEntry, SourceRegistry
+from shared.db.models.super_sources import SuperSourceConnection
+from shared.errors import Delay, Unrecoverable
+
+
+@dataclass(frozen=True)
+class SuperContext:
+    """The super sources' dependencies, built once by ``register``.
+
+    Attributes:
+      provider_urls: configuration's API addresses by source (win over an entry's default).
+      client / namespace: Redis, for the counters and the webhook replay guard.
+    """
+
+    registry: SourceRegistry
+    rate_limits: RateLimitState
+    chunker: Chunker
+    embedder: Embedder
+    client: redis.Redis
+    namespace: str
+    provider_urls: Mapping[str, str]
+    timeout: float = 30.0
+
+    def entry(self, source: str) -> SourceEntry:
+        """The source's entry; Unrecoverable for a source this process does not know."""
+        entry = self.registry.get(source)
+        if entry is None:
+            raise Unrecoverable(f"unknown super source {source!r}")
+        return entry
+
+    def connection(self, row: SuperSourceConnection) -> Connection:
+        """The connector's view of a connection row."""
+        entry = self.entry(row.source)
+        return Connection(
+            source=row.source,
+            connection_id=row.id,
+            organization_id=row.organization_id,
+            base_url=row.base_url or self.provider_urls.get(row.source) or entry.default_base_url,
+            credentials=dict(row.credentials or {}),
+            settings=dict(row.settings or {}),
+            timeout=self.timeout,
+            rate_limits=self.rate_limits,
+        )
+
+    def wait_for_quota(self, conn: Connection) -> None:
+        """Before a provider call: when the connection is blocked until a reset, raise a
+        Delay to it (no attempt spent)."""
+        until = self.entry(conn.source).rate_limit(self.rate_limits, conn)
+        if until is not None and until > datetime.now(UTC):
+            raise Delay(until.timestamp(), reason="rate-limit")
+
+    def count(self, source: str, what: str) -> None:
+        """Add one to ``super.<source>.<what>`` (``indexation``, ``already_indexed``...)."""
+        self.client.hincrby(self.counters_key, f"super.{source}.{what}", 1)
+
+    @property
+    def counters_key(self) -> str:
+        return f"{self.namespace}:super:counters"
+
+    def counters(self) -> dict[str, int]:
+        raw = self.client.hgetall(self.counters_key)
+        return {_text(k): int(v) for k, v in raw.items()}
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,31 @@
+"""The sources this deployment indexes: one :class:`SourceEntry` each.
+
+Adding a source is one entry here plus its connector module (``services/connectors/``);
+its tier is the tier table's (``tiers.table``: a source missing there runs in the slow
+tier). No queue, worker or chart changes.
+"""
+
+from __future__ import annotations
+
+from services.super_sources.registry import SourceEntry, SourceRegistry, WebhookSpec
+
+
+def default_registry() -> SourceRegistry:
+    from services.connectors import github
+
+    return SourceRegistry.of(
+        [
+            SourceEntry(
+                connector=github.SOURCE,
+                default_base_url=github.DEFAULT_BASE_URL,
+                webhooks=(
+                    WebhookSpec(
+                        path="events",
+                        scheme="X-Hub-Signature-256: HMAC-SHA256 of the body",
+                        verify=github.verify,
+                        parse=github.parse,
+                    ),
+                ),
+            ),
+        ]
+    )

@@ -1,0 +1,62 @@
+"""The super sources over the tracker registry (``tracker.py``), on this test's Redis
+namespace and database, with workers in threads of this process."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import redis
+
+from services.app.bootstrap import Platform
+from services.super_sources import store
+from shared.db.engine import session_scope
+from tests.fixtures_platform import MakePlatform
+from tests.integration.services.super_sources import tracker
+from tiers.worker import serve
+
+TRACKER = "tests.integration.services.super_sources.tracker"
+
+
+@pytest.fixture
+def super_platform(
+    make_platform: MakePlatform, redis_client: redis.Redis, namespace: str
+) -> Platform:
+    tracker.configure(redis_client, namespace)
+    return make_platform(services=[TRACKER])
+
+
+@pytest.fixture
+def organization() -> Callable[[], int]:
+    """A fresh organization id per call (the database is shared by the session's tests)."""
+    return lambda: random.randint(10**9, 2 * 10**9)
+
+
+def make_connection(platform: Platform, organization_id: int, source: str, **fields: Any) -> int:
+    with session_scope(platform.sessions) as session:
+        row = store.create_connection(session, organization_id, source, **fields)
+        session.commit()
+        return row.id
+
+
+@contextmanager
+def workers(platform: Platform, *, threads: int = 8) -> Iterator[None]:
+    """A real Dramatiq worker over the fast and slow queues, in a thread of this process."""
+    stop = threading.Event()
+    queues = platform.registry.queues_of_tier("fast") + platform.registry.queues_of_tier("slow")
+    thread = threading.Thread(
+        target=serve,
+        args=(platform.broker, queues),
+        kwargs={"threads": threads, "stop": stop, "poll_ms": 50, "drain_seconds": 5},
+        daemon=True,
+    )
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=20)
