@@ -26,6 +26,7 @@ PRODUCT_COMMAND_MODULES = (
     "services.knowledge_sync.cli",
     "services.uploads.cli",
     "services.super_sources.cli",
+    "services.reports.cli",
 )
 
 

@@ -1,0 +1,62 @@
+"""The seed's validation and rollout assertions answerable from this side
+(``speedtier reports check``).
+
+| check | passes when |
+| --- | --- |
+| pause flag | ``pause_api2_daily_agent_evaluation_reports`` is off |
+| ticks registered | both ticks exist at 04:00 and 20:00 UTC |
+| uncertain Slack/email claims | no unresolved report delivery claim (seed: resolve by hand) |
+| reportable organizations | at least one organization is reportable (else the ticks do nothing) |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from router.context import ServiceContext
+from services.rails.delivery_claims import unresolved
+from services.reports.families import PAUSE_FLAG
+from services.reports.store import reportable_organizations
+from services.reports.ticks import TODAY_TICK, YESTERDAY_TICK
+from shared.db.engine import session_scope
+
+_REPORT_KEYS = ("slack/daily-agent-eval-report-", "email/daily-agent-eval-report-", "combined/")
+_CRONS = {YESTERDAY_TICK: "0 4 * * *", TODAY_TICK: "0 20 * * *"}
+
+
+@dataclass(frozen=True)
+class Check:
+    passed: bool
+    summary: str
+    details: tuple[str, ...] = ()
+
+
+def run_checks(platform: ServiceContext) -> list[Check]:
+    paused = platform.flags.is_enabled(PAUSE_FLAG)
+    checks = [Check(not paused, f"{PAUSE_FLAG} is {'on' if paused else 'off'} (expected off)")]
+    wrong = []
+    for name, cron in _CRONS.items():
+        try:
+            tick = platform.tick(name)
+        except KeyError:
+            wrong.append(f"{name} not registered")
+            continue
+        if tick.cron != cron:
+            wrong.append(f"{name} runs at {tick.cron!r}, expected {cron!r}")
+    checks.append(Check(not wrong, "report ticks at 04:00 and 20:00 UTC", tuple(wrong)))
+    claims = [
+        claim
+        for claim in unresolved(platform.sessions)
+        if claim.delivery_key.startswith(_REPORT_KEYS)
+    ]
+    checks.append(
+        Check(
+            not claims,
+            f"report deliveries with an uncertain outcome: {len(claims)}",
+            tuple(f"{c.delivery_key} claimed {c.created_at:%FT%TZ}" for c in claims),
+        )
+    )
+    with session_scope(platform.sessions) as session:
+        count = len(reportable_organizations(session))
+    checks.append(Check(count > 0, f"reportable organizations: {count}"))
+    return checks

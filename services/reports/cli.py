@@ -1,0 +1,74 @@
+"""``speedtier reports``: the seed's re-drive of skipped reports, and its checks.
+
+``redrive yesterday|today`` enqueues the aggregate job with that sentinel, so each
+organization's date resolves in its own zone when it runs; ``redrive YYYY-MM-DD`` uses that
+date for every organization; ``--org N`` enqueues that one organization's report (the
+sentinel resolved now in its zone), as one ``POST .../enqueue`` per org would.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import UTC, datetime
+
+import click
+
+from router.context import LoadContext
+from router.requests import JobRequest
+from services.reports.checks import run_checks
+from services.reports.dates import BadReportDate, parse_day, resolve
+from services.reports.families import PAUSE_FLAG, report_request
+from services.reports.store import reportable_organizations
+from services.reports.ticks import TODAY_TICK, YESTERDAY_TICK
+from shared.db.engine import session_scope
+
+
+@click.group("reports")
+def reports() -> None:
+    """Daily agent evaluation reports: re-drive and check."""
+
+
+@reports.command("redrive")
+@click.argument("day")
+@click.option("--org", "organization_id", type=click.IntRange(min=1), default=None)
+@click.pass_obj
+def redrive(load: LoadContext, day: str, organization_id: int | None) -> None:
+    """Re-drive the reports of DAY (yesterday, today or YYYY-MM-DD)."""
+    try:
+        wanted = parse_day(day)
+    except BadReportDate as exc:
+        raise click.BadParameter(str(exc), param_hint="DAY") from None
+    platform = load()
+    if platform.flags.is_enabled(PAUSE_FLAG):
+        raise click.ClickException(f"{PAUSE_FLAG} is on: resume it first")
+    if organization_id is None:
+        tick = platform.tick(TODAY_TICK if day == "today" else YESTERDAY_TICK)
+        slot = f"redrive-{day}-{int(time.time())}"
+        answer = platform.router.enqueue(JobRequest(tick.kind, None, {"slot": slot}))
+        click.echo(f"{answer.job_id}: {answer.outcome} on {answer.queue}")
+        return
+    with session_scope(platform.sessions) as session:
+        found = reportable_organizations(session, only=organization_id)
+    if not found:
+        raise click.ClickException(f"organization {organization_id} is not reportable")
+    resolved = resolve(wanted, found[0].time_zone, datetime.now(UTC))
+    answer = platform.router.enqueue(report_request(organization_id, resolved, source="admin"))
+    click.echo(f"{answer.job_id}: {answer.outcome} on {answer.queue}")
+
+
+@reports.command("check")
+@click.pass_obj
+def check(load: LoadContext) -> None:
+    """Run the seed's checks and print pass or fail for each."""
+    results = run_checks(load())
+    for result in results:
+        click.echo(f"[{'pass' if result.passed else 'fail'}] {result.summary}")
+        for line in result.details:
+            click.echo(f"       {line}")
+    sys.exit(0 if all(result.passed for result in results) else 1)
+
+
+def register(main: click.Group) -> None:
+    """Add ``speedtier reports``."""
+    main.add_command(reports)
