@@ -42,7 +42,7 @@ def test_redrive_refuses_bad_days_and_paused_reports(platform: Platform) -> None
 
 
 def test_check_prints_pass_or_fail_for_each(platform: Platform) -> None:
-    code, output = _run(platform, "check")
+    _code, output = _run(platform, "check")
     assert "[pass] pause_api2_daily_agent_evaluation_reports is off" in output
     assert "[pass] report ticks at 04:00 and 20:00 UTC" in output
     assert "report deliveries with an uncertain outcome" in output
