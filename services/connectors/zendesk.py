@@ -17,7 +17,13 @@ Locale rule: without ``locales`` a document is listed for every published transl
 the help center's locales. With ``locales`` (kept to those the help center has), every
 published article is listed in each of them; a locale without a published translation takes
 the article's source-locale title and content, under its own identifier ``<id>:<locale>``.
-Draft articles and draft translations are never listed.
+Draft is per translation (an article's ``draft`` is its source-locale translation's): a draft
+translation is never listed, and an article whose source translation is a draft still lists
+its published translations.
+
+Help centers: a brand is read when its help center is ``enabled`` or ``restricted`` (visible
+to signed-in users only; the API answers the agent credentials the source carries). A
+``disabled`` help center, an inactive brand or one without a help center is not read.
 
 Snapshot safety: any failed page of brands, locales, categories, sections or articles raises,
 so the run aborts before anything is removed. A failed translation fetch for one article is
@@ -59,6 +65,8 @@ from shared.http import JsonClient, NotFound
 #: Zendesk's largest page for help center lists.
 PAGE_SIZE = 100
 ZENDESK_DOMAIN = "zendesk.com"
+#: ``help_center_state`` values whose content the source's agent credentials can read.
+READABLE_HELP_CENTERS = frozenset({"enabled", "restricted"})
 _SUBDOMAIN = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 
 
@@ -130,8 +138,7 @@ class ZendeskProvider:
                 for article in self._items(
                     center.client, "/api/v2/help_center/articles", "articles"
                 ):
-                    if article.get("draft"):
-                        continue
+                    # No skip on the article's own draft flag: it is its source locale's only.
                     try:
                         translations = self._translations(center.client, article["id"])
                     except (Retryable, NotFound):
@@ -201,7 +208,7 @@ class ZendeskProvider:
                 continue
             if not brand.get("active", True) or not brand.get("has_help_center", True):
                 continue
-            if brand.get("help_center_state", "enabled") != "enabled":
+            if brand.get("help_center_state", "enabled") not in READABLE_HELP_CENTERS:
                 continue
             base = self.brand_base_url(config, brand)
             if base not in bases:
@@ -263,8 +270,6 @@ class ZendeskProvider:
     def _fetch_translation(
         self, client: JsonClient, article: Json, locale: str, fallback: bool
     ) -> FetchedDocument | None:
-        if article.get("draft"):
-            return None
         translation = _published_translation(client, article["id"], locale)
         source_locale = str(article.get("source_locale") or article.get("locale") or "").lower()
         if translation is None and fallback and source_locale != locale:

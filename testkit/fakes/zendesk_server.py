@@ -12,6 +12,18 @@ path prefix ``/brand/<id>``, which is also its ``brand_url``.
 
 Failures are injected per path (and page) with :meth:`FakeZendesk.fail`; see :class:`Kind`.
 
+Draft is per translation, as in Zendesk: an article's ``draft`` is "true if the translation
+for the current locale is a draft" (the source locale's when no locale is in the path), so
+an article whose source translation is a draft may have published translations. A brand's
+``help_center_state`` is ``enabled``, ``disabled`` or ``restricted`` (only signed-in users
+see it; the API answers an agent's credentials as usual).
+
+References: https://developer.zendesk.com/api-reference/help_center/help-center-api/articles/,
+https://developer.zendesk.com/api-reference/help_center/help-center-api/translations/,
+https://developer.zendesk.com/api-reference/ticketing/account-configuration/brands/,
+https://developer.zendesk.com/api-reference/introduction/pagination/,
+https://developer.zendesk.com/api-reference/introduction/rate-limits/ (429 + Retry-After).
+
     fake = FakeZendesk(sample_help_center())
     with fake as base_url:
         fake.fail_articles(Kind.SERVER_ERROR, page="later")
@@ -58,11 +70,12 @@ class Translation:
 
 @dataclass
 class Article:
+    """An article; whether it is a draft is said by each of its ``translations``."""
+
     id: int
     section_id: int
     source_locale: str
     translations: list[Translation]
-    draft: bool = False
 
 
 @dataclass
@@ -120,8 +133,8 @@ class Failure:
 
 def sample_help_center(extra_articles: int = 6) -> HelpCenter:
     """en-us (default), fr and de; three levels of sections under "Getting started"; a draft
-    article, a draft translation, an article written in French, and ``extra_articles`` plain
-    English ones (ids from 104)."""
+    article (its only translation is a draft), a draft translation, an article written in
+    French, and ``extra_articles`` plain English ones (ids from 104)."""
     articles = [
         Article(
             100,
@@ -141,7 +154,7 @@ def sample_help_center(extra_articles: int = 6) -> HelpCenter:
             ],
         ),
         Article(
-            101, 20, "en-us", [Translation("en-us", "Unreleased pricing", "<p>x</p>")], draft=True
+            101, 20, "en-us", [Translation("en-us", "Unreleased pricing", "<p>x</p>", draft=True)]
         ),
         Article(
             102,
@@ -392,11 +405,8 @@ class FakeZendesk:
 
     def _article_json(self, article: Article) -> dict[str, Any]:
         source = next(t for t in article.translations if t.locale == article.source_locale)
-        return {
-            **self._translation_json(article, source),
-            "id": article.id,
-            "draft": article.draft,
-        }
+        # The article in its source locale: draft is that translation's.
+        return {**self._translation_json(article, source), "id": article.id}
 
     def _translation_json(self, article: Article, translation: Translation) -> dict[str, Any]:
         return {
@@ -408,7 +418,7 @@ class FakeZendesk:
             "locale": translation.locale,
             "title": translation.title,
             "body": translation.body,
-            "draft": translation.draft or article.draft,
+            "draft": translation.draft,
             "html_url": f"https://help.acme.test/hc/{translation.locale}/articles/{article.id}",
             "updated_at": UPDATED_AT,
         }

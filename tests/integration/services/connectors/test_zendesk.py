@@ -215,7 +215,52 @@ def test_draft_articles_and_draft_translations_are_skipped(zendesk: FakeZendesk)
 
     assert not [i for i in identifiers(listing) if i.startswith("101:")]
     assert "102:fr" not in identifiers(listing)
-    assert not zendesk.requested(f"{ARTICLES}/101/translations")
+
+
+def test_a_draft_in_one_locale_keeps_the_published_translations(zendesk: FakeZendesk) -> None:
+    # Given an article whose English source is being rewritten (a draft) while its French and
+    # German translations stay published: the article's own draft flag is true
+    zendesk.help_centers[1].articles.append(
+        Article(
+            130,
+            10,
+            "en-us",
+            [
+                Translation("en-us", "Rewrite in progress", "<p>new</p>", draft=True),
+                Translation("fr", "Publié", "<p>publié</p>"),
+                Translation("de", "Veröffentlicht", "<p>veröffentlicht</p>"),
+            ],
+        )
+    )
+    assert (
+        ZendeskProvider()
+        ._client(config(zendesk.base_url), zendesk.base_url)
+        .get(f"{ARTICLES}/130")["article"]["draft"]
+    )
+
+    listing = ZendeskProvider().list_source(config(zendesk.base_url))
+
+    # Then the published translations are listed, the draft is not
+    assert {"130:fr", "130:de"} <= identifiers(listing)
+    assert "130:en-us" not in identifiers(listing)
+    fetched = ZendeskProvider().fetch_document(config(zendesk.base_url), "130:fr")
+    assert fetched is not None and fetched.title == "Publié"
+    assert ZendeskProvider().fetch_document(config(zendesk.base_url), "130:en-us") is None
+
+
+def test_a_restricted_help_center_is_read_with_the_credentials(zendesk: FakeZendesk) -> None:
+    # Given a brand whose help center is restricted to signed-in users
+    zendesk.add_brand(
+        Brand(2, "Internal", "internal", help_center_state="restricted"),
+        small_help_center(910, "Internal FAQ"),
+    )
+
+    listing = BrandRouting().list_source(config(zendesk.base_url))
+
+    # Then its articles are listed, and the listing is complete
+    assert "910:en-us" in identifiers(listing) and listing.complete
+    document = BrandRouting().fetch_document(config(zendesk.base_url), "910:en-us")
+    assert document is not None and document.title == "Internal FAQ"
 
 
 # -- pagination -------------------------------------------------------------------------------
