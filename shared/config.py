@@ -40,6 +40,10 @@ class Settings(BaseSettings):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         "INFO", validation_alias="LOG_LEVEL"
     )
+    # auto: one JSON object per line outside development and test, readable lines inside.
+    log_format: Literal["auto", "json", "text"] = "auto"
+    # The worker pool's and the scheduler's GET /metrics port; 0: not served.
+    metrics_port: int = Field(9191, ge=0, le=65535)
     redis_namespace: str = Field("speedtier", pattern=r"^[A-Za-z0-9_.-]+$")
     data_dir: str = ".speedtier"
     allow_volatile_redis: bool = False
@@ -140,6 +144,11 @@ class Settings(BaseSettings):
     @property
     def is_development(self) -> bool:
         return self.environment in ("development", "test")
+
+    @property
+    def json_logs(self) -> bool:
+        """Log JSON lines: ``SPEEDTIER_LOG_FORMAT=json``, or ``auto`` outside development."""
+        return self.log_format == "json" or (self.log_format == "auto" and not self.is_development)
 
 
 def parse_rate(rate: str, *, field: str = "rate") -> tuple[int, float]:

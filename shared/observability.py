@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import json
 import logging
-from typing import Any
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from typing import IO, Any
 
 import sentry_sdk
 
@@ -17,11 +22,76 @@ log = logging.getLogger("speedtier")
 EXPECTED_OUTCOMES = (Delay, Paused, RecordMissing)
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s",
-    )
+#: The job a thread is running (set by the worker's log-context middleware): job id, family,
+#: organization, tier and attempt, added to every log record the thread emits meanwhile.
+JOB_FIELDS = ("job_id", "family", "organization", "tier", "attempt")
+current_job: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
+    "speedtier_current_job", default=None
+)
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s%(job)s"
+
+
+class JobContext(logging.Filter):
+    """Copy the current job's fields onto each record (``record.job_id`` ...) and a short
+    ``record.job`` suffix for readable lines (`` [job=... family=... org=...]``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        job = current_job.get()
+        for name in JOB_FIELDS:
+            setattr(record, name, job.get(name) if job else None)
+        record.job = (
+            " [" + " ".join(f"{k}={v}" for k, v in job.items() if v not in (None, "")) + "]"
+            if job
+            else ""
+        )
+        return True
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object per record: time (UTC, ISO 8601), level, logger, message, process,
+    the job's fields when a job runs, and the traceback as ``exc_info`` text."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "process": record.process,
+        }
+        for name in JOB_FIELDS:
+            value = getattr(record, name, None)
+            if value not in (None, ""):
+                entry[name] = value
+        if record.exc_info:
+            entry["exc_info"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def log_handler(*, json_lines: bool, stream: IO[str] | None = None) -> logging.Handler:
+    """A stream handler (stderr by default) writing JSON lines or readable lines, with the
+    job context filter."""
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(JobContext())
+    handler.setFormatter(JsonLines() if json_lines else logging.Formatter(TEXT_FORMAT))
+    return handler
+
+
+def configure_logging(level: str, *, json_lines: bool = False) -> None:
+    """Log to stderr at ``level``, as JSON lines (production) or readable lines; does nothing
+    when the root logger already has a handler (a second bootstrap, pytest)."""
+    logging.basicConfig(level=level, handlers=[log_handler(json_lines=json_lines)])
+
+
+@contextlib.contextmanager
+def job_logging(**fields: Any) -> Iterator[None]:
+    """Within the block, this thread's log records carry ``fields`` (see :data:`JOB_FIELDS`)."""
+    token = current_job.set(fields)
+    try:
+        yield
+    finally:
+        current_job.reset(token)
 
 
 def _drop_expected(event: Any, hint: dict[str, Any]) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 from uuid import uuid4
 
 from dramatiq.brokers.redis import RedisBroker
-from dramatiq.common import current_millis, dq_name
+from dramatiq.common import current_millis, dq_name, xq_name
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware
 
@@ -236,3 +236,11 @@ class TierBroker(RedisBroker):
             name: (int(replies[2 * i]), int(replies[2 * i + 1]))
             for i, name in enumerate(queue_names)
         }
+
+    def queue_failures(self, queue_names: Sequence[str]) -> dict[str, int]:
+        """``queue -> failed`` messages in each queue's dead-letter set (kept by Dramatiq for
+        its dead-message TTL)."""
+        pipe = self.client.pipeline(transaction=False)
+        for name in queue_names:
+            pipe.zcard(f"{self.namespace}:{xq_name(name)}")
+        return {name: int(count) for name, count in zip(queue_names, pipe.execute(), strict=True)}

@@ -10,6 +10,8 @@ from dramatiq.middleware import CurrentMessage, TimeLimit
 from tiers.broker import TierBroker
 from tiers.families import Family
 from tiers.middleware.group_slots import GroupSlots
+from tiers.middleware.job_metrics import JobMetrics
+from tiers.middleware.log_context import LogContext
 from tiers.middleware.outcomes import Outcomes
 from tiers.middleware.pause import PauseSwitch
 from tiers.middleware.windows import ProviderWindows
@@ -42,8 +44,10 @@ def build_broker(
     slots = GroupSlots(broker.jobs)
     for middleware in (
         CurrentMessage(),
+        LogContext(),
         TimeLimit(),
         slots,
+        JobMetrics(),
         PauseSwitch(families, is_enabled),
         ProviderWindows(families, RateWindows(broker.client, namespace), windows),
         Outcomes(families, broker.jobs, slots),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import FrameType
 
 from tiers.broker import TierBroker
@@ -28,6 +28,8 @@ def serve(
     drain_seconds: float = 25.0,
     poll_ms: int = 500,
     stop: threading.Event | None = None,
+    on_beat: Callable[[], None] | None = None,
+    beat_seconds: float = 5.0,
 ) -> None:
     """Consume ``queues`` with ``threads`` worker threads until SIGTERM/SIGINT (or ``stop``).
 
@@ -36,6 +38,8 @@ def serve(
       drain_seconds: how long in-flight jobs get to finish after a stop request.
       poll_ms: the longest an idle consumer sleeps between fetches; also how late a due
         delayed message may be moved to its queue.
+      on_beat: called every ``beat_seconds`` while every consumer and worker thread is alive
+        (the liveness heartbeat); a dead thread stops the beats, so the probe fails.
     """
     queues = set(queues)
     stop = stop or threading.Event()
@@ -51,13 +55,34 @@ def serve(
     if not queues:
         # A tier no registered family uses yet: stay up (the pool is deployed per tier) but idle.
         log.warning("no registered family uses this tier; idling until stopped")
-        stop.wait()
+        if on_beat:
+            on_beat()
+        while not stop.wait(beat_seconds if on_beat else None):
+            if on_beat:
+                on_beat()
         return
     worker = TierWorker(broker, queues=queues, worker_threads=threads, worker_timeout=poll_ms)
     if prefetch:
         worker.queue_prefetch = prefetch
     worker.start()
     log.info("worker consuming %s with %d threads", ", ".join(sorted(queues)), threads)
-    stop.wait()
+    beating = True
+    if on_beat and threads_alive(worker):
+        on_beat()
+    while not stop.wait(beat_seconds if on_beat else None):
+        if on_beat is None:
+            continue
+        if threads_alive(worker):
+            on_beat()
+            beating = True
+        elif beating:
+            log.error("a consumer or worker thread died: no more heartbeats (liveness fails)")
+            beating = False
     worker.stop(timeout=int(drain_seconds * 1000))
     log.info("worker stopped")
+
+
+def threads_alive(worker: TierWorker) -> bool:
+    """Every consumer thread (one per queue) and worker thread of ``worker`` is running."""
+    threads = [*worker.consumers.values(), *worker.workers]
+    return bool(threads) and all(thread.is_alive() for thread in threads)

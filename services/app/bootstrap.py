@@ -138,7 +138,7 @@ def bootstrap(
         raise RuntimeError("REDIS_URL is not set (speedtier up starts an embedded Redis)")
     if not settings.database_url:
         raise RuntimeError("DATABASE_URL is not set (speedtier up starts an embedded PostgreSQL)")
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, json_lines=settings.json_logs)
     verify_redis_persistence(settings)  # refuses volatile Redis in production and staging
     init_sentry(settings.sentry_dsn, environment=settings.environment, component=component)
 

@@ -37,6 +37,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from types import FrameType
 
 import redis
@@ -50,9 +51,14 @@ from router.enqueue import Enqueued
 from router.requests import JobRequest
 from router.ticks import Tick
 from services.app.bootstrap import Platform
+from shared import heartbeat, metrics
 from shared.db.base import utcnow
 
 log = logging.getLogger(__name__)
+
+TICKS = metrics.counter(
+    "ticks", "Tick emissions by tick and the enqueue's answer (or paused).", ["tick", "outcome"]
+)
 
 Clock = Callable[[], datetime]
 
@@ -185,6 +191,7 @@ class TickScheduler:
       scheduler: an APScheduler 3 scheduler (a ``BlockingScheduler`` in UTC by default).
       clock: the time slots are computed at (tests pin it).
       lock: the leader lock (the platform's by default).
+      heartbeat_file: beaten while the scheduler runs (``speedtier alive scheduler``).
     """
 
     def __init__(
@@ -194,6 +201,7 @@ class TickScheduler:
         scheduler: BaseScheduler | None = None,
         clock: Clock = utcnow,
         lock: LeaderLock | None = None,
+        heartbeat_file: Path | None = None,
     ) -> None:
         self.platform = platform
         self.grace_seconds = platform.settings.scheduler_misfire_grace_seconds
@@ -204,6 +212,7 @@ class TickScheduler:
         self._guard = threading.Lock()
         self._stopping = threading.Event()
         self._keeper: threading.Thread | None = None
+        self.heartbeat_file = heartbeat_file
         for tick in platform.ticks:
             self.scheduler.add_job(
                 self.emit,
@@ -241,9 +250,11 @@ class TickScheduler:
         return self._leader
 
     def _keep_leadership(self) -> None:
-        interval = self.lock.ttl_seconds / 3
+        interval = min(self.lock.ttl_seconds / 3, heartbeat.BEAT_SECONDS)
         while not self._stopping.is_set():
             self.refresh_leadership()
+            if self.heartbeat_file is not None and self.scheduler.running:
+                heartbeat.beat(self.heartbeat_file)  # whether or not Redis answered
             self._stopping.wait(interval)
 
     def start_leadership(self) -> None:
@@ -275,10 +286,12 @@ class TickScheduler:
                 "scheduler: %s slot %s skipped, paused by %s", tick.name, slot, tick.pause_flag
             )
             self.record_emission(tick, slot, f"skipped: paused by {tick.pause_flag}")
+            TICKS.labels(tick.name, "paused").inc()
             return None
         answer = enqueue_tick(self.platform, tick, slot)
         log.info("scheduler: %s slot %s %s (%s)", tick.name, slot, answer.outcome, answer.job_id)
         self.record_emission(tick, slot, answer.outcome)
+        TICKS.labels(tick.name, answer.outcome).inc()
         return answer
 
     def record_emission(self, tick: Tick, slot: str, outcome: str) -> None:
@@ -294,6 +307,11 @@ class TickScheduler:
     def catch_up(self) -> None:
         """Emit each tick's latest slot within the grace period (after an election)."""
         for tick in self.platform.ticks:
+            if tick_slot(tick, self.clock(), self.grace_seconds) is None:
+                # The usual case for a daily tick: its last fire time is long past, nothing
+                # to catch up on (not worth a warning at every start).
+                log.debug("scheduler: %s has no slot to catch up on", tick.name)
+                continue
             try:
                 self.emit_tick(tick)
             except Exception:

@@ -72,6 +72,11 @@ class WorkerPool:
       name: prefix of the children's names (``fast`` gives ``fast-0``, ``fast-1``...).
       policy: backoff and crash-loop limit.
       poll_seconds: how often the pool looks at signals and due restarts.
+      healthy: pid -> whether that child is whole (its own heartbeat is recent); the pool
+        calls ``on_beat`` only while every slot has a live, healthy child.
+      on_beat: the pool's liveness heartbeat.
+      on_exit: called with the pid of every child that exited (drops its metrics' live
+        values).
     """
 
     def __init__(
@@ -83,6 +88,9 @@ class WorkerPool:
         name: str,
         policy: RestartPolicy | None = None,
         poll_seconds: float = 0.2,
+        healthy: Callable[[int], bool] | None = None,
+        on_beat: Callable[[], None] | None = None,
+        on_exit: Callable[[int], None] | None = None,
     ) -> None:
         if size < 1:
             raise ValueError("a pool needs at least one child")
@@ -91,6 +99,9 @@ class WorkerPool:
         self.name = name
         self.policy = policy or RestartPolicy()
         self.poll_seconds = poll_seconds
+        self.healthy = healthy
+        self.on_beat = on_beat
+        self.on_exit = on_exit
         self.children: list[BaseProcess | None] = [None] * size
         self.restarts = 0
         self._context = multiprocessing.get_context("spawn")
@@ -122,6 +133,7 @@ class WorkerPool:
                     self._join_all()
                     return 1
                 self._start_due()
+                self._beat()
                 self._sleep()
             while self._alive():
                 while forwarded < len(self._received):
@@ -152,6 +164,8 @@ class WorkerPool:
             if child is None or child.exitcode is None:
                 continue
             self.children[slot] = None
+            if self.on_exit is not None and child.pid is not None:
+                self.on_exit(child.pid)
             if len(self._recent) >= self.policy.max_restarts:
                 log.error("%s: %s (pid %s) died with %s", *self._death(child))
                 return True
@@ -181,6 +195,15 @@ class WorkerPool:
             if due <= now:
                 del self._due[slot]
                 self._start(slot)
+
+    def _beat(self) -> None:
+        if self.on_beat is None:
+            return
+        live = self._alive()
+        if len(live) < len(self.children):
+            return
+        if self.healthy is None or all(c.pid is not None and self.healthy(c.pid) for c in live):
+            self.on_beat()
 
     def _alive(self) -> list[BaseProcess]:
         return [child for child in self.children if child is not None and child.is_alive()]

@@ -11,12 +11,20 @@ from dramatiq.broker import Broker
 from dramatiq.common import q_name
 from dramatiq.middleware import Middleware, SkipMessage
 
+from shared import metrics
 from tiers.faults import fault_point
 from tiers.job_store import JobStore
+from tiers.middleware.job_metrics import tier_of_queue
 from tiers.options import GROUP, JOB_ID, REDIS_MESSAGE_ID
 from tiers.redis_retry import REDIS_DOWN, until_redis_answers
 
 log = logging.getLogger(__name__)
+
+GROUP_PARKED = metrics.counter(
+    "group_parked",
+    "Jobs parked at claim because their group was at its concurrency cap.",
+    ["family", "tier"],
+)
 
 
 class GroupSlots(Middleware):
@@ -50,6 +58,8 @@ class GroupSlots(Middleware):
                 lambda: self.jobs.claim(message, q_name(message.queue_name)),
                 what="claiming a job",
             )
+        if verdict == "parked":
+            GROUP_PARKED.labels(message.actor_name, tier_of_queue(message.queue_name)).inc()
         if verdict != "run":
             log.info("job %s not run: %s", options[JOB_ID], verdict)
             raise SkipMessage(verdict)

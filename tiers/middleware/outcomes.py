@@ -60,6 +60,7 @@ from tiers.faults import fault_point
 from tiers.job_store import JobStore
 from tiers.middleware.group_slots import GroupSlots
 from tiers.middleware.held import Held
+from tiers.middleware.job_metrics import SETTLEMENT
 from tiers.options import (
     DELAY_SINCE,
     DELAY_STREAK,
@@ -136,6 +137,7 @@ class Outcomes(Middleware):
         )
         if ack is not None:
             setattr(message, ACKED_IN_SETTLE, True)
+        setattr(message, SETTLEMENT, settlement)
         if verdict == "stale":
             log.warning("job %s was superseded while it ran", message.options[JOB_ID])
 

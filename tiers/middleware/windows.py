@@ -8,12 +8,18 @@ from typing import Any
 from dramatiq.broker import Broker
 from dramatiq.middleware import Middleware
 
+from shared import metrics
 from shared.errors import Delay, Retryable
 from tiers.families import Family, family_of
 from tiers.middleware.held import Held
+from tiers.middleware.job_metrics import tier_of_queue
 from tiers.options import PROVIDER, WINDOW_ADMITTED, WINDOW_RESERVATION, WINDOW_SCOPE
 from tiers.policies import WindowRule
 from tiers.rate_window import RateWindows
+
+WINDOW_DELAYS = metrics.counter(
+    "window_delays", "Starts delayed because their provider window was full.", ["family", "tier"]
+)
 
 
 class ProviderWindows(Middleware):
@@ -61,6 +67,7 @@ class ProviderWindows(Middleware):
                 jitter=self.jitter,
             )
         except Delay as delay:
+            WINDOW_DELAYS.labels(family.name, tier_of_queue(message.queue_name)).inc()
             raise Held(delay) from None
         except Exception as exc:
             # An unchecked window could let a storm through: retry under the policy instead.

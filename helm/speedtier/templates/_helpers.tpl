@@ -207,6 +207,8 @@ ConfigMap and Secret contents (shared by the release objects and the migrations 
 {{- end }}
 SPEEDTIER_ENV: {{ $c.environment | quote }}
 LOG_LEVEL: {{ $c.logLevel | quote }}
+SPEEDTIER_LOG_FORMAT: {{ $c.logFormat | default "auto" | quote }}
+SPEEDTIER_METRICS_PORT: {{ include "speedtier.metricsPort" . | quote }}
 SPEEDTIER_REDIS_NAMESPACE: {{ $c.redisNamespace | quote }}
 SPEEDTIER_DATA_DIR: {{ $c.dataDir | quote }}
 SPEEDTIER_ALLOW_VOLATILE_REDIS: {{ $c.allowVolatileRedis | default false | toString | quote }}
@@ -284,8 +286,12 @@ envFrom:
       name: {{ .configMap }}
   - secretRef:
       name: {{ .secret }}
-{{- with .root.Values.extraEnv }}
 env:
+  # prometheus_client's multiprocess mode: every process of the pod writes its values here,
+  # on the /tmp emptyDir (the root filesystem is read-only).
+  - name: PROMETHEUS_MULTIPROC_DIR
+    value: {{ .root.Values.metrics.multiprocDir | quote }}
+{{- with .root.Values.extraEnv }}
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
@@ -337,13 +343,34 @@ volumes:
 {{- end }}
 
 {{/* Exec probes of workers and the scheduler: `speedtier ready`. */}}
+{{- /*
+Probes of a worker pool or the scheduler. Call with (dict "root" $ "component" "worker-fast").
+Readiness: `speedtier ready` (Redis and PostgreSQL answer). Liveness: `speedtier alive
+<component>` (the process's own heartbeat: consumer threads and pool children running), so a
+dependency outage makes pods unready without restarting them.
+*/}}
 {{- define "speedtier.readyProbes" -}}
 readinessProbe:
   exec:
     command: ["speedtier", "ready"]
-  {{- toYaml .Values.readyProbe.readiness | nindent 2 }}
+  {{- toYaml .root.Values.readyProbe.readiness | nindent 2 }}
 livenessProbe:
   exec:
-    command: ["speedtier", "ready"]
-  {{- toYaml .Values.readyProbe.liveness | nindent 2 }}
+    command: ["speedtier", "alive", {{ .component | quote }}]
+  {{- toYaml .root.Values.readyProbe.liveness | nindent 2 }}
+{{- end }}
+
+{{- define "speedtier.metricsPort" -}}
+{{- .Values.metrics.port | default 0 | int -}}
+{{- end }}
+
+{{- /* The metrics port of a worker pool or the scheduler (when metrics.port is set). */}}
+{{- define "speedtier.metricsContainerPort" -}}
+{{- $port := include "speedtier.metricsPort" . | int }}
+{{- if $port }}
+ports:
+  - name: metrics
+    containerPort: {{ $port }}
+    protocol: TCP
+{{- end }}
 {{- end }}

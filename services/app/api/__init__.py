@@ -21,14 +21,19 @@ from services.apikit.context import attach_platform
 from services.apikit.errors import register_error_handlers
 from services.apikit.request import ApiRequest
 from services.apikit.validation import IdConverter
-from services.app.api import jobs_routes, openapi_document, probes
+from services.app.api import jobs_routes, metrics_route, openapi_document, probes
 from services.app.bootstrap import Platform, bootstrap
 from shared.config import Settings, load_settings
 from shared.errors import SpeedtierError
 
 log = logging.getLogger(__name__)
 
-PLATFORM_BLUEPRINTS = (probes.blueprint, jobs_routes.blueprint, openapi_document.blueprint)
+PLATFORM_BLUEPRINTS = (
+    probes.blueprint,
+    metrics_route.blueprint,
+    jobs_routes.blueprint,
+    openapi_document.blueprint,
+)
 
 
 class MissingToken(SpeedtierError, RuntimeError):
@@ -53,13 +58,27 @@ def api_token(settings: Settings) -> str | None:
     return None
 
 
-def create_app(platform: Platform | None = None, settings: Settings | None = None) -> Flask:
+def warn_if_open(settings: Settings) -> None:
+    """Say that ``/internal`` is open when no token is set (development and test only)."""
+    if api_token(settings) is None:
+        log.warning(
+            "INTERNAL_API_TOKEN is not set: /internal routes are OPEN to anyone who can reach "
+            "this port (allowed only because SPEEDTIER_ENV=%s)",
+            settings.environment,
+        )
+
+
+def create_app(
+    platform: Platform | None = None, settings: Settings | None = None, *, warn_open: bool = True
+) -> Flask:
     """Build the internal API.
 
     Parameters:
       platform: the assembled platform; built with :func:`services.app.bootstrap.bootstrap`
         from ``settings`` when not given.
       settings: used when ``platform`` is None; defaults to the environment.
+      warn_open: warn when ``/internal`` is open; ``speedtier api`` warns once itself rather
+        than once per gunicorn worker.
 
     Raises:
       MissingToken: outside development and test without ``INTERNAL_API_TOKEN``.
@@ -68,12 +87,8 @@ def create_app(platform: Platform | None = None, settings: Settings | None = Non
     token = api_token(settings)  # before bootstrap: refuse to start before connecting
     if platform is None:
         platform = bootstrap(settings, component="api")
-    if token is None:
-        log.warning(
-            "INTERNAL_API_TOKEN is not set: /internal routes are OPEN to anyone who can reach "
-            "this port (allowed only because SPEEDTIER_ENV=%s)",
-            settings.environment,
-        )
+    if warn_open:
+        warn_if_open(settings)
 
     app = Flask(__name__, static_folder=None)
     app.request_class = ApiRequest

@@ -14,6 +14,7 @@ _COMMAND_MODULES = (
     "services.app.cli.db",
     "services.app.cli.api",
     "services.app.cli.ready",
+    "services.app.cli.alive",
     "services.app.cli.worker",
     "services.app.cli.scheduler",
     "services.app.cli.jobs",

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import tempfile
 from typing import Any
 
 import click
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 
-from services.app.api import MissingToken, api_token, create_app
+from services.app.api import MissingToken, api_token, create_app, warn_if_open
 from services.app.api.gunicorn_worker import WORKER_CLASS
+from shared import metrics
 from shared.config import load_settings
 from shared.observability import configure_logging
 from shared.redis_persistence import verify_redis_persistence
@@ -34,7 +36,7 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
             self.cfg.set(key, value)
 
     def load(self) -> Flask:
-        return create_app()
+        return create_app(warn_open=False)  # `speedtier api` warned once, not per worker
 
 
 def server_options(host: str, port: int, workers: int, log_level: str) -> dict[str, Any]:
@@ -49,6 +51,8 @@ def server_options(host: str, port: int, workers: int, log_level: str) -> dict[s
         "errorlog": "-",
         "loglevel": log_level.lower(),
         "proc_name": "speedtier-api",
+        # A dead worker's live values leave the sums /metrics reports.
+        "child_exit": lambda _server, worker: metrics.mark_dead(worker.pid),
     }
 
 
@@ -63,8 +67,11 @@ def api(host: str | None, port: int | None, workers: int | None) -> None:
         api_token(settings)  # fail here, clearly, rather than in every worker
     except MissingToken as exc:
         raise click.ClickException(str(exc)) from None
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, json_lines=settings.json_logs)
     verify_redis_persistence(resolve(settings))  # here, once, rather than in every worker
+    warn_if_open(settings)  # likewise
+    if not metrics.directory():  # the workers' values are summed at each scrape
+        metrics.use_directory(tempfile.mkdtemp(prefix="speedtier-metrics-"))
     options = server_options(
         host or settings.api_host,
         port or settings.api_port,

@@ -51,24 +51,46 @@ def show(job_id: str) -> None:
 
 @click.command("status")
 def status() -> None:
-    """Queue depths per tier: ready and delayed messages, and kill switches."""
+    """Queue depths per tier: ready, delayed and failed (dead-lettered) messages, and kill
+    switches."""
     from services.app.bootstrap import bootstrap
 
     platform = bootstrap(component="cli")
     for tier in TIER_NAMES:
         queues = platform.registry.queues_of_tier(tier)
         depths = platform.broker.queue_depths(queues)
+        failures = platform.broker.queue_failures(queues)
         ready = sum(d[0] for d in depths.values())
         delayed = sum(d[1] for d in depths.values())
-        click.echo(f"{tier}: {ready} ready, {delayed} delayed")
+        click.echo(f"{tier}: {ready} ready, {delayed} delayed, {sum(failures.values())} failed")
         for queue, (queue_ready, queue_delayed) in sorted(depths.items()):
-            click.echo(f"  {queue:<40} {queue_ready:>7} ready {queue_delayed:>7} delayed")
+            click.echo(
+                f"  {queue:<40} {queue_ready:>7} ready {queue_delayed:>7} delayed "
+                f"{failures[queue]:>7} failed"
+            )
     flags = sorted({f.pause_flag for f in platform.registry if f.pause_flag})
     for flag in flags:
         state = "PAUSED" if platform.flags.is_enabled(flag) else "running"
         click.echo(f"flag {flag}: {state}")
 
 
+@click.command("queues")
+@click.option("--tier", type=click.Choice(TIER_NAMES), help="Only this tier's queues.")
+def queues(tier: str | None) -> None:
+    """List the queues of the registered families, one per line (a tier's worker consumes
+    them; the chart's ``tiers.<tier>.queues`` must list the same)."""
+    from services.app.bootstrap import bootstrap
+
+    platform = bootstrap(component="cli")
+    try:
+        for name in [tier] if tier else TIER_NAMES:
+            for queue in platform.registry.queues_of_tier(name):
+                click.echo(queue if tier else f"{name} {queue}")
+    finally:
+        platform.close()
+
+
 def register(main: click.Group) -> None:
     main.add_command(jobs)
     main.add_command(status)
+    main.add_command(queues)

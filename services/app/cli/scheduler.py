@@ -9,6 +9,7 @@ import click
 from router.ticks import Tick
 from services.app.bootstrap import Platform, bootstrap
 from services.app.scheduler import TickScheduler, next_fire_time
+from shared import heartbeat, metrics
 from shared.db.base import utcnow
 
 
@@ -17,9 +18,13 @@ def scheduler() -> None:
     """Emit every tick on its UTC cron schedule until SIGTERM (safe to run twice: a leader
     lock lets one replica emit, and slot ids make a double emission run once)."""
     platform = bootstrap(component="scheduler")
+    if platform.settings.metrics_port:
+        metrics.serve(platform.settings.metrics_port)
+    beat_file = heartbeat.heartbeat_path("scheduler")
     try:
-        TickScheduler(platform).run()
+        TickScheduler(platform, heartbeat_file=beat_file).run()
     finally:
+        heartbeat.clear(beat_file)
         platform.close()
 
 

@@ -29,7 +29,7 @@ from services.app.embedded import (
 )
 from services.app.namespace_claim import NamespaceClaim, NamespaceTaken
 from services.app.supervisor import ProcessGroup, ProcessSpec
-from shared import runtime_file
+from shared import metrics, runtime_file
 from shared.config import TIER_NAMES, Settings, load_settings
 from shared.errors import SpeedtierError
 from shared.redis_persistence import VolatileRedis, verify_redis_persistence
@@ -159,6 +159,7 @@ def _run_processes(
             port=port,
             allow_private_crawl=demo,
             redis_namespace=namespace,
+            metrics_dir=str(metrics.use_directory(Path(settings.data_dir) / "metrics", wipe=True)),
         ),
         grace_seconds=settings.worker_drain_seconds + 5,
         label=LABEL,
@@ -201,18 +202,24 @@ def process_specs(
     port: int,
     allow_private_crawl: bool = False,
     redis_namespace: str | None = None,
+    metrics_dir: str | None = None,
 ) -> list[ProcessSpec]:
     """The children of ``speedtier up``, each run as ``python -m services.app.cli ...``.
 
     ``allow_private_crawl`` (the demo) lets their crawler fetch loopback and private
-    addresses, which the SSRF guard refuses otherwise.
+    addresses, which the SSRF guard refuses otherwise. ``metrics_dir``: one
+    ``PROMETHEUS_MULTIPROC_DIR`` for every child, so the API's ``/metrics`` shows the
+    workers' and the scheduler's counts too (their own ports are off: they would collide).
     """
     env = {
         **os.environ,
         "REDIS_URL": redis_url,
         "DATABASE_URL": database_url,
         "SPEEDTIER_ENV": "development",
+        "SPEEDTIER_METRICS_PORT": "0",
     }
+    if metrics_dir is not None:
+        env["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
     if redis_namespace is not None:
         env["SPEEDTIER_REDIS_NAMESPACE"] = redis_namespace
     if allow_private_crawl:

@@ -1,39 +1,87 @@
-"""``speedtier worker``: a worker pool for one tier."""
+"""``speedtier worker``: a worker pool for one tier.
+
+Liveness: each worker process beats a heartbeat file while all its consumer and worker
+threads run; a pool beats its own only while every child runs and beats
+(``speedtier alive worker-<tier>``). Metrics: the pool (or a lone worker process) answers
+``GET /metrics`` on ``SPEEDTIER_METRICS_PORT`` (9191; 0 turns it off), summing its
+children's values through ``PROMETHEUS_MULTIPROC_DIR`` (a fresh temporary directory when the
+variable is not set).
+"""
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 
 import click
 
 from services.app.worker_pool import WorkerPool
-from shared.config import TIER_NAMES, load_settings
+from shared import heartbeat, metrics
+from shared.config import TIER_NAMES, Settings, load_settings
 from shared.observability import configure_logging
 from shared.redis_persistence import verify_redis_persistence
 from shared.runtime_file import resolve
 
 
-def _run_one(tier: str, threads: int, prefetch: int) -> None:
+def component_of(tier: str) -> str:
+    return f"worker-{tier}"
+
+
+def start_metrics(settings: Settings) -> None:
+    """Share values with this process's children, and serve them when a port is set."""
+    if not metrics.directory():
+        metrics.use_directory(tempfile.mkdtemp(prefix="speedtier-metrics-"))
+    if settings.metrics_port:
+        metrics.serve(settings.metrics_port)
+
+
+def _run_one(tier: str, threads: int, prefetch: int, pooled: bool = False) -> None:
     from services.app.bootstrap import bootstrap
     from tiers.worker import serve
 
-    platform = bootstrap(component=f"worker-{tier}")
+    component = component_of(tier)
+    platform = bootstrap(component=component)
     settings = platform.settings
-    serve(
-        platform.broker,
-        platform.registry.queues_of_tier(tier),
-        threads=threads,
-        prefetch=prefetch or settings.queue_prefetch,
-        drain_seconds=settings.worker_drain_seconds,
-        poll_ms=settings.worker_poll_ms,
-    )
+    if not pooled:
+        start_metrics(settings)
+    beat_file = heartbeat.heartbeat_path(component, os.getpid() if pooled else None)
+    try:
+        serve(
+            platform.broker,
+            platform.registry.queues_of_tier(tier),
+            threads=threads,
+            prefetch=prefetch or settings.queue_prefetch,
+            drain_seconds=settings.worker_drain_seconds,
+            poll_ms=settings.worker_poll_ms,
+            on_beat=lambda: heartbeat.beat(beat_file),
+            beat_seconds=heartbeat.BEAT_SECONDS,
+        )
+    finally:
+        heartbeat.clear(beat_file)
 
 
-def _supervise(tier: str, processes: int, threads: int, prefetch: int) -> int:
+def _supervise(tier: str, processes: int, threads: int, prefetch: int, settings: Settings) -> int:
     """Run ``processes`` children under a :class:`~services.app.worker_pool.WorkerPool`, which
     replaces a child that dies and exits non-zero on a crash loop."""
-    pool = WorkerPool(_run_one, (tier, threads, prefetch), size=processes, name=tier)
-    return pool.run()
+    component = component_of(tier)
+    start_metrics(settings)
+    pool_beat = heartbeat.heartbeat_path(component)
+    pool = WorkerPool(
+        _run_one,
+        (tier, threads, prefetch, True),
+        size=processes,
+        name=tier,
+        healthy=lambda pid: heartbeat.is_recent(
+            heartbeat.heartbeat_path(component, pid), 3 * heartbeat.BEAT_SECONDS
+        ),
+        on_beat=lambda: heartbeat.beat(pool_beat),
+        on_exit=metrics.mark_dead,
+    )
+    try:
+        return pool.run()
+    finally:
+        heartbeat.clear(pool_beat)
 
 
 @click.command("worker")
@@ -49,14 +97,14 @@ def worker(tier: str, processes: int | None, threads: int | None, prefetch: int)
     if processes == 1:
         _run_one(tier, threads, prefetch)
         return
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, json_lines=settings.json_logs)
     # Checked once, before any child starts: a child that cannot start would only be restarted.
     resolved = resolve(settings)
     for name, value in (("REDIS_URL", resolved.redis_url), ("DATABASE_URL", resolved.database_url)):
         if not value:
             raise click.ClickException(f"{name} is not set (speedtier up provides one locally)")
     verify_redis_persistence(resolved)
-    sys.exit(_supervise(tier, processes, threads, prefetch))
+    sys.exit(_supervise(tier, processes, threads, prefetch, settings))
 
 
 def register(main: click.Group) -> None:

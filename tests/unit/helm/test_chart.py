@@ -381,15 +381,21 @@ def test_tier_can_be_removed_with_null() -> None:
 
 
 @pytest.mark.parametrize("scenario", ["defaults", "three-tiers"])
-def test_workers_and_scheduler_probe_with_speedtier_ready(scenario: str) -> None:
+def test_workers_and_scheduler_are_ready_on_dependencies_and_alive_on_heartbeats(
+    scenario: str,
+) -> None:
     manifests = manifests_of(scenario)
     scheduler = one(manifests, "Deployment", f"{FULLNAME}-scheduler")
-    probed = [*workers(manifests).values(), scheduler]
-    for deployment in probed:
+    components = {f"worker-{tier}": d for tier, d in workers(manifests).items()}
+    for component, deployment in {**components, "scheduler": scheduler}.items():
         (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["readinessProbe"]["exec"]["command"] == ["speedtier", "ready"]
+        assert container["livenessProbe"]["exec"]["command"] == ["speedtier", "alive", component]
         for probe in ("livenessProbe", "readinessProbe"):
-            assert container[probe]["exec"]["command"] == ["speedtier", "ready"], probe
             assert container[probe]["timeoutSeconds"] >= 5
+        assert container["ports"] == [{"name": "metrics", "containerPort": 9191, "protocol": "TCP"}]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["PROMETHEUS_MULTIPROC_DIR"].startswith("/tmp/")
 
 
 def test_scheduler_deployment() -> None:

@@ -24,6 +24,8 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     "INTERNAL_API_TOKEN": ("internal_api_token", "t0ken", "t0ken"),
     "SENTRY_DSN": ("sentry_dsn", "https://k@sentry.example/1", "https://k@sentry.example/1"),
     "LOG_LEVEL": ("log_level", "DEBUG", "DEBUG"),
+    "SPEEDTIER_LOG_FORMAT": ("log_format", "json", "json"),
+    "SPEEDTIER_METRICS_PORT": ("metrics_port", "9292", 9292),
     "SPEEDTIER_REDIS_NAMESPACE": ("redis_namespace", "ns-7", "ns-7"),
     "SPEEDTIER_ALLOW_VOLATILE_REDIS": ("allow_volatile_redis", "true", True),
     "SPEEDTIER_DATA_DIR": ("data_dir", "/var/lib/st", "/var/lib/st"),

@@ -1,0 +1,76 @@
+"""Job metrics: every settled run counted by family, tier and outcome, and its duration.
+
+========================================  ===================================================
+metric                                    what it counts
+========================================  ===================================================
+``speedtier_jobs_total``                  settled runs; ``outcome`` is the job's state after
+{family, tier, outcome}                   the run (``completed``, ``record_missing``,
+                                          ``skipped``, ``failed``), ``retried`` for a failed
+                                          attempt that will run again, ``delayed`` for a
+                                          delay that spent no attempt
+``speedtier_job_run_seconds``             wall time from the claim to the settlement
+{family, tier}
+========================================  ===================================================
+
+Runs that were not claimed (a stale copy, a parked one) are not runs and are not counted.
+The outcomes middleware leaves its settlement on the message (:data:`SETTLEMENT`); this
+middleware sits before it in the stack, so its ``after_process_message`` runs after it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from dramatiq.broker import Broker
+from dramatiq.common import q_name
+from dramatiq.middleware import Middleware
+
+from shared import metrics
+
+#: Message attributes (on the in-memory message proxy, never on the wire).
+STARTED_AT = "_speedtier_started_at"
+SETTLEMENT = "_speedtier_settlement"
+
+JOBS = metrics.counter(
+    "jobs", "Settled job runs by family, tier and outcome.", ["family", "tier", "outcome"]
+)
+RUN_SECONDS = metrics.histogram(
+    "job_run_seconds", "Job run time from claim to settlement.", ["family", "tier"]
+)
+
+
+def tier_of_queue(queue_name: str) -> str:
+    """``kb_document_sync.fast`` (or its delay queue) -> ``fast``."""
+    return q_name(queue_name).rsplit(".", 1)[-1]
+
+
+def outcome_of(state: str, error: str) -> str:
+    """The ``outcome`` label of a settlement: a delayed state with an error is a retry."""
+    if state == "delayed" and error:
+        return "retried"
+    return state
+
+
+class JobMetrics(Middleware):
+    """Start the clock after the claim, count the settlement after the outcomes middleware."""
+
+    def before_process_message(self, broker: Broker, message: Any) -> None:
+        setattr(message, STARTED_AT, time.monotonic())
+
+    def after_process_message(
+        self,
+        broker: Broker,
+        message: Any,
+        *,
+        result: Any = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        settlement = getattr(message, SETTLEMENT, None)
+        if settlement is None:
+            return
+        family, tier = message.actor_name, tier_of_queue(message.queue_name)
+        JOBS.labels(family, tier, outcome_of(settlement.state, settlement.error)).inc()
+        started = getattr(message, STARTED_AT, None)
+        if started is not None:
+            RUN_SECONDS.labels(family, tier).observe(time.monotonic() - started)
