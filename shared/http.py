@@ -7,6 +7,8 @@ through :class:`JsonClient`, so a status means the same everywhere:
 response                               raised
 =====================================  ==============================================
 429 with Retry-After                   ``Delay`` until then (the attempt is not spent)
+503, 529 with Retry-After              ``Delay`` until then (an overloaded provider,
+                                       e.g. Notion's 529 ``service_overload``)
 429 without Retry-After, 5xx           ``Retryable``
 timeout, connection reset, bad JSON    ``Retryable`` (a truncated page is transient)
 401, 403                               ``Unrecoverable`` (invalid credentials)
@@ -54,11 +56,12 @@ def raise_for_status(response: requests.Response, what: str) -> None:
     if status < 400:
         return
     detail = f"{what}: HTTP {status}"
-    if status == 429:
+    if status in (429, 503, 529):
         wait = retry_after_seconds(response.headers.get("Retry-After"))
         if wait is not None:
-            raise Delay.after(wait, reason="retry-after")
-        raise Retryable(detail + " (rate limited, no Retry-After)")
+            raise Delay.after(wait, reason="retry-after" if status == 429 else "overloaded")
+        if status == 429:
+            raise Retryable(detail + " (rate limited, no Retry-After)")
     if status >= 500:
         raise Retryable(detail)
     if status in (401, 403):

@@ -8,10 +8,10 @@ or ``Unrecoverable``) and so aborts the run before anything is removed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from shared.errors import SpeedtierError
 
@@ -82,12 +82,17 @@ class Listing:
     ``kept_identifiers`` names documents the provider could not re-read this run but that
     must be kept as they are (a Zendesk article whose translations failed keeps its known
     locales).
+
+    ``removal_needs_proof`` says the listing may miss documents that still exist (Notion's
+    search is not a complete enumeration): a document it lacks is discarded only when the
+    provider proves it gone (:class:`ConfirmsRemoval`), one document at a time.
     """
 
     documents: list[ListedDocument]
     sections: list[ListedSection] = field(default_factory=list)
     complete: bool = True
     kept_identifiers: frozenset[str] = frozenset()
+    removal_needs_proof: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,4 +120,15 @@ class SourceProvider(Protocol):
 
     def fetch_document(self, config: SourceConfig, identifier: str) -> FetchedDocument | None:
         """One document's content; None when the provider says it no longer exists (404)."""
+        ...
+
+
+@runtime_checkable
+class ConfirmsRemoval(Protocol):
+    """A provider whose listing is not authoritative proves removals one by one."""
+
+    def confirm_gone(self, config: SourceConfig, identifiers: Sequence[str]) -> frozenset[str]:
+        """The identifiers, among ``identifiers``, the provider says no longer exist (or are
+        out of the source's scope). A document it cannot answer for is not in the result;
+        a failed request raises (the run retries and removes nothing)."""
         ...

@@ -7,6 +7,14 @@ Protocol (``Notion-Version: 2022-06-28``, ``Authorization: Bearer <api_token>``)
   With ``root_page_ids`` only those pages and their descendants are listed; ancestry comes
   from each page's ``parent``, looked up (``GET /v1/pages|databases|blocks/{id}``) when
   the parent is not itself in the listing.
+* removal: search "is not guaranteed to return everything" and recently shared pages may
+  not be indexed yet (https://developers.notion.com/reference/search-optimizations-and-limitations),
+  so the listing is not a snapshot (``removal_needs_proof``): a known page search did not
+  return is discarded only when ``GET /v1/pages/{id}`` answers 404 ``object_not_found``
+  (deleted or unshared), ``archived``/``in_trash``, or (with ``root_page_ids``) a page no
+  longer under a root (:meth:`NotionProvider.confirm_gone`).
+* errors (https://developers.notion.com/reference/status-codes): 429 ``rate_limited`` and
+  529 ``service_overload`` / 503 with ``Retry-After`` wait until then (``shared.http``).
 * document: ``GET /v1/pages/{id}`` for the title, then ``GET /v1/blocks/{id}/children``
   (cursor pagination) recursively into every block with ``has_children``, except child
   pages and databases, which become a link line and are documents of their own; the blocks
@@ -63,7 +71,24 @@ class NotionProvider:
             if roots:
                 ancestry = _Ancestry(client, pages)
                 pages = [page for page in pages if ancestry.reaches(page, roots)]
-            return Listing(documents=[_listed(page) for page in pages])
+            return Listing(documents=[_listed(page) for page in pages], removal_needs_proof=True)
+
+    def confirm_gone(self, config: SourceConfig, identifiers: Sequence[str]) -> frozenset[str]:
+        """The pages among ``identifiers`` that Notion says are gone: 404 (deleted or no
+        longer shared), archived or in the trash, or no longer under ``root_page_ids``."""
+        gone: set[str] = set()
+        roots = _id_list(config.settings.get("root_page_ids"))
+        with closing(_client(config)) as client:
+            ancestry = _Ancestry(client, [])
+            for identifier in identifiers:
+                try:
+                    page = client.get(f"/v1/pages/{identifier}")
+                except NotFound:
+                    gone.add(identifier)
+                    continue
+                if _is_gone(page) or (roots and not ancestry.reaches(page, roots)):
+                    gone.add(identifier)
+        return frozenset(gone)
 
     def fetch_document(self, config: SourceConfig, identifier: str) -> FetchedDocument | None:
         with closing(_client(config)) as client:

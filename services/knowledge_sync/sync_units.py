@@ -9,6 +9,7 @@ provider's "unchanged".
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,8 +19,10 @@ from sqlalchemy.orm import Session
 
 from router.requests import JobRequest
 from services.connectors.base import (
+    ConfirmsRemoval,
     LeaveUntouched,
     ListedDocument,
+    Listing,
     SourceConfig,
     SourceProvider,
 )
@@ -30,6 +33,10 @@ from services.knowledge_sync.families import document_request
 from shared.db.models.rails import KnowledgeBaseDocument, KnowledgeBaseSource
 from shared.db.tenant import require_scoped
 from shared.errors import RecordMissing, Unrecoverable
+
+#: At most this many documents missing from a listing are proven gone per source run (a
+#: request each); the rest are kept and proven on later runs.
+MAX_REMOVAL_PROOFS = 50
 
 #: ``document_chunks.source_type`` (and ``pg_search_documents.searchable_type``) of synced
 #: documents, as in Rails.
@@ -106,7 +113,8 @@ def run_source_sync(
     if source.type in CRAWLED_SOURCE_TYPES:
         return plan_source_crawl(session, organization_id, source, now)
     provider = ctx.provider_for(source.type)
-    listing = provider.list_source(ctx.config_for(session, organization_id, source))
+    config = ctx.config_for(session, organization_id, source)
+    listing = provider.list_source(config)
 
     sections = store.upsert_sections(session, organization_id, source, listing.sections, now)
     existing = store.documents_of_source(session, organization_id, source.id)
@@ -123,9 +131,13 @@ def run_source_sync(
         store.link_sections(session, organization_id, existing[identifier], section_ids, now)
 
     if listing.complete:
-        for identifier, row in existing.items():
-            if identifier not in listed and row.discarded_at is None:
-                discard_document(session, organization_id, row, now)
+        missing = [
+            identifier
+            for identifier, row in existing.items()
+            if identifier not in listed and row.discarded_at is None
+        ]
+        for identifier in _proven_gone(provider, config, listing, missing):
+            discard_document(session, organization_id, existing[identifier], now)
         store.discard_sections_except(
             session,
             organization_id,
@@ -136,6 +148,23 @@ def run_source_sync(
     store.mark_source_synced(source, now)
     session.flush()
     return _follow_ups(organization_id, source, provider, existing, listed)
+
+
+def _proven_gone(
+    provider: SourceProvider, config: SourceConfig, listing: Listing, missing: list[str]
+) -> list[str]:
+    """The documents missing from a complete ``listing`` that may be discarded: all of them
+    when the listing is authoritative; otherwise those the provider proves gone, one by one
+    (at most :data:`MAX_REMOVAL_PROOFS` a run; a provider that cannot prove removals keeps
+    everything)."""
+    if not listing.removal_needs_proof:
+        return missing
+    if not missing or not isinstance(provider, ConfirmsRemoval):
+        return []
+    # A random sample: documents that stay missing but alive cannot starve the others.
+    sample = random.sample(missing, min(len(missing), MAX_REMOVAL_PROOFS))
+    gone = provider.confirm_gone(config, sample)
+    return [identifier for identifier in missing if identifier in gone]
 
 
 def _follow_ups(

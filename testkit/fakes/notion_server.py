@@ -11,6 +11,19 @@ Endpoints: ``POST /v1/search`` (``filter.value`` page or database, ``start_curso
 ``max_page_size`` caps every page below Notion's 100 to force many pages. Requests need
 ``Authorization: Bearer <token>`` (else 401 ``unauthorized``) and a ``Notion-Version``
 header (else 400 ``missing_version``).
+
+Search is not a complete enumeration in Notion ("Search is not guaranteed to return
+everything", and newly shared pages may not be indexed yet); :meth:`NotionServer.hide_from_search`
+keeps a live page out of search results while ``GET /v1/pages/{id}`` still answers it.
+
+References: https://developers.notion.com/reference/post-search,
+https://developers.notion.com/reference/search-optimizations-and-limitations,
+https://developers.notion.com/reference/retrieve-a-page,
+https://developers.notion.com/reference/get-block-children,
+https://developers.notion.com/reference/pagination,
+https://developers.notion.com/reference/status-codes (error bodies ``{object: error, status,
+code, message}``; 429 ``rate_limited``, 503 ``service_unavailable``, 529 ``service_overload``
+with Retry-After), https://developers.notion.com/reference/request-limits.
 """
 
 from __future__ import annotations
@@ -32,6 +45,8 @@ ERROR_CODES = {
     404: "object_not_found",
     429: "rate_limited",
     500: "internal_server_error",
+    503: "service_unavailable",
+    529: "service_overload",
 }
 
 
@@ -53,6 +68,7 @@ class NotionServer(ProtocolServer):
         self.databases: dict[str, dict[str, Any]] = {}
         self.blocks: dict[str, Block] = {}
         self.children: dict[str, list[str]] = {}
+        self.unindexed: set[str] = set()
         self._clock = time.time() - 86_400
 
     # -- building the workspace ---------------------------------------------------------
@@ -143,6 +159,15 @@ class NotionServer(ProtocolServer):
         self.append(block_id, nested)
         return block_id
 
+    def hide_from_search(self, page_id: str) -> None:
+        """Keep a live page out of search results (not yet indexed, or missed by search)."""
+        self.unindexed.add(_norm(page_id))
+
+    def archive_page(self, page_id: str) -> None:
+        """Move a page to the trash: it stays readable with ``in_trash`` (and ``archived``)."""
+        page = self.pages[_norm(page_id)]
+        page["archived"] = page["in_trash"] = True
+
     def remove_page(self, page_id: str) -> None:
         """Delete a page outright (or unshare it): every endpoint then answers 404."""
         key = _norm(page_id)
@@ -196,7 +221,7 @@ class NotionServer(ProtocolServer):
         wanted = (body.get("filter") or {}).get("value")
         results: list[dict[str, Any]] = []
         if wanted in (None, "page"):
-            results += list(self.pages.values())
+            results += [p for k, p in self.pages.items() if k not in self.unindexed]
         if wanted in (None, "database"):
             results += list(self.databases.values())
         query = str(body.get("query") or "").lower()

@@ -10,7 +10,8 @@ context manager that yields its base URL, and make any path misbehave on demand:
 
 Failure kinds:
 
-``"404"``, ``"500"``, ``"429"`` (with ``retry_after``: a Retry-After header; without: none)
+``"404"``, ``"500"``, ``"503"``, ``"529"``, ``"429"`` (with ``retry_after``: a Retry-After
+header; without: none)
   a status with the provider's error body (``status_reply``).
 ``"truncated"``
   the normal answer, but its Content-Length promises more than the body holds and the
@@ -33,7 +34,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from shared.errors import Delay, JobError, Retryable
 
-FAILURE_KINDS = ("404", "429", "500", "truncated", "slow")
+FAILURE_KINDS = ("404", "429", "500", "503", "529", "truncated", "slow")
 
 #: Failures a client must treat as transient: (id, kind, ``fail`` keywords, error raised).
 #: "slow" assumes a client timeout well under its delay.

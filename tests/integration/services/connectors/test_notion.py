@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -358,3 +359,123 @@ def test_a_failed_block_page_raises(
 
     with pytest.raises(error):
         provider.fetch_document(replace(config, timeout=0.5), page)
+
+
+# -- removal is proven per page (search is not a complete listing) ---------------------------
+
+
+def test_the_listing_is_not_a_snapshot_and_removal_is_proven_per_page(
+    server: NotionServer, config: SourceConfig
+) -> None:
+    live, unindexed, trashed = (server.add_page(t) for t in ("Live", "Unindexed", "Trashed"))
+    deleted = server.add_page("Deleted")
+    server.hide_from_search(unindexed)
+    server.archive_page(trashed)
+    server.remove_page(deleted)
+
+    listing = provider.list_source(config)
+
+    assert [d.identifier for d in listing.documents] == [live]
+    assert listing.removal_needs_proof
+    gone = provider.confirm_gone(config, [unindexed, trashed, deleted])
+    assert gone == {trashed, deleted}
+
+
+def test_a_page_moved_out_of_the_roots_is_gone(server: NotionServer, config: SourceConfig) -> None:
+    root, elsewhere = server.add_page("Root"), server.add_page("Elsewhere")
+    under, moved = server.add_page("Under", parent=root), server.add_page("Moved", parent=elsewhere)
+    scoped = replace(config, settings={**config.settings, "root_page_ids": [root]})
+
+    assert provider.confirm_gone(scoped, [under, moved]) == {moved}
+
+
+def test_a_failed_proof_raises_so_nothing_is_removed(
+    server: NotionServer, config: SourceConfig
+) -> None:
+    page = server.add_page("Page")
+    server.fail(f"/v1/pages/{page}", "500")
+
+    with pytest.raises(Retryable):
+        provider.confirm_gone(config, [page])
+
+
+@pytest.mark.parametrize("status", ["529", "503"])
+def test_an_overloaded_notion_with_retry_after_delays_until_then(
+    server: NotionServer, config: SourceConfig, status: str
+) -> None:
+    server.add_page("Page")
+    server.fail(SEARCH, status, retry_after=40)
+
+    with pytest.raises(Delay) as raised:
+        provider.list_source(config)
+
+    assert raised.value.until == pytest.approx(time.time() + 40, abs=3)
+    assert raised.value.source == "provider"
+
+
+def test_an_overloaded_notion_without_retry_after_is_retryable(
+    server: NotionServer, config: SourceConfig
+) -> None:
+    server.add_page("Page")
+    server.fail(SEARCH, "529")
+
+    with pytest.raises(Retryable):
+        provider.list_source(config)
+
+
+# -- the fake against Notion's official Python SDK (notion-client) ------------------------
+
+
+@pytest.fixture
+def sdk(server: NotionServer) -> Any:
+    from notion_client import Client
+
+    return Client(auth=TOKEN, base_url=server.base_url, notion_version="2022-06-28", retry=False)
+
+
+def test_the_official_sdk_searches_pages_and_reads_blocks_from_the_fake(
+    server: NotionServer, sdk: Any
+) -> None:
+    from notion_client.helpers import collect_paginated_api
+
+    ids = [server.add_page(f"Page {n}", [paragraph(f"Body {n}")]) for n in range(9)]
+
+    pages = collect_paginated_api(
+        sdk.search, filter={"property": "object", "value": "page"}, page_size=100
+    )
+    assert [p["id"] for p in pages] == ids
+    page = sdk.pages.retrieve(page_id=ids[3])
+    assert page["object"] == "page" and page["properties"]["title"]["title"][0]["plain_text"]
+    blocks = sdk.blocks.children.list(block_id=ids[3])
+    assert blocks["results"][0]["type"] == "paragraph"
+    assert blocks["has_more"] is False and blocks["next_cursor"] is None
+
+
+def test_the_official_sdk_reads_the_fakes_errors(server: NotionServer, sdk: Any) -> None:
+    from notion_client import APIErrorCode, APIResponseError, Client
+    from notion_client.errors import HTTPResponseError
+
+    page = server.add_page("Page")
+    server.remove_page(page)
+    with pytest.raises(APIResponseError) as missing:
+        sdk.pages.retrieve(page_id=page)
+    assert missing.value.code == APIErrorCode.ObjectNotFound and missing.value.status == 404
+
+    server.fail(SEARCH, "429", retry_after=1)
+    with pytest.raises(APIResponseError) as limited:
+        sdk.search()
+    assert limited.value.code == APIErrorCode.RateLimited
+    assert limited.value.headers["retry-after"] == "1"
+
+    # notion-client 3.1 has no constant for 529: it raises its generic HTTP error, whose
+    # status, Retry-After and body are Notion's.
+    server.fail(SEARCH, "529", retry_after=1)
+    with pytest.raises(HTTPResponseError) as overloaded:
+        sdk.search()
+    assert overloaded.value.status == 529 and overloaded.value.headers["retry-after"] == "1"
+    assert json.loads(overloaded.value.body)["code"] == "service_overload"
+
+    stranger = Client(auth="wrong", base_url=server.base_url, notion_version="2022-06-28")
+    with pytest.raises(APIResponseError) as denied:
+        stranger.search()
+    assert denied.value.code == APIErrorCode.Unauthorized

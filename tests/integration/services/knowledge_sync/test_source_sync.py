@@ -241,6 +241,31 @@ def test_notion_page_removed_upstream_is_discarded_and_reclaimed_when_it_returns
     assert kb.chunks(back.id) and kb.search_rows(back.id)
 
 
+def test_notion_page_search_missed_is_kept_and_a_trashed_one_is_discarded(
+    platform: Platform, fakes: Fakes, kb: Kb, notion_source: Source
+) -> None:
+    # Given three synced pages with their chunks
+    page_ids = notion_workspace(fakes.notion)
+    source = notion_source
+    sync_and_settle(platform, source)
+    missed = kb.documents(source.org, source.id)[page_ids[0]]
+    assert kb.chunks(missed.id)
+
+    # When search misses one live page (not indexed yet) and another is moved to the trash
+    fakes.notion.hide_from_search(page_ids[0])
+    fakes.notion.archive_page(page_ids[1])
+    sync_and_settle(platform, source)
+
+    # Then removal was proven per page: the missed page keeps its row and chunks, the
+    # trashed one is discarded
+    documents = kb.documents(source.org, source.id)
+    assert documents[page_ids[0]].discarded_at is None and kb.chunks(missed.id)
+    assert documents[page_ids[1]].discarded_at is not None
+    assert sorted(live(documents)) == sorted([page_ids[0], page_ids[2]])
+    proofs = [r.path for r in fakes.notion.requests if r.path.startswith("/v1/pages/")]
+    assert f"/v1/pages/{page_ids[0]}" in proofs and f"/v1/pages/{page_ids[1]}" in proofs
+
+
 def test_notion_404_for_one_document_discards_it(
     platform: Platform, fakes: Fakes, kb: Kb, notion_source: Source
 ) -> None:
