@@ -52,9 +52,17 @@ def evaluated_agent(
 
 
 @contextlib.contextmanager
-def running_workers(platform: Platform, *, threads: int = 4) -> Iterator[None]:
-    """A real Dramatiq worker in a thread of this process, over every queue."""
-    queues = [q for tier in TIERS for q in platform.registry.queues_of_tier(tier)]
+def running_workers(
+    platform: Platform, *, threads: int = 4, only: tuple[str, ...] = ()
+) -> Iterator[None]:
+    """A real Dramatiq worker in a thread of this process, over every queue (or only the
+    queues of the families named in ``only``)."""
+    queues = [
+        q
+        for tier in TIERS
+        for q in platform.registry.queues_of_tier(tier)
+        if not only or q.rsplit(".", 1)[0] in only
+    ]
     stop = threading.Event()
     worker = threading.Thread(
         target=serve,
