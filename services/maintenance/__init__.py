@@ -1,14 +1,44 @@
-"""Platform upkeep that calls no provider: runs on the maintenance tier."""
+"""Platform upkeep and seed 001's routine maintenance families, on the maintenance tier:
+the slot reaper, the expired-evaluation sweep, Unit21 sync, conversation summaries and the
+counter-cache repair."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
-
-from services.maintenance.ticks import group_slot_reaper
 
 if TYPE_CHECKING:
     from router.context import ServiceContext
 
 
 def register(platform: ServiceContext) -> None:
-    platform.add_tick(group_slot_reaper(platform.broker.jobs))
+    from services.maintenance import routes, ticks
+    from services.maintenance.actors import MaintenanceActors, build_handlers
+    from services.maintenance.counter_caches import CounterCacheRun
+    from services.maintenance.families import families
+    from services.rails.client import RailsClient
+
+    settings = platform.settings
+    clients: list[RailsClient] = []
+
+    def rails() -> RailsClient:
+        """Built on first use: an unset RAILS_INTERNAL_URL fails only the jobs calling Rails."""
+        if not clients:
+            clients.append(RailsClient.from_settings(settings))
+        return clients[0]
+
+    jobs = platform.broker.jobs
+    run = CounterCacheRun(
+        engine=platform.sessions.kw["bind"],
+        sessions=platform.sessions,
+        rails=rails,
+        flags=platform.flags,
+        region=settings.region,
+    )
+    for family in families(build_handlers(MaintenanceActors(rails, jobs, run))):
+        platform.add_family(family)
+    platform.add_tick(ticks.group_slot_reaper(jobs))
+    platform.add_tick(ticks.expired_evaluations_tick(rails, jobs))
+    platform.add_tick(ticks.unit21_tick(platform.sessions, platform.router))
+    platform.add_tick(ticks.counter_cache_tick(platform.sessions, platform.router))
+    for blueprint in routes.blueprints():
+        platform.add_blueprint(blueprint)

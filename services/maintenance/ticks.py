@@ -1,13 +1,45 @@
-"""Maintenance ticks."""
+"""Maintenance ticks: the slot reaper, and the routine families' schedulers (seed 001).
+
+- ``group-slot-reaper`` (every minute): hands dead workers' slots to parked jobs.
+- ``mark-expired-evaluations-failed-hourly`` (``5 * * * *``): ``POST
+  /internal/expired_evaluations/process``, counts kept on its job record;
+  ``pause_api2_expired_evaluation_cleanup``.
+- ``unit21-sync`` (``*/10 * * * *``): one ``unit21-sync-source-<id>`` per kept Unit21
+  source; ``pause_api2_unit21_sync``.
+- ``counter-cache-fix`` (``0 */3 * * *``): enqueues ``counter-cache-fix``;
+  ``pause_api2_counter_cache_repairs``.
+
+A tick runs as a job of its own family, whose kill switch is read at emission and again when
+it runs (skipped, not failed); the jobs it enqueues re-check theirs.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Callable
+from typing import Any
 
-from router.ticks import Tick
+from sqlalchemy.orm import Session, sessionmaker
+
+from router.enqueue import Router
+from router.ticks import Tick, enqueue_tick
+from services.maintenance import store
+from services.maintenance.families import (
+    PAUSE_COUNTER_CACHES,
+    PAUSE_EXPIRED_EVALUATIONS,
+    PAUSE_UNIT21,
+    counter_cache_request,
+    unit21_request,
+)
+from services.rails.client import RailsClient
+from tiers.job_state import JobState, NotInAJob
 from tiers.job_store import JobStore
 
 log = logging.getLogger(__name__)
+
+EXPIRED_EVALUATIONS_TICK = "mark-expired-evaluations-failed-hourly"
+EXPIRED_EVALUATIONS_PATH = "/internal/expired_evaluations/process"
 
 
 def group_slot_reaper(jobs: JobStore) -> Tick:
@@ -32,4 +64,48 @@ def group_slot_reaper(jobs: JobStore) -> Tick:
         cron="* * * * *",
         run=run,
         description="return group slots whose lease ran out (dead workers) to parked jobs",
+    )
+
+
+def expired_evaluations_tick(rails: Callable[[], RailsClient], jobs: JobStore) -> Tick:
+    """Rails runs the snapshot and QA-request timeout transitions and answers the candidate
+    and failure counts, which the tick keeps on its job record (``speedtier jobs show``)."""
+
+    def run(slot: str) -> dict[str, Any]:
+        counts = rails().post(EXPIRED_EVALUATIONS_PATH, {"slot": slot})
+        with contextlib.suppress(NotInAJob):  # a manual CLI run prints them instead
+            JobState.current(jobs).set(counts=counts)
+        log.info("%s %s: %s", EXPIRED_EVALUATIONS_TICK, slot, counts)
+        return counts
+
+    return Tick(
+        name=EXPIRED_EVALUATIONS_TICK,
+        cron="5 * * * *",
+        run=run,
+        description="Rails marks expired snapshot and QA-request evaluations failed",
+        pause_flag=PAUSE_EXPIRED_EVALUATIONS,
+    )
+
+
+def unit21_tick(sessions: sessionmaker[Session], router: Router) -> Tick:
+    return enqueue_tick(
+        name="unit21-sync",
+        cron="*/10 * * * *",
+        description="one unit21-sync-source-<id> job per kept Unit21 organization data source",
+        pause_flag=PAUSE_UNIT21,
+        sessions=sessions,
+        router=router,
+        due=lambda session: [unit21_request(*row) for row in store.unit21_sources(session)],
+    )
+
+
+def counter_cache_tick(sessions: sessionmaker[Session], router: Router) -> Tick:
+    return enqueue_tick(
+        name="counter-cache-fix",
+        cron="0 */3 * * *",
+        description="repair the seven counter caches (counter-cache-fix)",
+        pause_flag=PAUSE_COUNTER_CACHES,
+        sessions=sessions,
+        router=router,
+        due=lambda _session: [counter_cache_request()],
     )
