@@ -484,9 +484,10 @@ def _decode_cursor(cursor: str | None) -> tuple[float, str] | None:
 
 
 def iso(epoch: float) -> str:
-    """RFC 3339 with milliseconds, as Linear writes its DateTimes."""
-    moment = datetime.fromtimestamp(epoch, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    """RFC 3339 with milliseconds, as Linear writes its DateTimes (rounded to the
+    millisecond, as the filters compare)."""
+    seconds, millis = divmod(round(epoch * 1000), 1000)
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis:03d}Z"
 
 
 def _parse_date(value: Any) -> float:
