@@ -1,4 +1,7 @@
-"""ScribeProvider against a local server that speaks the protocol its module documents."""
+"""ScribeProvider against a local server speaking Scribe's published Search & Retrieval API
+(https://public-api.scribehow.com/schema/redoc/); the fake's answers are checked against
+the published schema (Scribe has no Python SDK), so the fake cannot share the client's
+mistakes."""
 
 from __future__ import annotations
 
@@ -7,20 +10,69 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+import jsonschema
 import pytest
+import requests
 
-from services.connectors import scribe
 from services.connectors.base import SourceConfig
 from services.connectors.scribe import (
+    DEFAULT_BASE_URL,
     ScribeProvider,
     SessionTokenSource,
+    render_editorjs,
     uses_session_token,
 )
-from shared.errors import Delay, JobError, Unrecoverable
-from testkit.fakes.protocol_server import TRANSIENT_FAILURES
-from testkit.fakes.scribe_server import LIST_PATH, ScribeServer, step
+from shared.errors import Delay, JobError, Retryable, Unrecoverable
+from testkit.fakes.protocol_server import TRANSIENT_FAILURES, ProtocolServer, Reply, Request
+from testkit.fakes.scribe_server import LIST_PATH, ScribeServer, action
 
-KEY = "scribe-key"
+KEY = "sc_1234567890abcdefg.hijklmnopqrstuvwx"
+
+#: From Scribe's published OpenAPI 3.1 schema (components.schemas), as JSON Schema.
+_ACTION = {
+    "type": "object",
+    "required": ["description", "id", "screenshot_url"],
+    "properties": {
+        "description": {"type": "string"},
+        "id": {"type": "string", "format": "uuid"},
+        "screenshot_url": {"type": ["string", "null"]},
+    },
+}
+DOCUMENT_DETAIL = {
+    "type": "object",
+    "required": [
+        "actions",
+        "content",
+        "created_at",
+        "description",
+        "id",
+        "link",
+        "name",
+        "team",
+        "type",
+        "updated_at",
+    ],
+    "properties": {
+        "actions": {"type": "array", "items": _ACTION},
+        "content": {"type": ["object", "null"]},
+        "id": {"type": "string", "format": "uuid"},
+        "link": {"type": "string"},
+        "name": {"type": "string"},
+        "type": {"enum": ["page", "scribe"]},
+        "team": {"type": "object", "required": ["id", "name"]},
+        "updated_at": {"type": "string"},
+    },
+}
+PAGINATED = {
+    "type": "object",
+    "required": ["count", "results"],
+    "properties": {
+        "count": {"type": "integer"},
+        "next": {"type": ["string", "null"]},
+        "previous": {"type": ["string", "null"]},
+        "results": {"type": "array", "items": DOCUMENT_DETAIL},
+    },
+}
 
 
 @pytest.fixture
@@ -49,10 +101,28 @@ def offsets(server: ScribeServer) -> list[int]:
     return [int(r.param("offset") or 0) for r in server.requests_to(LIST_PATH)]
 
 
+# -- the fake against the published schema ---------------------------------------------------
+
+
+def test_the_fake_answers_the_published_schema(server: ScribeServer) -> None:
+    server.add_scribe("Reset a password", [action("Open settings", "https://img.test/1.png")])
+    page = server.add_page("Handbook", [{"type": "paragraph", "data": {"text": "Hi"}}])
+    headers = {"X-API-Key": KEY}
+
+    listed = requests.get(f"{server.base_url}{LIST_PATH}", headers=headers, timeout=5).json()
+    jsonschema.validate(listed, PAGINATED)
+    one = requests.get(f"{server.base_url}{LIST_PATH}{page}/", headers=headers, timeout=5)
+    jsonschema.validate(one.json(), DOCUMENT_DETAIL)
+    assert one.json()["content"]["blocks"][0]["type"] == "paragraph"
+    denied = requests.get(f"{server.base_url}{LIST_PATH}", timeout=5)
+    assert denied.status_code == 401 and denied.json() == {"detail": "Invalid API key."}
+    assert DEFAULT_BASE_URL == "https://public-api.scribehow.com"
+
+
 # -- listing ------------------------------------------------------------------------------
 
 
-def test_listing_pages_by_offset_until_the_total(
+def test_listing_follows_next_through_every_page(
     server: ScribeServer, config: SourceConfig
 ) -> None:
     ids = [server.add_scribe(f"How to {n}") for n in range(45)]
@@ -60,41 +130,24 @@ def test_listing_pages_by_offset_until_the_total(
     listing = provider.list_source(config)
 
     assert listing.complete
-    assert [d.identifier for d in listing.documents] == ids
+    assert [d.identifier for d in listing.documents] == list(reversed(ids))  # newest first
     assert offsets(server) == [0, 7, 14, 21, 28, 35, 42]  # the server caps limit at 7
-    assert {r.param("limit") for r in server.requests_to(LIST_PATH)} == {"100"}
+    assert server.requests_to(LIST_PATH)[0].param("limit") == "100"
     first = listing.documents[0]
-    assert first.title == "How to 0" and first.url and first.url.endswith(ids[0])
+    assert first.title == "How to 44" and first.url and first.url.endswith(ids[-1])
     assert first.updated_at is not None and first.content is None
     assert all(r.headers["x-api-key"] == KEY for r in server.requests)
-
-
-@pytest.mark.parametrize(("count", "pages"), [(23, 5), (25, 6)])
-def test_without_a_total_a_short_page_ends_the_listing(
-    monkeypatch: pytest.MonkeyPatch, count: int, pages: int
-) -> None:
-    monkeypatch.setattr(scribe, "PAGE_LIMIT", 5)
-    fake = ScribeServer(KEY, include_total=False)
-    with fake as base_url:
-        ids = [fake.add_scribe(f"S{n}") for n in range(count)]
-
-        listing = provider.list_source(SourceConfig(1, 1, "scribe", base_url, {"api_key": KEY}))
-
-        assert [d.identifier for d in listing.documents] == ids
-        assert listing.complete
-        assert len(fake.requests_to(LIST_PATH)) == pages
 
 
 def test_a_list_that_shifts_while_paging_is_incomplete(
     server: ScribeServer, config: SourceConfig
 ) -> None:
     ids = [server.add_scribe(f"S{n}") for n in range(20)]
-    server.on_list(lambda offset: server.remove_scribe(ids[0]) if offset == 0 else None)
+    server.on_list(lambda offset: server.remove(ids[-1]) if offset == 0 else None)
 
     listing = provider.list_source(config)
 
-    assert not listing.complete  # ids[7] slid into the first page and was never seen
-    assert ids[7] not in {d.identifier for d in listing.documents}
+    assert not listing.complete  # one document slid into the first page and was never seen
 
 
 def test_an_empty_account_lists_nothing_completely(
@@ -105,20 +158,60 @@ def test_an_empty_account_lists_nothing_completely(
     assert listing.documents == [] and listing.complete
 
 
+class _WrongShape(ProtocolServer):
+    """Answers every list request with ``body``."""
+
+    def __init__(self, body: Any) -> None:
+        super().__init__()
+        self.body = body
+
+    def authorized(self, request: Request) -> bool:
+        return True
+
+    def route(self, request: Request) -> Reply:
+        return Reply(200, self.body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"data": [], "total": 0},  # the shape the old client expected
+        {"data": [{"id": "x", "title": "T"}], "total": 1},
+        {"results": [], "count": "0"},
+        {"results": {}, "count": 0},
+        {"results": [{"name": "no id"}], "count": 1},
+        [],
+        {},
+    ],
+)
+def test_an_unexpected_shape_is_never_a_complete_empty_listing(body: Any) -> None:
+    with _WrongShape(body) as base_url, pytest.raises(Retryable, match="not a documents page"):
+        provider.list_source(SourceConfig(1, 1, "scribe", base_url, {"api_key": KEY}))
+
+
+def test_next_stays_on_the_configured_host(config: SourceConfig) -> None:
+    fake = ScribeServer(KEY, max_limit=3, link_host="https://elsewhere.test")
+    with fake as base_url:
+        for n in range(10):
+            fake.add_scribe(f"S{n}")
+        listing = provider.list_source(replace(config, base_url=base_url))
+
+    assert len(listing.documents) == 10 and listing.complete
+    assert [int(r.param("offset") or 0) for r in fake.requests_to(LIST_PATH)] == [0, 3, 6, 9]
+
+
 # -- documents ----------------------------------------------------------------------------
 
 
-def test_steps_render_as_a_numbered_list_with_screenshots(
+def test_actions_render_as_a_numbered_list_with_screenshots(
     server: ScribeServer, config: SourceConfig
 ) -> None:
     scribe_id = server.add_scribe(
         "Reset a password",
         [
-            step("Open **Settings**", "https://img.example.com/1.png"),
-            step("Account", kind="heading"),
-            step("Click Reset\nthen confirm", "https://img.example.com/2.png"),
-            step("Admins only", kind="tip"),
-            step("Done"),
+            action("Open <b>Settings</b>", "https://img.example.com/1.png"),
+            action("Click Reset\nthen confirm", "https://img.example.com/2.png"),
+            action("Done"),
         ],
         description="For support agents.",
     )
@@ -127,33 +220,67 @@ def test_steps_render_as_a_numbered_list_with_screenshots(
 
     assert document is not None
     assert document.title == "Reset a password"
-    assert document.url == server.scribes[scribe_id]["url"]
+    assert document.url == server.documents[scribe_id]["link"]
     assert document.updated_at is not None
     assert document.content == (
         "For support agents.\n\n"
         "1. Open **Settings**\n\n"
         "   ![Step 1](https://img.example.com/1.png)\n\n"
-        "## Account\n\n"
         "2. Click Reset\n"
         "   then confirm\n\n"
         "   ![Step 2](https://img.example.com/2.png)\n\n"
-        "> **Tip:** Admins only\n\n"
         "3. Done"
+    )
+    assert server.requests[-1].path == f"{LIST_PATH}{scribe_id}/"
+
+
+def test_a_knowledge_page_renders_its_editorjs_content(
+    server: ScribeServer, config: SourceConfig
+) -> None:
+    page_id = server.add_page(
+        "Handbook",
+        [
+            {"type": "header", "data": {"text": "Refunds", "level": 2}},
+            {"type": "paragraph", "data": {"text": 'See <a href="https://a.test">policy</a>.'}},
+            {
+                "type": "list",
+                "data": {
+                    "style": "ordered",
+                    "items": [{"content": "Check", "items": [{"content": "Twice", "items": []}]}],
+                },
+            },
+            {"type": "list", "data": {"style": "unordered", "items": ["One", "Two"]}},
+            {"type": "checklist", "data": {"items": [{"text": "Done", "checked": True}]}},
+            {"type": "quote", "data": {"text": "Be kind", "caption": "Ada"}},
+            {"type": "code", "data": {"code": "make refund"}},
+            {"type": "delimiter", "data": {}},
+            {"type": "table", "data": {"withHeadings": True, "content": [["A", "B"], ["1", ""]]}},
+            {"type": "image", "data": {"file": {"url": "https://img.test/p.png"}, "caption": "P"}},
+            {"type": "warning", "data": {"title": "Note", "message": "Ask first"}},
+        ],
+    )
+
+    document = provider.fetch_document(config, page_id)
+
+    assert document is not None and document.title == "Handbook"
+    assert document.content == (
+        "## Refunds\n\nSee [policy](https://a.test).\n\n1. Check\n   1. Twice\n\n- One\n- Two"
+        "\n\n- [x] Done\n\n> Be kind\n>\n> — Ada\n\n```\nmake refund\n```\n\n---\n\n"
+        "| A | B |\n| --- | --- |\n| 1 |  |\n\n![P](https://img.test/p.png)\n\n"
+        "> **Note:** Ask first"
     )
 
 
-def test_steps_follow_their_position(server: ScribeServer, config: SourceConfig) -> None:
-    scribe_id = server.add_scribe("Ordered", [step("B"), step("A")])
-    server.scribes[scribe_id]["steps"][0]["position"] = 5
-
-    document = provider.fetch_document(config, scribe_id)
-
-    assert document is not None and document.content == "1. A\n\n2. B"
+def test_malformed_editorjs_content_renders_what_it_can() -> None:
+    assert render_editorjs(None) == ""
+    assert render_editorjs({"blocks": [{"type": "mystery", "data": {"text": "kept"}}, 3]}) == (
+        "kept"
+    )
 
 
-def test_a_missing_scribe_is_none(server: ScribeServer, config: SourceConfig) -> None:
+def test_a_missing_document_is_none(server: ScribeServer, config: SourceConfig) -> None:
     scribe_id = server.add_scribe("Gone")
-    server.remove_scribe(scribe_id)
+    server.remove(scribe_id)
 
     assert provider.fetch_document(config, scribe_id) is None
 
@@ -197,14 +324,20 @@ def test_a_wrong_key_is_unrecoverable(server: ScribeServer, config: SourceConfig
         provider.list_source(replace(config, settings={}))
 
 
-def test_retry_after_becomes_a_delay_until_then(server: ScribeServer, config: SourceConfig) -> None:
-    scribe_id = server.add_scribe("Busy")
-    server.fail(f"{LIST_PATH}/{scribe_id}", "429", retry_after=60)
+def test_the_per_minute_limit_answers_429_with_retry_after_which_delays(
+    config: SourceConfig,
+) -> None:
+    fake = ScribeServer(KEY, per_minute=2)
+    with fake as base_url:
+        scribe_id = fake.add_scribe("Busy")
+        scoped = replace(config, base_url=base_url)
+        provider.fetch_document(scoped, scribe_id)
+        provider.fetch_document(scoped, scribe_id)
+        with pytest.raises(Delay) as raised:
+            provider.fetch_document(scoped, scribe_id)
 
-    with pytest.raises(Delay) as raised:
-        provider.fetch_document(config, scribe_id)
-
-    assert raised.value.until == pytest.approx(time.time() + 60, abs=3)
+    assert time.time() < raised.value.until <= time.time() + 61
+    assert raised.value.source == "provider"
 
 
 @pytest.mark.parametrize(
@@ -238,15 +371,15 @@ def test_a_failed_listing_page_raises(
         for name, kind, options, error in TRANSIENT_FAILURES
     ],
 )
-def test_a_failed_scribe_fetch_raises(
+def test_a_failed_document_fetch_raises(
     server: ScribeServer,
     config: SourceConfig,
     kind: str,
     options: dict[str, Any],
     error: type[JobError],
 ) -> None:
-    scribe_id = server.add_scribe("Flaky", [step("One")])
-    server.fail(f"{LIST_PATH}/{scribe_id}", kind, **options)
+    scribe_id = server.add_scribe("Flaky", [action("One")])
+    server.fail(f"{LIST_PATH}{scribe_id}/", kind, **options)
 
     with pytest.raises(error):
         provider.fetch_document(replace(config, timeout=0.5), scribe_id)

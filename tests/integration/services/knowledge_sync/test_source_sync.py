@@ -583,6 +583,8 @@ def test_scribe_api_key_source_syncs_to_chunks(platform: Platform, fakes: Fakes,
     assert sorted(documents) == sorted([guide, other])
     content = documents[guide].content
     assert content.startswith("How to reset.\n\n1. Open settings")
+    assert documents[guide].title == "Reset a password"
+    assert documents[guide].url == fakes.scribe.documents[guide]["link"]
     assert "![Step 1](https://img.test/1.png)" in content and "2. Click reset" in content
     for row in documents.values():
         assert row.last_synced_at is not None and row.chunks_synced_at is not None
