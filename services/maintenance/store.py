@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import text
+from sqlalchemy import bindparam, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
@@ -88,3 +88,18 @@ def counters_out_of_parity(session: Session) -> dict[str, int]:
             ).scalar_one()
         )
     return drift
+
+
+#: The retained GoodJob classes the maintenance families replaced (seed 001's bake: zero new
+#: normal-path rows; rows inside the 12-hour cleanup window are historical).
+REPLACED_GOOD_JOB_CLASSES = ("SyncJobs::SyncUnit21Job", "FixCounterCachesJob")
+_NEW_GOOD_JOBS = text(
+    "SELECT job_class, count(*) FROM good_jobs WHERE job_class IN :classes"
+    " AND created_at > (now() AT TIME ZONE 'UTC') - interval '12 hours' GROUP BY job_class"
+).bindparams(bindparam("classes", expanding=True))
+
+
+def new_good_jobs(session: Session) -> dict[str, int]:
+    """New GoodJob rows of the replaced classes in the last 12 hours, per class."""
+    rows = session.execute(_NEW_GOOD_JOBS, {"classes": list(REPLACED_GOOD_JOB_CLASSES)}).all()
+    return {str(job_class): int(count) for job_class, count in rows}

@@ -19,12 +19,14 @@ _COMMAND_MODULES = (
     "services.app.cli.scheduler",
     "services.app.cli.jobs",
     "services.app.cli.flags",
+    "services.app.cli.claims",
     "services.app.cli.up",
 )
 #: Products' command groups, each module exposing ``register(main)``; their commands receive
 #: :func:`load_context` as click's context object rather than bootstrapping themselves.
 PRODUCT_COMMAND_MODULES = (
     "services.knowledge_sync.cli",
+    "services.maintenance.cli",
     "services.uploads.cli",
     "services.super_sources.cli",
     "services.reports.cli",

@@ -1,0 +1,171 @@
+"""Seed 001's validation and rollout assertions that this side can answer, as pass/fail
+checks (``speedtier maintenance check``).
+
+| check | passes when |
+| --- | --- |
+| schedulers | the three ticks are registered on the seed's exact cadences |
+| kill switches | each of the three ``pause_api2_*`` switches is off |
+| Rails endpoint | ``RAILS_INTERNAL_URL`` is set |
+| expired-evaluation sweep | the last :05 slot's job completed (its counts shown) |
+| Unit21 sync | every kept Unit21 source's ``unit21-sync-source-<id>`` completed in its retention |
+| counter-cache repair | the last ``counter-cache-fix`` completed (steps still on Rails listed) |
+| counter parity | every natively repaired counter equals its children's count |
+| unresolved delivery claims | no ``outbound_delivery_claims`` row without ``delivered_at`` |
+| zero new GoodJob rows | no ``SyncJobs::SyncUnit21Job`` / ``FixCounterCachesJob`` row in 12 hours |
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from router.context import ServiceContext
+from services.maintenance import store
+from services.maintenance.counter_caches import REGION_SUBJECT, STEPS
+from services.maintenance.families import COUNTER_CACHE_FIX_JOB_ID, PAUSE_FLAGS
+from services.maintenance.ticks import EXPIRED_EVALUATIONS_TICK
+from services.rails import delivery_claims
+from shared.db.base import utcnow
+from shared.db.engine import session_scope
+from shared.rollouts import COUNTER_CACHE_NATIVE_REPAIRS
+
+CADENCES = {
+    EXPIRED_EVALUATIONS_TICK: "5 * * * *",
+    "unit21-sync": "*/10 * * * *",
+    "counter-cache-fix": "0 */3 * * *",
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    passed: bool
+    summary: str
+    details: tuple[str, ...] = ()
+
+
+def schedulers(platform: ServiceContext) -> Check:
+    wrong = []
+    for name, cron in CADENCES.items():
+        try:
+            registered = platform.tick(name).cron
+        except KeyError:
+            registered = "not registered"
+        if registered != cron:
+            wrong.append(f"{name}: {registered} (expected {cron})")
+    return Check(
+        not wrong,
+        f"schedulers on the seed's cadences: {len(CADENCES) - len(wrong)}/{len(CADENCES)}",
+        tuple(wrong),
+    )
+
+
+def kill_switches(platform: ServiceContext) -> list[Check]:
+    checks = []
+    for flag in PAUSE_FLAGS:
+        on = platform.flags.is_enabled(flag)
+        checks.append(Check(not on, f"{flag} is {'on' if on else 'off'} (expected off)"))
+    return checks
+
+
+def rails_endpoint(platform: ServiceContext) -> Check:
+    url = platform.settings.rails_internal_url
+    return Check(bool(url), f"RAILS_INTERNAL_URL {'is ' + url if url else 'is not set'}")
+
+
+def _record(platform: ServiceContext, job_id: str) -> dict[str, str] | None:
+    return platform.broker.jobs.record(job_id)
+
+
+def expired_evaluations(platform: ServiceContext, now: datetime) -> Check:
+    fire = now.replace(minute=5, second=0, microsecond=0)
+    if fire > now:
+        fire -= timedelta(hours=1)
+    tick = platform.tick(EXPIRED_EVALUATIONS_TICK)
+    job_id = tick.job_id(tick.slot(fire))
+    record = _record(platform, job_id) or {}
+    state = record.get("state", "no record")
+    counts = record.get("data:counts", "-")
+    return Check(
+        state == "completed", f"expired-evaluation sweep {job_id}: {state}, counts {counts}"
+    )
+
+
+def unit21_sync(platform: ServiceContext, session: Session) -> Check:
+    unsynced = []
+    sources = store.unit21_sources(session)
+    for organization_id, ods in sources:
+        record = _record(platform, f"unit21-sync-source-{ods}") or {}
+        if record.get("state") != "completed":
+            unsynced.append(
+                f"source {ods} org {organization_id}: {record.get('state', 'no record')}"
+                f" {record.get('last_error', '')}".rstrip()
+            )
+    return Check(
+        not unsynced,
+        f"Unit21 sources synced: {len(sources) - len(unsynced)}/{len(sources)}",
+        tuple(unsynced),
+    )
+
+
+def counter_cache_repair(platform: ServiceContext) -> Check:
+    native = platform.flags.rollout(
+        COUNTER_CACHE_NATIVE_REPAIRS,
+        organization_id=REGION_SUBJECT,
+        region=platform.settings.region,
+    )
+    record = _record(platform, COUNTER_CACHE_FIX_JOB_ID) or {}
+    state = record.get("state", "no record")
+    via_rails = [
+        step
+        for step in STEPS
+        if json.loads(record.get(f"step:{step}", "{}")).get("result", {}).get("engine") == "rails"
+    ]
+    region = platform.settings.region or "unset"
+    details = (f"steps that called Internal::CounterCachesController#fix: {', '.join(via_rails)}",)
+    return Check(
+        state == "completed",
+        f"counter-cache-fix: {state}; {COUNTER_CACHE_NATIVE_REPAIRS} "
+        f"{'on' if native else 'off'} in region {region}; engine {record.get('data:engine', '-')}",
+        details if via_rails else (),
+    )
+
+
+def counter_parity(session: Session) -> Check:
+    drift = store.counters_out_of_parity(session)
+    bad = tuple(f"{step}: {count} parent(s) differ" for step, count in drift.items() if count)
+    return Check(not bad, f"native counters in parity: {len(drift) - len(bad)}/{len(drift)}", bad)
+
+
+def unresolved_claims(sessions: sessionmaker[Session]) -> Check:
+    rows = delivery_claims.unresolved(sessions)
+    return Check(
+        not rows,
+        f"unresolved outbound delivery claims: {len(rows)}",
+        tuple(f"{row.delivery_key} claimed {row.created_at:%Y-%m-%dT%H:%M:%SZ}" for row in rows),
+    )
+
+
+def good_jobs(session: Session) -> Check:
+    rows = store.new_good_jobs(session)
+    return Check(
+        not rows,
+        f"new GoodJob rows of the replaced classes in 12 h: {sum(rows.values())}",
+        tuple(f"{job_class}: {count}" for job_class, count in rows.items()),
+    )
+
+
+def run_checks(platform: ServiceContext) -> list[Check]:
+    """Every check, in the order ``speedtier maintenance check`` prints them."""
+    now = utcnow()
+    checks = [schedulers(platform), *kill_switches(platform), rails_endpoint(platform)]
+    checks.append(expired_evaluations(platform, now))
+    with session_scope(platform.sessions) as session:
+        checks.append(unit21_sync(platform, session))
+        checks.append(counter_cache_repair(platform))
+        checks.append(counter_parity(session))
+        checks.append(good_jobs(session))
+    checks.append(unresolved_claims(platform.sessions))
+    return checks

@@ -1,0 +1,44 @@
+"""``speedtier maintenance``: the seed's checks (:mod:`services.maintenance.checks`) printed
+pass or fail, and the counter-cache re-drive (the seed's ``FixCounterCachesJob.perform_later``)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from router.context import LoadContext
+from services.maintenance.checks import run_checks
+from services.maintenance.families import PAUSE_COUNTER_CACHES, counter_cache_request
+
+
+@click.group("maintenance")
+def maintenance() -> None:
+    """Routine maintenance families (seed 001): check and re-drive."""
+
+
+@maintenance.command("check")
+@click.pass_obj
+def check(load: LoadContext) -> None:
+    """Run the seed's validation and rollout assertions; exit 1 when any fails."""
+    checks = run_checks(load())
+    for result in checks:
+        click.echo(f"[{'pass' if result.passed else 'fail'}] {result.summary}")
+        for line in result.details:
+            click.echo(f"       {line}")
+    sys.exit(0 if all(result.passed for result in checks) else 1)
+
+
+@maintenance.command("fix-counter-caches")
+@click.pass_obj
+def fix_counter_caches(load: LoadContext) -> None:
+    """Enqueue counter-cache-fix now (a contended run waits on the shared lock)."""
+    platform = load()
+    if platform.flags.is_enabled(PAUSE_COUNTER_CACHES):
+        raise click.ClickException(f"{PAUSE_COUNTER_CACHES} is on: resume it first")
+    answer = platform.router.enqueue(counter_cache_request())
+    click.echo(f"{answer.job_id}: {answer.outcome} on {answer.queue}")
+
+
+def register(main: click.Group) -> None:
+    main.add_command(maintenance)

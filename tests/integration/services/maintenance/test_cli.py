@@ -1,0 +1,82 @@
+"""``speedtier claims`` (the seed's manual resolution of uncertain delivery claims) and
+``speedtier maintenance check|fix-counter-caches``, run as the command line runs them."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from click.testing import CliRunner
+
+from services.app.bootstrap import Platform
+from services.app.cli import main
+from services.maintenance.families import COUNTER_CACHE_FIX_JOB_ID, PAUSE_UNIT21
+from services.rails import delivery_claims
+from testkit.fakes.rails_server import RailsServer
+from tests.integration.services.maintenance.factories import RAILS_TOKEN
+
+
+@pytest.fixture
+def cli(
+    monkeypatch: pytest.MonkeyPatch,
+    redis_url: str,
+    database_url: str,
+    namespace: str,
+    rails: RailsServer,
+) -> CliRunner:
+    for name, value in {
+        "REDIS_URL": redis_url,
+        "DATABASE_URL": database_url,
+        "SPEEDTIER_REDIS_NAMESPACE": namespace,
+        "SPEEDTIER_ENV": "test",
+        "SPEEDTIER_FLAG_CACHE_SECONDS": "0",
+        "RAILS_INTERNAL_URL": rails.base_url,
+        "RAILS_INTERNAL_TOKEN": RAILS_TOKEN,
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("SPEEDTIER_FLAGS", raising=False)
+    return CliRunner()
+
+
+def test_claims_list_mark_delivered_and_release(cli: CliRunner, platform: Platform) -> None:
+    landed, lost = (f"slack/cli-{uuid.uuid4().hex}/{n}" for n in (1, 2))
+    for key in (landed, lost):
+        assert delivery_claims.claim(platform.sessions, key)
+    listed = cli.invoke(main, ["claims", "list"])
+    assert listed.exit_code == 0 and landed in listed.output and lost in listed.output
+    marked = cli.invoke(main, ["claims", "mark-delivered", landed])
+    assert marked.exit_code == 0, marked.output
+    released = cli.invoke(main, ["claims", "release", lost])
+    assert released.exit_code == 0, released.output
+    assert delivery_claims.find(platform.sessions, lost) is None
+    claim = delivery_claims.find(platform.sessions, landed)
+    assert claim is not None and claim.resolved
+    # a delivered claim is never released, an unknown key is a clear error
+    refused = cli.invoke(main, ["claims", "release", landed])
+    assert refused.exit_code == 1 and "never released" in refused.output
+    unknown = cli.invoke(main, ["claims", "mark-delivered", "no-such-key"])
+    assert unknown.exit_code == 1 and "no claim" in unknown.output
+    assert landed not in cli.invoke(main, ["claims", "list"]).output
+
+
+def test_maintenance_check_prints_pass_or_fail_for_each(cli: CliRunner, platform: Platform) -> None:
+    platform.flags.set(PAUSE_UNIT21, True)
+    try:
+        result = cli.invoke(main, ["maintenance", "check"])
+    finally:
+        platform.flags.set(PAUSE_UNIT21, False)
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert "[pass] schedulers on the seed's cadences: 3/3" in lines
+    assert f"[fail] {PAUSE_UNIT21} is on (expected off)" in lines
+    assert any(line.startswith("[pass] RAILS_INTERNAL_URL is http://") for line in lines)
+    assert any("counter-cache-fix: no record" in line for line in lines)
+
+
+def test_fix_counter_caches_enqueues_the_deterministic_job(
+    cli: CliRunner, platform: Platform
+) -> None:
+    first = cli.invoke(main, ["maintenance", "fix-counter-caches"])
+    second = cli.invoke(main, ["maintenance", "fix-counter-caches"])
+    assert first.exit_code == 0 and "added" in first.output
+    assert f"{COUNTER_CACHE_FIX_JOB_ID}: deduplicated" in second.output
