@@ -7,16 +7,19 @@
 | ticks registered | both ticks exist at 04:00 and 20:00 UTC |
 | uncertain Slack/email claims | no unresolved report delivery claim (seed: resolve by hand) |
 | reportable organizations | at least one organization is reportable (else the ticks do nothing) |
+| no new GoodJob rows | ``SendDailyAgentEvaluationReportJob`` and ``...ForOrganizationJob`` have no
+  ``good_jobs`` row created after ``since`` (default: 12 hours ago, GoodJob's cleanup window) |
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from router.context import ServiceContext
 from services.rails.delivery_claims import unresolved
 from services.reports.families import PAUSE_FLAG
-from services.reports.store import reportable_organizations
+from services.reports.store import new_goodjob_rows, reportable_organizations
 from services.reports.ticks import TODAY_TICK, YESTERDAY_TICK
 from shared.db.engine import session_scope
 
@@ -31,7 +34,11 @@ class Check:
     details: tuple[str, ...] = ()
 
 
-def run_checks(platform: ServiceContext) -> list[Check]:
+#: GoodJob's cleanup window: rows older than this are historical.
+BAKE_WINDOW = timedelta(hours=12)
+
+
+def run_checks(platform: ServiceContext, since: datetime | None = None) -> list[Check]:
     paused = platform.flags.is_enabled(PAUSE_FLAG)
     checks = [Check(not paused, f"{PAUSE_FLAG} is {'on' if paused else 'off'} (expected off)")]
     wrong = []
@@ -58,5 +65,14 @@ def run_checks(platform: ServiceContext) -> list[Check]:
     )
     with session_scope(platform.sessions) as session:
         count = len(reportable_organizations(session))
+        since = since or datetime.now(UTC) - BAKE_WINDOW
+        goodjobs = new_goodjob_rows(session, since)
     checks.append(Check(count > 0, f"reportable organizations: {count}"))
+    checks.append(
+        Check(
+            not any(goodjobs.values()),
+            f"new normal-path GoodJob rows since {since:%FT%TZ}: {sum(goodjobs.values())}",
+            tuple(f"{name}: {rows}" for name, rows in goodjobs.items() if rows),
+        )
+    )
     return checks

@@ -58,10 +58,16 @@ def redrive(load: LoadContext, day: str, organization_id: int | None) -> None:
 
 
 @reports.command("check")
+@click.option(
+    "--since",
+    type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d"]),
+    default=None,
+    help="Rollout time (UTC): GoodJob rows created after it count as new (default: 12 h ago).",
+)
 @click.pass_obj
-def check(load: LoadContext) -> None:
+def check(load: LoadContext, since: datetime | None) -> None:
     """Run the seed's checks and print pass or fail for each."""
-    results = run_checks(load())
+    results = run_checks(load(), since.replace(tzinfo=UTC) if since else None)
     for result in results:
         click.echo(f"[{'pass' if result.passed else 'fail'}] {result.summary}")
         for line in result.details:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from datetime import date
+from datetime import date, datetime
 from typing import Any
 
 from sqlalchemy import Numeric, and_, exists, func, not_, or_, select, text
@@ -19,7 +19,13 @@ from sqlalchemy.orm import Session
 from services.reports.dates import local_day_bounds
 from shared.db.models.rails import Organization
 from shared.db.models.rails_reports import FIXED_PER_PERIOD, Employee, Evaluation, TicketRule
+from shared.db.models.rails_uploads import GoodJob
 
+#: The GoodJob classes this family replaces (the rollout assertion: no new rows).
+REPLACED_JOB_CLASSES = (
+    "SendDailyAgentEvaluationReportJob",
+    "SendDailyAgentEvaluationReportForOrganizationJob",
+)
 #: The seed's bound on one native collection (``SET LOCAL``: this transaction only).
 COLLECT_STATEMENT_TIMEOUT = "5min"
 COMPLETED = "completed"
@@ -141,3 +147,15 @@ def organization_zones(session: Session, ids: Sequence[int]) -> dict[int, str]:
         select(Organization.id, Organization.time_zone).where(Organization.id.in_(list(ids)))
     ).all()
     return {row[0]: row[1] for row in rows}
+
+
+def new_goodjob_rows(session: Session, since: datetime) -> dict[str, int]:
+    """Replaced GoodJob class -> rows created after ``since`` (the seed's rollout assertion
+    is zero; rows older than that are historical)."""
+    rows = session.execute(
+        select(GoodJob.job_class, func.count())
+        .where(GoodJob.job_class.in_(REPLACED_JOB_CLASSES), GoodJob.created_at > since)
+        .group_by(GoodJob.job_class)
+    ).all()
+    found = {str(row[0]): int(row[1]) for row in rows}
+    return {name: found.get(name, 0) for name in REPLACED_JOB_CLASSES}

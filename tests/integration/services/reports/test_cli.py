@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from click.testing import CliRunner
+from datetime import UTC, datetime
 
+from click.testing import CliRunner
+from sqlalchemy import delete
+
+from router.requests import JobRequest
 from services.app.bootstrap import Platform
 from services.reports.cli import reports
+from services.reports.dates import resolve
 from shared.db.engine import session_scope
-from tests.integration.services.reports.factories import new_org
+from shared.db.models.rails_uploads import GoodJob
+from testkit.fakes.slack_server import SlackServer
+from tests.integration.services.reports.factories import new_org, running_workers
+from tests.platform_harness import wait_until
+from tiers.job_state import JobState
 
 
 def _run(platform: Platform, *args: str) -> tuple[int, str]:
@@ -46,3 +55,57 @@ def test_check_prints_pass_or_fail_for_each(platform: Platform) -> None:
     assert "[pass] pause_api2_daily_agent_evaluation_reports is off" in output
     assert "[pass] report ticks at 04:00 and 20:00 UTC" in output
     assert "report deliveries with an uncertain outcome" in output
+
+
+def test_check_fails_on_a_new_goodjob_row_of_a_replaced_class(platform: Platform) -> None:
+    with session_scope(platform.sessions) as session:
+        session.add(GoodJob(job_class="SendDailyAgentEvaluationReportForOrganizationJob"))
+        session.commit()
+    try:
+        code, output = _run(platform, "check")
+        assert code == 1
+        assert "[fail] new normal-path GoodJob rows since" in output
+        assert "SendDailyAgentEvaluationReportForOrganizationJob: 1" in output
+        code, output = _run(platform, "check", "--since", "2999-01-01")
+        assert "[pass] new normal-path GoodJob rows since 2999-01-01" in output
+    finally:
+        with session_scope(platform.sessions) as session:
+            session.execute(delete(GoodJob))
+            session.commit()
+
+
+def test_a_tick_skipped_while_paused_is_re_driven_with_its_sentinel(
+    platform: Platform, slack: SlackServer
+) -> None:
+    """The seed's re-drive: the 04:00 tick met the kill switch and completed as skipped;
+    once resumed, ``redrive yesterday`` runs the aggregate job, each org's day resolved in
+    its own zone at that moment, and every report goes out."""
+    with session_scope(platform.sessions) as session:
+        orgs = [new_org(session, time_zone=zone) for zone in ("UTC", "Asia/Tokyo")]
+        session.commit()
+    tick = platform.tick("daily-agent-eval-report-yesterday")
+    platform.flags.set("pause_api2_daily_agent_evaluation_reports", True)
+    skipped = tick.job_id("2026-12-01T04:00Z")
+    platform.router.enqueue(JobRequest(tick.kind, None, {"slot": "2026-12-01T04:00Z"}))
+    with running_workers(platform):
+        wait_until(lambda: platform.broker.jobs.record(skipped)["state"] == "skipped", 30)
+        platform.flags.set("pause_api2_daily_agent_evaluation_reports", False)
+        code, output = _run(platform, "redrive", "yesterday")
+        assert code == 0
+        redrive_id = output.split(":", 1)[0]
+        wait_until(lambda: platform.broker.jobs.record(redrive_id)["state"] == "completed", 30)
+        state = JobState(platform.broker.jobs, redrive_id)
+        instant = datetime.fromisoformat(state.get("instant"))
+        assert abs((datetime.now(UTC) - instant).total_seconds()) < 600  # resolved when it ran
+        expected = [
+            f"daily-agent-eval-report-{org.id}-{resolve('yesterday', org.time_zone, instant)}"
+            "-no-email-bf"
+            for org in orgs
+        ]
+        for job_id in expected:
+            wait_until(
+                lambda j=job_id: (platform.broker.jobs.record(j) or {}).get("state") == "completed",
+                30,
+            )
+    posted = " ".join(str(m["blocks"][0]) for m in slack.messages)
+    assert all(f"(#{org.id})" in posted for org in orgs)
