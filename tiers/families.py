@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from tiers.policies import DEFAULT_RETRY, RetryPolicy, WindowRule
-from tiers.table import TIERS, queue_name, tier_for_provider
+from tiers.table import DEFAULT_TIER, TIERS, queue_name, tier_for_provider
 
 DAY_SECONDS = 86_400.0
 
@@ -42,6 +42,8 @@ class Family:
       windows: provider (or ``*``) -> fixed window every start must fit in.
       time_limit_seconds: a run longer than this is interrupted and retried.
       group_caps: tier -> per-group cap; a tier missing here (or None) has no group cap.
+      run_tiers: the tiers a provider-routed family runs in (empty: every tier); a provider
+        the table puts elsewhere runs in the table's default tier.
       tenant_scoped: requests carry a positive ``organization_id`` (platform ticks do not).
     """
 
@@ -62,19 +64,23 @@ class Family:
     time_limit_seconds: float = 600.0
     tenant_scoped: bool = True
     group_caps: Mapping[str, int] | None = None
+    run_tiers: tuple[str, ...] = ()
 
     def provider_of(self, params: Any) -> str | None:
         return self.provider(params) if self.provider else None
 
     def tier_of(self, params: Any) -> str:
-        return self.fixed_tier or tier_for_provider(self.provider_of(params))
+        if self.fixed_tier:
+            return self.fixed_tier
+        tier = tier_for_provider(self.provider_of(params))
+        return tier if not self.run_tiers or tier in self.run_tiers else DEFAULT_TIER
 
     def queue_of(self, params: Any) -> str:
         return queue_name(self.name, self.tier_of(params))
 
     def queues(self) -> list[str]:
         """Every queue this family may use."""
-        tiers = [self.fixed_tier] if self.fixed_tier else list(TIERS)
+        tiers = [self.fixed_tier] if self.fixed_tier else list(self.run_tiers or TIERS)
         return [queue_name(self.name, tier) for tier in tiers if tier]
 
     def group_key(self, organization_id: int, tier: str) -> tuple[str, int] | None:

@@ -41,6 +41,8 @@ EXTERNAL_SERVICE_RETRY = RetryPolicy(
 )
 #: The seed's ``removeOnFail: false``: a job's record (failed ones included) stays a week.
 RETENTION_SECONDS = 7 * 86_400.0
+#: Six queues: each family on the fast and the slow tier (never the maintenance tier).
+RUN_TIERS = ("fast", "slow")
 IMPORT_CAPS = {"fast": 1, "slow": 1}
 INDEX_CAPS = {"fast": 5, "slow": 2}
 WEBHOOK_CAPS = {"fast": 5, "slow": 2}
@@ -164,6 +166,7 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
         "pause_flag": PAUSE_FLAG,
         "retry": EXTERNAL_SERVICE_RETRY,
         "retention_seconds": RETENTION_SECONDS,
+        "run_tiers": RUN_TIERS,
     }
     return [
         Family(

@@ -120,7 +120,8 @@ class Tracker:
     ) -> WalkPage:
         client = _client()
         client.rpush(key("walked", root.node_id), checkpoint or "start")
-        time.sleep(float(conn.settings.get("page_sleep", 0)))
+        with _active(f"import:{self.source}:{conn.organization_id}"):
+            time.sleep(float(conn.settings.get("page_sleep", 0)))
         size = int(conn.settings.get("page_size", 10))
         ids = sorted(
             (raw.decode() for raw in client.hkeys(key("nodes", root.node_id))),
@@ -217,3 +218,20 @@ def register(platform: Any) -> None:
 
     configure(redis.Redis.from_url(platform.settings.redis_url), platform.settings.redis_namespace)
     install(platform, tracker_registry())
+
+
+def worker_main(values: dict[str, Any], threads: int) -> None:
+    """A real worker process over the fast and slow queues of the tracker platform (for
+    ``multiprocessing``'s spawn: it imports this module and builds its own platform)."""
+    from services.app.bootstrap import bootstrap
+    from shared.config import load_settings
+    from tiers.worker import serve
+
+    platform = bootstrap(
+        load_settings(**values),
+        services=["tests.integration.services.super_sources.tracker"],
+        component="worker-test",
+        maintenance_chance=200_000,
+    )
+    queues = platform.registry.queues_of_tier("fast") + platform.registry.queues_of_tier("slow")
+    serve(platform.broker, queues, threads=threads, poll_ms=50, drain_seconds=5)

@@ -1,0 +1,140 @@
+"""Provider rate limits delay jobs without spending attempts; real failures spend the
+five attempts and the failed job is kept."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import redis
+
+from services.app.bootstrap import Platform
+from services.connectors.nodes import Connection, NodeRef, RateLimitState
+from services.super_sources.families import RETENTION_SECONDS, index_request
+from tests import platform_harness as h
+from tests.fixtures_platform import MakePlatform
+from tests.integration.services.super_sources import tracker
+from tests.integration.services.super_sources.conftest import TRACKER, make_connection, workers
+from tiers.policies import RetryPolicy
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def _node(client: redis.Redis, namespace: str, root: str, n: int) -> NodeRef:
+    tracker.put_nodes(client, namespace, root, {f"{root}/{n}": (f"text {n}", T0)})
+    return NodeRef(tracker.NODE_TYPE, f"{root}/{n}")
+
+
+def _fetches(client: redis.Redis, namespace: str, ref: NodeRef) -> int:
+    return int(client.hget(f"{namespace}:tracker:fetches", ref.node_id) or 0)
+
+
+def test_a_spent_quota_delays_the_job_to_its_reset_before_any_call(
+    super_platform: Platform,
+    redis_client: redis.Redis,
+    namespace: str,
+    organization: Callable[[], int],
+) -> None:
+    org = organization()
+    conn_id = make_connection(super_platform, org, "gitlab")
+    root = NodeRef(tracker.ROOT_TYPE, f"q{org}")
+    ref = _node(redis_client, namespace, root.node_id, 1)
+    # Given the provider said the connection's quota is spent until 1.5 s from now
+    conn = Connection("gitlab", conn_id, org, "", {}, {})
+    reset = datetime.now(UTC) + timedelta(seconds=1.5)
+    RateLimitState(redis_client, namespace).record(conn, 0, reset)
+    # When its index job runs
+    answer = super_platform.router.enqueue(index_request(org, "gitlab", conn_id, root, ref))
+    with workers(super_platform):
+        h.wait_until(lambda: h.state(super_platform.broker, answer.job_id) == "delayed")
+        record = super_platform.broker.jobs.record(answer.job_id) or {}
+        # Then it waits for the reset without calling the provider or spending an attempt
+        assert "rate-limit" in record["last_delay"]
+        assert _fetches(redis_client, namespace, ref) == 0
+        h.wait_until(lambda: h.state(super_platform.broker, answer.job_id) == "completed")
+    record = super_platform.broker.jobs.record(answer.job_id) or {}
+    assert record["failures"] == "0"
+    assert _fetches(redis_client, namespace, ref) == 1
+
+
+def test_a_429_during_the_call_delays_by_its_retry_after_and_spends_no_attempt(
+    super_platform: Platform,
+    redis_client: redis.Redis,
+    namespace: str,
+    organization: Callable[[], int],
+) -> None:
+    org = organization()
+    conn_id = make_connection(super_platform, org, "acme")
+    root = NodeRef(tracker.ROOT_TYPE, f"r{org}")
+    ref = _node(redis_client, namespace, root.node_id, 1)
+    # Given the provider answers the next call 429 with Retry-After: 1
+    redis_client.set(f"{namespace}:tracker:retry_after", 1)
+    answer = super_platform.router.enqueue(index_request(org, "acme", conn_id, root, ref))
+    with workers(super_platform):
+        h.wait_until(lambda: h.state(super_platform.broker, answer.job_id) == "completed")
+    record = super_platform.broker.jobs.record(answer.job_id) or {}
+    # Then the job was delayed once, called again, and never spent an attempt
+    assert "retry-after" in record["last_delay"]
+    assert record["failures"] == "0" and record.get("last_error", "") == ""
+    assert _fetches(redis_client, namespace, ref) == 2
+
+
+def test_a_quota_spent_during_one_job_holds_back_the_next_jobs_of_the_connection(
+    super_platform: Platform,
+    redis_client: redis.Redis,
+    namespace: str,
+    organization: Callable[[], int],
+) -> None:
+    org = organization()
+    conn_id = make_connection(super_platform, org, "gitlab")
+    root = NodeRef(tracker.ROOT_TYPE, f"s{org}")
+    first, second = (_node(redis_client, namespace, root.node_id, n) for n in (1, 2))
+    # Given the first call reports the quota spent for 1.5 s
+    redis_client.set(f"{namespace}:tracker:exhaust", 1.5)
+    with workers(super_platform, threads=1):
+        one = super_platform.router.enqueue(index_request(org, "gitlab", conn_id, root, first))
+        h.wait_until(lambda: h.state(super_platform.broker, one.job_id) == "completed")
+        # When the connection's next job comes
+        two = super_platform.router.enqueue(index_request(org, "gitlab", conn_id, root, second))
+        h.wait_until(lambda: h.state(super_platform.broker, two.job_id) == "completed")
+    # Then it waited for the reset before calling, with no attempt spent
+    record = super_platform.broker.jobs.record(two.job_id) or {}
+    assert "rate-limit" in record["last_delay"] and record["failures"] == "0"
+    assert _fetches(redis_client, namespace, second) == 1
+
+
+FAST_FIVE = RetryPolicy(max_attempts=5, base_seconds=0.05, max_backoff_seconds=0.2)
+
+
+@pytest.fixture
+def quick_retries(
+    make_platform: MakePlatform, redis_client: redis.Redis, namespace: str
+) -> Platform:
+    """The families' five attempts, with the backoff shortened to fit a test."""
+    tracker.configure(redis_client, namespace)
+    return make_platform(services=[TRACKER], retries={"super_index": FAST_FIVE})
+
+
+def test_a_failing_node_spends_five_attempts_and_its_failed_job_is_kept(
+    quick_retries: Platform,
+    redis_client: redis.Redis,
+    namespace: str,
+    organization: Callable[[], int],
+) -> None:
+    org = organization()
+    conn_id = make_connection(quick_retries, org, "acme")
+    root = NodeRef(tracker.ROOT_TYPE, f"f{org}")
+    ref = _node(redis_client, namespace, root.node_id, 1)
+    # Given a node whose provider answers 503 every time
+    redis_client.set(f"{namespace}:tracker:fail:{ref.node_id}", 100)
+    answer = quick_retries.router.enqueue(index_request(org, "acme", conn_id, root, ref))
+    with workers(quick_retries):
+        h.wait_until(lambda: h.state(quick_retries.broker, answer.job_id) == "failed", 30)
+    # Then it was tried five times, and its failed record stays for the retention (a week)
+    record = quick_retries.broker.jobs.record(answer.job_id) or {}
+    assert record["failures"] == "5" and "503" in record["last_error"]
+    assert _fetches(redis_client, namespace, ref) == 5
+    ttl = redis_client.ttl(quick_retries.broker.jobs.record_key(answer.job_id))
+    assert RETENTION_SECONDS - 3600 < ttl <= RETENTION_SECONDS
+    assert quick_retries.broker.queue_failures(["super_index.slow"]) == {"super_index.slow": 1}
