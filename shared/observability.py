@@ -12,7 +12,7 @@ from typing import IO, Any
 
 import sentry_sdk
 
-from shared.errors import Delay, Paused, RecordMissing
+from shared.errors import Delay, Paused, RecordMissing, Retryable
 
 log = logging.getLogger("speedtier")
 
@@ -20,6 +20,12 @@ log = logging.getLogger("speedtier")
 #: as Dramatiq ``throws`` (logged at info, not captured by Sentry's Dramatiq integration).
 #: ``Unrecoverable`` and retried failures are real failures and are reported.
 EXPECTED_OUTCOMES = (Delay, Paused, RecordMissing)
+#: What actors declare as Dramatiq ``throws``: the expected outcomes plus ``Retryable``, a
+#: classified failure the outcomes middleware retries and logs itself ("attempt N failed;
+#: retrying"), so Dramatiq logs one info line for it, not an "unhandled exception"
+#: traceback. Its last attempt is logged at ERROR by the outcomes middleware (and so still
+#: reaches Sentry through its logging integration).
+ACTOR_THROWS = (*EXPECTED_OUTCOMES, Retryable)
 
 
 #: The job a thread is running (set by the worker's log-context middleware): job id, family,

@@ -22,7 +22,7 @@ from dramatiq.middleware import CurrentMessage
 from pydantic import BaseModel
 
 from shared.errors import Delay, RecordMissing, Retryable, Unrecoverable
-from shared.observability import EXPECTED_OUTCOMES
+from shared.observability import ACTOR_THROWS
 from tiers.broker import TierBroker
 from tiers.families import Family
 from tiers.faults import FAULT_ENV
@@ -184,7 +184,7 @@ def make_broker(
             actor_name=family.name,
             queue_name=family.queues()[0],
             priority=0,
-            options={"throws": EXPECTED_OUTCOMES},
+            options={"throws": ACTOR_THROWS},
         )
     _STATE["client"] = redis.Redis.from_url(redis_url)
     _STATE["ns"] = namespace

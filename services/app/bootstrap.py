@@ -21,7 +21,7 @@ from shared import runtime_file
 from shared.config import Settings, load_settings, parse_rate
 from shared.db.engine import make_engine, make_session_factory
 from shared.flags import Flags
-from shared.observability import EXPECTED_OUTCOMES, configure_logging, init_sentry
+from shared.observability import ACTOR_THROWS, configure_logging, init_sentry
 from shared.redis_persistence import verify_redis_persistence
 from shared.rollouts import PostHogRollouts
 from tiers.broker import TierBroker
@@ -66,7 +66,7 @@ class Platform:
             priority=0,
             options={
                 "time_limit": int(family.time_limit_seconds * 1000),
-                "throws": EXPECTED_OUTCOMES,
+                "throws": ACTOR_THROWS,
             },
         )
         for queue in family.queues():

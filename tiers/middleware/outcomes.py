@@ -117,6 +117,16 @@ class Outcomes(Middleware):
         settlement = classify(message, exception, family.retry if family else DEFAULT_RETRY)
         if settlement.state == "failed":
             message.fail()
+            cause = exception.outcome if isinstance(exception, Held) else exception
+            if isinstance(cause, Retryable):
+                # Dramatiq logged it at info (actors declare Retryable as thrown): say here,
+                # once, that the job is now failed for good.
+                log.error(
+                    "job %s failed after %d attempt(s): %s",
+                    message.options[JOB_ID],
+                    settlement.failures,
+                    settlement.error,
+                )
         # A message that is not dead-lettered is acked to Dramatiq by the settle script itself
         # (TierConsumer skips its own ack); a failed one is nacked by Dramatiq as usual.
         ack = None

@@ -289,6 +289,7 @@ def _start_demo(settings: Settings, group: ProcessGroup, host: str, port: int) -
         f"http://{client_host}:{port}",
         internal_token=token.get_secret_value().strip() or None if token else None,
         say=lambda text: group.emit("demo", text),
+        state_dir=Path(settings.data_dir).resolve(),
     ).start()
 
 

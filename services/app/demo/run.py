@@ -192,6 +192,7 @@ def run_demo(
     ready_timeout: float = 120.0,
     ingest_timeout: float = 180.0,
     queries: Sequence[str] = QUERIES,
+    state_dir: Path | None = None,
 ) -> DemoResult:
     """Run the demo against the API at ``api_url`` and return what it did.
 
@@ -199,6 +200,9 @@ def run_demo(
       internal_token: the API's ``INTERNAL_API_TOKEN``, if it has one.
       say: receives each line of output.
       stop: set when the system stops; the demo then raises :class:`DemoStopped`.
+      state_dir: where the demo keeps the sample site's port (the same URLs on every run)
+        and the API key (``demo-api-key``, mode 0600, which the closing curl hint reads
+        rather than printing the key); nothing is kept without it.
 
     Raises:
       client.ApiError: the API refused a call.
@@ -207,7 +211,8 @@ def run_demo(
     client = IngestionClient(api_url, internal_token=internal_token)
     try:
         wait_until_ready(client, timeout=ready_timeout, stop=stop)
-        with SampleWebsite() as site:
+        port_file = state_dir / "demo-site-port" if state_dir is not None else None
+        with SampleWebsite(port_file=port_file) as site:
             say(f"sample website serving on {site.base_url}")
             say(PRIVATE_NETWORKS_NOTE)
             key = client.provision_key(DEMO_ORGANIZATION_ID, KEY_NAME)
@@ -227,12 +232,26 @@ def run_demo(
             result.hits = run_searches(client, base["id"], names, queries, say)
         say(
             f"demo done: {result.ready}/{len(submitted)} documents ready; try it yourself with "
-            f"curl -H 'Authorization: Bearer {key['key']}' -H 'Content-Type: application/json' "
+            f'curl -H "Authorization: Bearer {key_reference(key["key"], state_dir)}" '
+            "-H 'Content-Type: application/json' "
             f'-d \'{{"query": "warranty"}}\' {client.api_url}/knowledge-bases/{base["id"]}/search'
         )
         return result
     finally:
         client.close()
+
+
+def key_reference(key: str, state_dir: Path | None) -> str:
+    """How the curl hint names the API key without printing it: ``$(cat <file>)`` of a file
+    only this user can read, or a variable to set when there is no state directory."""
+    if state_dir is None:
+        return "$SPEEDTIER_DEMO_KEY"
+    path = state_dir / "demo-api-key"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(key + "\n")
+    return f"$(cat {path})"
 
 
 class DemoThread:
@@ -241,8 +260,16 @@ class DemoThread:
     A failure is reported through ``say``, never raised: the system keeps running.
     """
 
-    def __init__(self, api_url: str, *, internal_token: str | None, say: Say) -> None:
+    def __init__(
+        self,
+        api_url: str,
+        *,
+        internal_token: str | None,
+        say: Say,
+        state_dir: Path | None = None,
+    ) -> None:
         self.say = say
+        self.state_dir = state_dir
         self.result: DemoResult | None = None
         self.error: BaseException | None = None
         self._stop = threading.Event()
@@ -257,7 +284,11 @@ class DemoThread:
     def _run(self, api_url: str, internal_token: str | None) -> None:
         try:
             self.result = run_demo(
-                api_url, internal_token=internal_token, say=self.say, stop=self._stop
+                api_url,
+                internal_token=internal_token,
+                say=self.say,
+                stop=self._stop,
+                state_dir=self.state_dir,
             )
         except DemoStopped:
             pass

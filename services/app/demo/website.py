@@ -9,6 +9,7 @@ robots.txt honoured), so the demo adds one URL document per published page.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from functools import partial
@@ -40,11 +41,15 @@ class SampleWebsite:
     Parameters:
       directory: the folder served (default: the bundled sample site).
       port: ``0`` (the default) picks a free port.
+      port_file: remembers the port between runs: the same port is taken again when it is
+        free, so the pages keep their URLs and a restart does not version them anew.
     """
 
-    def __init__(self, directory: Path = SITE_DIR, *, port: int = 0) -> None:
+    def __init__(
+        self, directory: Path = SITE_DIR, *, port: int = 0, port_file: Path | None = None
+    ) -> None:
         handler = partial(_QuietHandler, directory=str(directory))
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self._server = _bind(handler, port, port_file)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever,
@@ -73,6 +78,24 @@ class SampleWebsite:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _bind(handler: Any, port: int, port_file: Path | None) -> ThreadingHTTPServer:
+    remembered = 0
+    if not port and port_file is not None:
+        with contextlib.suppress(OSError, ValueError):
+            remembered = int(port_file.read_text().strip())
+    server = None
+    if remembered:
+        with contextlib.suppress(OSError):  # taken by something else since: pick another
+            server = ThreadingHTTPServer(("127.0.0.1", remembered), handler)
+    if server is None:
+        server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    if port_file is not None:
+        with contextlib.suppress(OSError):
+            port_file.parent.mkdir(parents=True, exist_ok=True)
+            port_file.write_text(f"{server.server_address[1]}\n")
+    return server
 
 
 class _Links(HTMLParser):

@@ -56,6 +56,33 @@ def test_a_retried_jobs_lines_carry_its_identity(
         assert entry["logger"] == "tiers.middleware.outcomes"
 
 
+def test_a_retried_failure_is_no_unhandled_exception_and_its_end_is_an_error(
+    router: Router, broker: TierBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a job whose every attempt ends with a classified, retryable failure
+    router.enqueue(JobRequest("t_plain", 7, {"item": "quiet", "mode": "retryable"}))
+    # When a real worker runs it until its attempts run out
+    with caplog.at_level(logging.INFO), h.running_worker(broker):
+        h.wait_until(lambda: h.state(broker, "plain-quiet") == "failed", timeout=30)
+    ours = [r for r in caplog.records if "quiet" in r.getMessage() or r.name.startswith("dramatiq")]
+    # Then no line carries a traceback (Dramatiq's "unhandled exception" is gone)
+    assert not [r for r in ours if r.exc_info], [r.getMessage() for r in ours if r.exc_info]
+    assert not [r for r in ours if "unhandled exception" in r.getMessage()]
+    # and the last attempt is one ERROR line naming the job and its error
+    errors = [r.getMessage() for r in ours if r.levelno >= logging.ERROR]
+    assert errors == ["job plain-quiet failed after 3 attempt(s): Retryable: provider said 503"]
+
+
+def test_an_unexpected_exception_keeps_its_traceback(
+    router: Router, broker: TierBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    router.enqueue(JobRequest("t_plain", 7, {"item": "loud", "mode": "crash"}))
+    with caplog.at_level(logging.INFO), h.running_worker(broker):
+        h.wait_until(lambda: h.state(broker, "plain-loud") == "failed", timeout=30)
+    tracebacks = [r for r in caplog.records if r.exc_info and r.name.startswith("dramatiq")]
+    assert len(tracebacks) == 3  # one per attempt: a bug is not an expected outcome
+
+
 def test_lines_outside_a_job_carry_no_job_fields() -> None:
     stream = io.StringIO()
     logger = logging.getLogger("speedtier.test.log_context")
