@@ -111,11 +111,12 @@ def send_combined_email(
     with session_scope(context.sessions) as session:
         for reportable in reportable_organizations(session):
             zones[reportable.id] = reportable.time_zone
+    engines = _pinned_engines(context, state, resolved)
     collected: dict[int, tuple[date, list[ReportRow]]] = {}
     for org_text, day_text in resolved.items():
         org, day = int(org_text), date.fromisoformat(day_text)
         rows = collection.collect(
-            collection.choose_engine(context.flags, org),
+            engines[org_text],
             sessions=context.sessions,
             rails=context.rails,
             organization_id=org,
@@ -136,6 +137,19 @@ def send_combined_email(
         {"kind": "combined", "delivery_key": key, "attachments": combined_attachments(collected)},
     )
     return {"sent": True, "attachments": len(collected), "delivery_key": key, **answer}
+
+
+def _pinned_engines(
+    context: ReportsContext, state: JobState | None, resolved: dict[str, str]
+) -> dict[str, collection.Engine]:
+    """Each organization's collection engine, chosen once per tick job: a retry replays
+    the same engines even if the rollout flag flipped in between."""
+    pinned = state.get("collectEngines") if state is not None else None
+    if pinned is None or set(pinned) != set(resolved):
+        pinned = {org: collection.choose_engine(context.flags, int(org)) for org in resolved}
+        if state is not None:
+            state.set(collectEngines=pinned)
+    return pinned
 
 
 def report_ticks(context: ReportsContext, router: Router) -> list[Tick]:
