@@ -68,6 +68,14 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     "SPEEDTIER_API_MAX_BODY_BYTES": ("api_max_body_bytes", "2048", 2048),
     "SPEEDTIER_SCHEDULER_MISFIRE_GRACE_SECONDS": ("scheduler_misfire_grace_seconds", "60", 60),
     "SPEEDTIER_SCHEDULER_LOCK_SECONDS": ("scheduler_lock_seconds", "15", 15.0),
+    "RAILS_INTERNAL_URL": ("rails_internal_url", "http://rails:3000", "http://rails:3000"),
+    "RAILS_INTERNAL_TOKEN": ("rails_internal_token", "r-tkn", "r-tkn"),
+    "SPEEDTIER_RAILS_TIMEOUT_SECONDS": ("rails_timeout_seconds", "12", 12.0),
+    "POSTHOG_HOST": ("posthog_host", "https://eu.i.posthog.com", "https://eu.i.posthog.com"),
+    "POSTHOG_PROJECT_API_KEY": ("posthog_project_api_key", "phc_1", "phc_1"),
+    "POSTHOG_PERSONAL_API_KEY": ("posthog_personal_api_key", "phx_1", "phx_1"),
+    "SPEEDTIER_POSTHOG_POLL_SECONDS": ("posthog_poll_seconds", "15", 15.0),
+    "SPEEDTIER_REGION": ("region", "eu-central-1", "eu-central-1"),
 }
 
 
