@@ -8,7 +8,7 @@ from router.context import LoadContext
 from services.connectors.nodes import NodeRef
 from services.super_sources import store
 from services.super_sources.families import import_request
-from services.super_sources.queue_status import queue_status
+from services.super_sources.queue_status import counters, queue_status
 from services.super_sources.sources import default_registry
 from shared.db.engine import session_scope
 
@@ -29,6 +29,8 @@ def status(load: LoadContext) -> None:
         for owner, (admitted, parked) in row.groups.items():
             who = "all organizations" if owner == "*" else f"organization {owner}"
             click.echo(f"    {who}: running={admitted} parked={parked}")
+    for name, value in sorted(counters(platform.broker).items()):
+        click.echo(f"{name} {value}")
 
 
 @super_group.command("import")

@@ -13,8 +13,16 @@ from services.connectors.nodes import Connection, RateLimitState
 from services.indexing.chunking import Chunker
 from services.indexing.embedders import Embedder
 from services.super_sources.registry import SourceEntry, SourceRegistry
+from shared import metrics
 from shared.db.models.super_sources import SuperSourceConnection
 from shared.errors import Delay, Unrecoverable
+
+#: ``super.<source>.<outcome>`` as Prometheus sees it (names cannot hold dots).
+INDEXATIONS = metrics.counter(
+    "super_indexations",
+    "Super-source index jobs by source and outcome (indexation, already_indexed, removed).",
+    ["source", "outcome"],
+)
 
 
 @dataclass(frozen=True)
@@ -64,17 +72,14 @@ class SuperContext:
             raise Delay(until.timestamp(), reason="rate-limit")
 
     def count(self, source: str, what: str) -> None:
-        """Add one to ``super.<source>.<what>`` (``indexation``, ``already_indexed``...)."""
+        """Add one to ``super.<source>.<what>`` (``indexation``, ``already_indexed``...):
+        the Prometheus counter ``speedtier_super_indexations_total{source, outcome}`` (a
+        source outside the registry is labelled ``other``, keeping labels bounded) and a
+        Redis hash that ``speedtier super status`` prints."""
+        label = source if source in self.registry.entries else "other"
+        INDEXATIONS.labels(source=label, outcome=what).inc()
         self.client.hincrby(self.counters_key, f"super.{source}.{what}", 1)
 
     @property
     def counters_key(self) -> str:
         return f"{self.namespace}:super:counters"
-
-    def counters(self) -> dict[str, int]:
-        raw = self.client.hgetall(self.counters_key)
-        return {_text(k): int(v) for k, v in raw.items()}
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -36,3 +36,13 @@ def _groups(broker: TierBroker, queue: str) -> dict[str, tuple[int, int]]:
         owners.add(key[len(prefix) :].split(":", 1)[0])
     found = {owner: broker.jobs.group_state(f"{queue}|{owner}") for owner in sorted(owners)}
     return {owner: state for owner, state in found.items() if state != (0, 0)}
+
+
+def counters(broker: TierBroker) -> dict[str, int]:
+    """``super.<source>.<outcome>`` counts since the namespace began."""
+    raw = broker.client.hgetall(f"{broker.namespace}:super:counters")
+    return {_text(k): int(v) for k, v in raw.items()}
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -11,7 +11,7 @@ from services.super_sources.registry import SourceEntry, SourceRegistry, Webhook
 
 
 def default_registry() -> SourceRegistry:
-    from services.connectors import github
+    from services.connectors import github, linear
 
     return SourceRegistry.of(
         [
@@ -24,6 +24,19 @@ def default_registry() -> SourceRegistry:
                         scheme="X-Hub-Signature-256: HMAC-SHA256 of the body",
                         verify=github.verify,
                         parse=github.parse,
+                    ),
+                ),
+            ),
+            SourceEntry(
+                connector=linear.SOURCE,
+                default_base_url=linear.DEFAULT_BASE_URL,
+                webhooks=(
+                    WebhookSpec(
+                        path="events",
+                        scheme="Linear-Signature: HMAC-SHA256 of the body; webhookTimestamp "
+                        "within 60 s",
+                        verify=linear.verify,
+                        parse=linear.parse,
                     ),
                 ),
             ),

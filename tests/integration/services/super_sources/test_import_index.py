@@ -94,6 +94,13 @@ def test_an_import_indexes_every_node_once_and_search_finds_it_per_organization(
         )
 
 
+def _prometheus(source: str, outcome: str) -> float:
+    from prometheus_client import REGISTRY
+
+    labels = {"source": source, "outcome": outcome}
+    return REGISTRY.get_sample_value("speedtier_super_indexations_total", labels) or 0.0
+
+
 def test_an_unchanged_node_is_skipped_and_a_newer_one_is_indexed_again(
     super_platform: Platform,
     redis_client: redis.Redis,
@@ -106,6 +113,9 @@ def test_an_unchanged_node_is_skipped_and_a_newer_one_is_indexed_again(
     tracker.put_nodes(redis_client, namespace, root.node_id, _nodes(root.node_id, 3))
     ref = NodeRef(tracker.NODE_TYPE, f"{root.node_id}/1")
     request = index_request(org, "acme", conn, root, ref)
+    before = {
+        outcome: _prometheus("acme", outcome) for outcome in ("indexation", "already_indexed")
+    }
     with workers(super_platform):
         # Given a node indexed once
         first = super_platform.router.enqueue(request)
@@ -124,6 +134,9 @@ def test_an_unchanged_node_is_skipped_and_a_newer_one_is_indexed_again(
         super_platform.router.enqueue(listed)
         h.wait_until(lambda: _counters(super_platform).get("super.acme.already_indexed") == 2)
     assert int(redis_client.hget(f"{namespace}:tracker:fetches", ref.node_id) or 0) == fetches
+    # the same counts as Prometheus counters (speedtier_super_indexations_total)
+    assert _prometheus("acme", "indexation") - before["indexation"] == 2
+    assert _prometheus("acme", "already_indexed") - before["already_indexed"] == 2
     with session_scope(super_platform.sessions) as session:
         row = session.query(SuperSourceNode).filter_by(organization_id=org).one()
         assert row.synchronization_date == T0 + timedelta(days=1)
@@ -164,3 +177,42 @@ def test_job_ids_follow_the_seeds_unique_keys(
     # ids with characters outside [A-Za-z0-9_.-] are digested, so they stay bounded
     odd = router.enqueue(index_request(org, "gitlab", 1, root, NodeRef("T", "x" * 2000)))
     assert len(odd.job_id) < 200
+
+
+def test_a_complete_walk_hands_its_watermark_to_the_next_and_first_run_starts_over(
+    super_platform: Platform,
+    redis_client: redis.Redis,
+    namespace: str,
+    organization: Callable[[], int],
+) -> None:
+    org = organization()
+    conn = make_connection(super_platform, org, "acme", settings={"page_size": 2})
+    root = NodeRef(tracker.ROOT_TYPE, f"m{org}")
+    tracker.put_nodes(redis_client, namespace, root.node_id, _nodes(root.node_id, 3))
+    walked_key, since_key = (f"{namespace}:tracker:{k}:{root.node_id}" for k in ("walked", "since"))
+
+    def run(first_run: bool) -> list[tuple[str, str]]:
+        start = redis_client.llen(walked_key)
+        answer = super_platform.router.enqueue(
+            import_request(org, "acme", conn, root, first_run=first_run)
+        )
+        h.wait_until(lambda: h.state(super_platform.broker, answer.job_id) == "completed")
+        walked = [r.decode() for r in redis_client.lrange(walked_key, start, -1)]
+        since = [r.decode() for r in redis_client.lrange(since_key, start, -1)]
+        return list(zip(walked, since, strict=True))
+
+    with workers(super_platform):
+        # a first walk lists everything; the next one starts from its watermark
+        assert run(first_run=False) == [("start", "-"), ("2", "-")]
+        assert run(first_run=False) == [("start", "w"), ("2", "w")]
+        # an unfinished walk is resumed, unless first_run asks to start over
+        with session_scope(super_platform.sessions) as session:
+            state = session.query(SuperSourceImport).filter_by(organization_id=org).one()
+            state.checkpoint, state.since = "2", "w"
+            session.commit()
+        assert run(first_run=False) == [("2", "w")]
+        with session_scope(super_platform.sessions) as session:
+            state = session.query(SuperSourceImport).filter_by(organization_id=org).one()
+            state.checkpoint, state.since = "2", "w"
+            session.commit()
+        assert run(first_run=True) == [("start", "-"), ("2", "-")]

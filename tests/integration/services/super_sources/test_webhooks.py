@@ -183,3 +183,35 @@ def test_a_github_delivery_is_verified_with_x_hub_signature_256(
     assert post(signature) == 202
     assert post(signature) == 200  # the same delivery again
     assert production.broker.queue_depths(["super_webhook.fast"])["super_webhook.fast"][0] == 1
+
+
+def test_a_linear_delivery_is_verified_with_its_signature_and_timestamp_window(
+    make_platform: MakePlatform, organization: Callable[[], int]
+) -> None:
+    from services.app.api import create_app
+
+    production = make_platform()
+    client = create_app(production).test_client()
+    org = organization()
+    conn = make_connection(production, org, "linear", webhook_secret=SECRET)
+
+    def post(sent_ms: int, delivery: str) -> int:
+        body = json.dumps(
+            {
+                "action": "update",
+                "type": "Issue",
+                "data": {"id": "issue-1", "teamId": "team-1"},
+                "webhookTimestamp": sent_ms,
+            }
+        ).encode()
+        signature = hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+        return client.post(
+            f"/webhooks/linear/events?connection={conn}",
+            data=body,
+            headers={"Linear-Signature": signature, "Linear-Delivery": delivery},
+        ).status_code
+
+    now_ms = int(time.time() * 1000)
+    assert post(now_ms - 120_000, f"stale-{org}") == 401  # signed, but outside the window
+    assert post(now_ms, f"fresh-{org}") == 202
+    assert production.broker.queue_depths(["super_webhook.fast"])["super_webhook.fast"][0] == 1

@@ -120,6 +120,7 @@ class Tracker:
     ) -> WalkPage:
         client = _client()
         client.rpush(key("walked", root.node_id), checkpoint or "start")
+        client.rpush(key("since", root.node_id), since or "-")
         with _active(f"import:{self.source}:{conn.organization_id}"):
             time.sleep(float(conn.settings.get("page_sleep", 0)))
         size = int(conn.settings.get("page_size", 10))
