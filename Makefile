@@ -25,11 +25,13 @@ run: install
 
 services:
 	bash scripts/ensure-services.sh
+	bash scripts/ensure-browser.sh
 
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/hadolint Dockerfile
 
 typecheck: install
 	$(BIN)/mypy
