@@ -25,7 +25,6 @@ run: install
 
 services:
 	bash scripts/ensure-services.sh
-	bash scripts/ensure-browser.sh
 
 lint: install
 	$(BIN)/ruff check .
