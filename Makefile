@@ -25,6 +25,7 @@ run: install
 
 services:
 	bash scripts/ensure-services.sh
+	bash scripts/ensure-browser.sh
 
 lint: install
 	$(BIN)/ruff check .

@@ -68,10 +68,12 @@ def predict(
     r_queue = per_minute(counts, f"q:{group.queue}")
     r_group = per_minute(counts, f"g:{group.key}")
     if group.waiting and position is not None:
+        if r_queue <= 0:
+            if position == 0:
+                return Prediction(None, "first in its queue, but no run ended there lately")
+            return Prediction(None, f"{position} ahead in the queue; no run ended there lately")
         if position == 0:
             return Prediction(0.0, "first in its queue: starts when a worker thread is free")
-        if r_queue <= 0:
-            return Prediction(None, f"{position} ahead in the queue; no run ended there lately")
         return Prediction(
             60 * position / r_queue, f"{position} ahead in the queue at {r_queue:.1f} runs/min"
         )

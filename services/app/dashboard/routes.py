@@ -70,7 +70,7 @@ def require_operator() -> ResponseReturnValue | None:
     operator = auth.operator_of(request, _token())
     if operator is None:
         if request.method == "GET":
-            return redirect(url_for("dashboard.login", next=request.full_path))
+            return redirect(url_for("dashboard.login", next=request.full_path.rstrip("?")))
         return problem(401, "Not signed in", "Sign in at /dashboard/login first.")
     g.operator = operator
     if request.method == "POST" and not auth.csrf_ok(operator, _token()):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
 
 import pytest
 from flask import Flask
@@ -27,9 +28,14 @@ from tests.fixtures_platform import AUTH, TOKEN, MakePlatform
 HARNESS = (*SERVICE_MODULES, "tests.platform_harness")
 
 
+FLAG = "pause_api2_test_family"
+
+
 @pytest.fixture
-def platform(make_platform: MakePlatform) -> Platform:
-    return make_platform(services=HARNESS)
+def platform(make_platform: MakePlatform) -> Iterator[Platform]:
+    platform = make_platform(services=HARNESS)
+    yield platform
+    platform.flags.set(FLAG, False)  # Flipper's tables outlive the test (committed)
 
 
 def signed_in(app: Flask, name: str = "ann") -> FlaskClient:
@@ -80,7 +86,7 @@ def test_the_session_cookie_is_locked_down(app: Flask) -> None:
 
 def test_state_changes_need_the_pages_csrf_token(app: Flask, platform: Platform) -> None:
     client = signed_in(app)
-    flag = "pause_api2_test_family"
+    flag = FLAG
     refused = client.post(f"/dashboard/switches/{flag}", data={"to": "on", "confirm": flag})
     assert refused.status_code == 403 and not platform.flags.is_enabled(flag)
     page = client.get(f"/dashboard/switches/{flag}?to=on")
@@ -191,7 +197,7 @@ def test_redis_down_is_a_503_page(make_platform: MakePlatform) -> None:
 
 def test_flipper_sees_the_switch(app: Flask, platform: Platform) -> None:
     client = signed_in(app)
-    flag = "pause_api2_test_family"
+    flag = FLAG
     token = csrf_of(client.get(f"/dashboard/switches/{flag}?to=on").text)
     client.post(
         f"/dashboard/switches/{flag}", data={"to": "on", "confirm": flag, "csrf_token": token}
