@@ -200,3 +200,24 @@ def test_a_worker_killed_between_two_steps_resumes_after_the_completed_step(
         survivor.join(timeout=30)
     # the redelivery ran only the six remaining steps, each once
     assert _steps_called(rails) == list(STEPS)
+
+
+def test_no_transaction_is_held_open_across_the_rails_calls(
+    platform: Platform, rails: RailsServer, database_url: str
+) -> None:
+    # Given a Rails step that takes a while to answer
+    rails.fail(FIX_PATH, "slow", delay=1.5)
+    seen: list[tuple[str, str]] = []
+    _enqueue(platform)
+    with psycopg.connect(database_url, autocommit=True) as observer, running_workers(platform):
+        # While the call is in flight, the lock's holder is idle, not idle in transaction
+        wait_until(lambda: len(rails.calls(FIX_PATH)) == 1)
+        rows = observer.execute(
+            "SELECT a.state, coalesce(l.locktype, '') FROM pg_stat_activity a"
+            " LEFT JOIN pg_locks l ON l.pid = a.pid AND l.locktype = 'advisory' AND l.granted"
+            " WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()"
+        ).fetchall()
+        seen.extend((str(state), str(lock)) for state, lock in rows)
+        wait_until(lambda: _record(platform).get("state") == "completed", timeout=30)
+    assert ("idle", "advisory") in seen
+    assert not [state for state, _lock in seen if state.startswith("idle in transaction")]

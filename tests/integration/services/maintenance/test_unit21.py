@@ -3,6 +3,9 @@ source, job-id dedupe, failure isolation, and the kill switch at tick and at run
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from sqlalchemy.orm import Session
 
 from router.requests import JobRequest
@@ -10,6 +13,8 @@ from services.app.bootstrap import Platform
 from services.maintenance import store
 from services.maintenance.families import PAUSE_UNIT21
 from testkit.fakes.rails_server import RailsServer
+from testkit.fakes.sentry_server import fake_sentry
+from tests import REPO
 from tests.integration.services.maintenance.factories import (
     clear_unit21_sources,
     organization,
@@ -101,3 +106,31 @@ def test_a_raised_switch_skips_queued_jobs_without_calling_rails(
     finally:
         platform.flags.set(PAUSE_UNIT21, False)
     assert rails.calls(UNIT21.format(ods)) == []
+
+
+def test_a_failed_source_reaches_sentry_with_its_organization_data_source_id(
+    redis_url: str, database_url: str, namespace: str
+) -> None:
+    with fake_sentry() as (dsn, inbox):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "tests.integration.services.maintenance.unit21_sentry_probe",
+                dsn,
+                redis_url,
+                database_url,
+                namespace,
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        events = inbox.events()
+    ods = done.stdout.strip().rsplit("ods=", 1)[1]
+    failures = [event for event in events if event.get("exception")]
+    assert failures, events
+    tags = failures[0].get("tags") or {}
+    assert str(tags.get("organization_data_source_id")) == ods
