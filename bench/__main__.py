@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     import importlib
 
     from bench.common import REDIS_URL, connect, interrupt_on_sigterm, machine, write_result
+    from shared import progress
 
     interrupt_on_sigterm()
 
@@ -51,17 +52,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     started = time.monotonic()
     missed = []
-    for name in selected:
-        module = importlib.import_module(f"bench.{name}")
-        print(f"<!-- running {name} ... -->", file=sys.stderr, flush=True)
-        result = module.run(quick=options.quick, redis_url=redis_url)
-        write_result(name, result)
-        print(module.summary(result), flush=True)
-        missed += [
-            f"{name}.{key.removesuffix('_met')}"
-            for key, ok in result["targets"].items()
-            if key.endswith("_met") and ok is False
-        ]
+    with progress.steps("benchmarks", len(selected)) as step:
+        for name in selected:
+            module = importlib.import_module(f"bench.{name}")
+            step(0, description=f"benchmark {name}")
+            if not progress.is_interactive():
+                print(f"<!-- running {name} ... -->", file=sys.stderr, flush=True)
+            result = module.run(quick=options.quick, redis_url=redis_url)
+            write_result(name, result)
+            print(module.summary(result), flush=True)
+            missed += [
+                f"{name}.{key.removesuffix('_met')}"
+                for key, ok in result["targets"].items()
+                if key.endswith("_met") and ok is False
+            ]
+            step()
     print(f"_{len(selected)} benchmark(s) in {time.monotonic() - started:.0f} s; results in "
           f"bench/results/._")  # fmt: skip
     if missed:

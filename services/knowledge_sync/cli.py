@@ -11,6 +11,7 @@ from router.context import LoadContext
 from router.requests import JobRequest
 from services.knowledge_sync.checks import run_checks
 from services.knowledge_sync.families import PAUSE_FLAG
+from shared import progress
 from shared.db.engine import session_scope
 from shared.db.models.rails import (
     KnowledgeBaseCrawlTask,
@@ -39,7 +40,8 @@ def tick(load: LoadContext) -> None:
     platform = load()
     if platform.flags.is_enabled(PAUSE_FLAG):
         raise click.ClickException(f"{PAUSE_FLAG} is on: resume it first")
-    summary = platform.tick("kb-sync").run("manual")
+    with progress.working("kb tick: enqueueing every source and the recovery sweep"):
+        summary = platform.tick("kb-sync").run("manual")
     click.echo(f"enqueued: {summary}")
 
 
@@ -70,7 +72,10 @@ def enqueue(load: LoadContext, kind: str, record_id: int) -> None:
 def check(load: LoadContext) -> None:
     """Run the seed's validation queries and print pass or fail for each."""
     platform = load()
-    with session_scope(platform.sessions) as session:
+    with (
+        progress.working("kb check: running the validation queries"),
+        session_scope(platform.sessions) as session,
+    ):
         checks = run_checks(session, platform.flags)
     for result in checks:
         click.echo(f"[{'pass' if result.passed else 'fail'}] {result.summary}")

@@ -10,6 +10,7 @@ import click
 from router.context import LoadContext
 from services.maintenance.checks import run_checks
 from services.maintenance.families import PAUSE_COUNTER_CACHES, counter_cache_request
+from shared import progress
 
 
 @click.group("maintenance")
@@ -21,7 +22,9 @@ def maintenance() -> None:
 @click.pass_obj
 def check(load: LoadContext) -> None:
     """Run the seed's validation and rollout assertions; exit 1 when any fails."""
-    checks = run_checks(load())
+    platform = load()
+    with progress.working("maintenance check: running the validation queries"):
+        checks = run_checks(platform)
     for result in checks:
         click.echo(f"[{'pass' if result.passed else 'fail'}] {result.summary}")
         for line in result.details:

@@ -21,6 +21,7 @@ from services.reports.dates import BadReportDate, parse_day, resolve
 from services.reports.families import PAUSE_FLAG, report_request
 from services.reports.store import reportable_organizations
 from services.reports.ticks import TODAY_TICK, YESTERDAY_TICK
+from shared import progress
 from shared.db.engine import session_scope
 
 
@@ -67,7 +68,9 @@ def redrive(load: LoadContext, day: str, organization_id: int | None) -> None:
 @click.pass_obj
 def check(load: LoadContext, since: datetime | None) -> None:
     """Run the seed's checks and print pass or fail for each."""
-    results = run_checks(load(), since.replace(tzinfo=UTC) if since else None)
+    platform = load()
+    with progress.working("reports check: running the validation queries"):
+        results = run_checks(platform, since.replace(tzinfo=UTC) if since else None)
     for result in results:
         click.echo(f"[{'pass' if result.passed else 'fail'}] {result.summary}")
         for line in result.details:

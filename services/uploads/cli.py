@@ -10,6 +10,7 @@ import click
 
 from router.context import LoadContext
 from services.uploads.checks import run_checks
+from shared import progress
 
 #: Without ``--deployed-at`` every direct upload ever expired counts (the strictest reading).
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -33,7 +34,10 @@ def check(load: LoadContext, deployed_at: datetime | None) -> None:
     """Run the seed's five validation queries and the zero-new-GoodJob query (read-only)."""
     platform = load()
     since = _EPOCH if deployed_at is None else deployed_at.replace(tzinfo=UTC)
-    with platform.sessions() as session:
+    with (
+        progress.working("uploads check: running the validation queries"),
+        platform.sessions() as session,
+    ):
         try:
             checks = run_checks(session, deployed_at=since)
         finally:

@@ -9,7 +9,7 @@ import click
 from router.ticks import Tick
 from services.app.bootstrap import Platform, bootstrap
 from services.app.scheduler import TickScheduler, next_fire_time
-from shared import heartbeat, metrics
+from shared import heartbeat, metrics, progress
 from shared.db.base import utcnow
 
 
@@ -96,7 +96,8 @@ def tick(name: str) -> None:
             )
         slot = manual_slot(utcnow())
         click.echo(f"{name} {slot}: running")
-        summary = chosen.run(slot)
+        with progress.working(f"tick {name}: enqueueing its jobs"):
+            summary = chosen.run(slot)
         click.echo(f"{name} {slot}: done {summary}")
     finally:
         platform.close()

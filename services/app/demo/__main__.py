@@ -33,6 +33,7 @@ def main(api_url: str | None) -> None:
             api_url or f"http://{host}:{settings.api_port}",
             internal_token=token.get_secret_value() if token else None,
             say=lambda line: click.echo(line),
+            show_progress=True,
         )
     except (ApiError, TimeoutError, OSError) as exc:
         raise click.ClickException(str(exc)) from None

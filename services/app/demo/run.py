@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 from services.app.demo.client import IngestionClient, content_type_of
 from services.app.demo.website import SampleWebsite, discover_pages
+from shared import progress
 from shared.errors import SpeedtierError
 
 FILES_DIR = Path(__file__).resolve().parent / "samples" / "files"
@@ -122,24 +123,32 @@ def watch_progress(
     *,
     timeout: float,
     stop: threading.Event | None = None,
+    show_progress: bool = False,
 ) -> dict[str, str]:
-    """Poll the documents until each is ready or failed, printing progress as it changes;
-    returns name -> final status (``processing`` for those still going at the timeout)."""
+    """Poll the documents until each is ready or failed, printing progress as it changes
+    (and, with ``show_progress`` on a terminal, a bar on stderr); returns name -> final
+    status (``processing`` for those still going at the timeout)."""
     started = time.monotonic()
     last = ""
-    while True:
-        documents = [d for d in client.documents(base_id) if d["id"] in submitted]
-        ready = [d for d in documents if d["status"] == "ready"]
-        failed = [d for d in documents if d["status"] == "failed"]
-        line = f"ingested {len(ready)}/{len(submitted)} ready, {len(failed)} failed"
-        settled = len(ready) + len(failed) == len(submitted)
-        elapsed = time.monotonic() - started
-        if line != last or settled:
-            say(line + (f" ({elapsed:.1f} s)" if settled else ""))
-            last = line
-        if settled or elapsed > timeout:
-            break
-        _sleep(stop, 0.5)
+    done = 0
+    with progress.steps(
+        "ingesting", len(submitted), force=None if show_progress else False
+    ) as step:
+        while True:
+            documents = [d for d in client.documents(base_id) if d["id"] in submitted]
+            ready = [d for d in documents if d["status"] == "ready"]
+            failed = [d for d in documents if d["status"] == "failed"]
+            step(len(ready) + len(failed) - done)
+            done = len(ready) + len(failed)
+            line = f"ingested {len(ready)}/{len(submitted)} ready, {len(failed)} failed"
+            settled = done == len(submitted)
+            elapsed = time.monotonic() - started
+            if line != last or settled:
+                say(line + (f" ({elapsed:.1f} s)" if settled else ""))
+                last = line
+            if settled or elapsed > timeout:
+                break
+            _sleep(stop, 0.5)
     for document in failed:
         say(f"failed: {document['name']}: {document['failure_reason']}")
         if document["kind"] == "url" and "unreachable" in (document["failure_reason"] or ""):
@@ -193,6 +202,7 @@ def run_demo(
     ingest_timeout: float = 180.0,
     queries: Sequence[str] = QUERIES,
     state_dir: Path | None = None,
+    show_progress: bool = False,
 ) -> DemoResult:
     """Run the demo against the API at ``api_url`` and return what it did.
 
@@ -203,6 +213,7 @@ def run_demo(
       state_dir: where the demo keeps the sample site's port (the same URLs on every run)
         and the API key (``demo-api-key``, mode 0600, which the closing curl hint reads
         rather than printing the key); nothing is kept without it.
+      show_progress: a progress bar on stderr while documents ingest (on a terminal only).
 
     Raises:
       client.ApiError: the API refused a call.
@@ -226,7 +237,13 @@ def run_demo(
             submitted = submit_samples(client, base["id"], site, say)
             result = DemoResult(base["id"])
             result.documents = watch_progress(
-                client, base["id"], submitted, say, timeout=ingest_timeout, stop=stop
+                client,
+                base["id"],
+                submitted,
+                say,
+                timeout=ingest_timeout,
+                stop=stop,
+                show_progress=show_progress,
             )
             names = {id_: accepted["name"] for id_, accepted in submitted.items()}
             result.hits = run_searches(client, base["id"], names, queries, say)
