@@ -24,8 +24,14 @@ The signature is the authentication: the connector compares it in constant time
 verified, only to find the connection whose secret verifies it. The replay guard is one
 ``SET NX`` with a TTL on ``<ns>:super:delivery:<source>:<connection>:<delivery id>``.
 
-The webhook unit runs the entry's processor (it may call the provider) and schedules the
-index jobs of the nodes it names, in bulk.
+The webhook unit runs the entry's processor (it may call the provider) and indexes the
+nodes it names itself when they are few (:data:`INLINE_NODES`), else schedules their index
+jobs in bulk. Indexing in the webhook job is what keeps a webhook fast while an import runs:
+an import schedules thousands of index jobs, and the organization's group in the index queue
+(5 at a time, the rest parked in order) would hold a webhook's node behind all of them. The
+webhook family has its own queue and cap (5 fast, 2 slow), so an edit is indexed within
+seconds whatever the imports do; the node's lock and date check keep an import's index job
+of the same node from indexing it twice.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from services.connectors.nodes import MalformedWebhook, NodeRef, WebhookEvent
 from services.super_sources import store
 from services.super_sources.context import SuperContext
 from services.super_sources.families import index_request
+from services.super_sources.node_index import index_node
 from services.super_sources.registry import WebhookSpec, index_touched
 from shared.db.engine import session_scope
 from shared.errors import QueueUnavailable, ValidationFailed
@@ -53,6 +60,8 @@ log = logging.getLogger(__name__)
 
 #: How long a delivery id is remembered (GitHub and Linear redeliver for days at most).
 REPLAY_TTL_SECONDS = 7 * 86_400
+#: A delivery naming at most this many nodes is indexed in the webhook job itself.
+INLINE_NODES = 20
 #: The root of index jobs whose delivery named no root node.
 UNKNOWN_ROOT = NodeRef("webhook", "-")
 
@@ -152,7 +161,8 @@ def handle_delivery(
     connection_id: int,
     event: WebhookEvent,
 ) -> int:
-    """Run the webhook's processor and schedule the index jobs it asks for; their count.
+    """Run the webhook's processor, then index the nodes it names (a few: here; more:
+    through index jobs); returns how many nodes it named.
 
     Raises:
       RecordMissing: the connection is gone. Delay: its quota is spent (only for a
@@ -167,10 +177,14 @@ def handle_delivery(
     if hook.processor is not index_touched:
         ctx.wait_for_quota(conn)
     work = hook.processor(conn, event)
+    if len(work.refs) <= INLINE_NODES:
+        for ref in work.refs:
+            index_node(
+                sessions, ctx, organization_id=organization_id, connection_id=connection_id, ref=ref
+            )
+        return len(work.refs)
     root = work.root or event.root or UNKNOWN_ROOT
-    requests = [
-        index_request(organization_id, source, connection_id, root, ref) for ref in work.refs
-    ]
-    if requests:
-        router.enqueue_many(requests)
-    return len(requests)
+    router.enqueue_many(
+        [index_request(organization_id, source, connection_id, root, ref) for ref in work.refs]
+    )
+    return len(work.refs)

@@ -215,3 +215,37 @@ def test_a_linear_delivery_is_verified_with_its_signature_and_timestamp_window(
     assert post(now_ms - 120_000, f"stale-{org}") == 401  # signed, but outside the window
     assert post(now_ms, f"fresh-{org}") == 202
     assert production.broker.queue_depths(["super_webhook.fast"])["super_webhook.fast"][0] == 1
+
+
+def test_a_delivery_naming_many_nodes_schedules_their_index_jobs(
+    platform: Platform,
+    client: FlaskClient,
+    redis_client: redis.Redis,
+    namespace: str,
+    organization: Callable[[], int],
+) -> None:
+    from services.super_sources.families import IndexParams, index_job_id
+    from services.super_sources.webhooks import INLINE_NODES
+
+    org = organization()
+    conn = make_connection(platform, org, "gitlab", webhook_secret=SECRET)
+    root, count = f"b{org}", INLINE_NODES + 5
+    nodes = [f"{root}/{n}" for n in range(count)]
+    tracker.put_nodes(redis_client, namespace, root, {n: ("bulk", T0) for n in nodes})
+    status, body = _post(
+        client, {"delivery": f"bulk-{org}", "root": root, "nodes": nodes}, connection=conn
+    )
+    assert status == 202
+    with workers(platform, threads=1):
+        h.wait_until(lambda: h.state(platform.broker, str(body["job_id"])) == "completed")
+        h.wait_until(lambda: _indexed(platform, org) == count)
+    # each node had its own index job (under the delivery's root)
+    params = IndexParams(
+        source="gitlab",
+        connection_id=conn,
+        root_node_type=tracker.ROOT_TYPE,
+        root_node_id=root,
+        node_type=tracker.NODE_TYPE,
+        node_id=nodes[-1],
+    )
+    assert h.state(platform.broker, index_job_id(org, params)) == "completed"
