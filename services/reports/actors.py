@@ -51,7 +51,7 @@ def report_handler(context: ReportsContext) -> Callable[..., Any]:
         send_email: bool = False,
         queue_backfill: bool = True,
         source: str = "cron",
-    ) -> Any:
+    ) -> None:
         params = ReportParams.model_validate(
             {
                 "date": date,
@@ -60,6 +60,6 @@ def report_handler(context: ReportsContext) -> Callable[..., Any]:
                 "source": source,
             }
         )
-        return run_report(context, organization_id, params)
+        run_report(context, organization_id, params)
 
     return daily_agent_eval_report

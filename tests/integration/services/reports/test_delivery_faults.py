@@ -17,10 +17,10 @@ from services.reports.families import report_request
 from shared.db.engine import session_scope
 from testkit.fakes.rails_server import RailsServer
 from testkit.fakes.slack_server import POST_MESSAGE, SlackServer
+from testkit.reports_workers import start_worker, stop
 from tests.fixtures_platform import TOKEN
 from tests.integration.services.reports.conftest import reports_settings
 from tests.integration.services.reports.factories import evaluated_agent, new_org, running_workers
-from tests.integration.services.reports.workers import start_worker, stop
 from tests.platform_harness import wait_until
 from tiers.job_state import JobState
 
