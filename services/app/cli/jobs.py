@@ -47,6 +47,9 @@ def show(job_id: str) -> None:
     click.echo(f"last error {record.get('last_error') or '-'}")
     click.echo(f"last delay {record.get('last_delay') or '-'}")
     click.echo(f"expires in {f'{ttl}s' if ttl and ttl > 0 else 'never (live)'}")
+    # The job's durable state (tiers.job_state): completed steps and the values it kept.
+    for field in sorted(name for name in record if name.startswith(("step:", "data:"))):
+        click.echo(f"{field:<10} {record[field]}")
 
 
 @click.command("status")

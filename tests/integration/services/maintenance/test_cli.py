@@ -10,10 +10,15 @@ from click.testing import CliRunner
 
 from services.app.bootstrap import Platform
 from services.app.cli import main
-from services.maintenance.families import COUNTER_CACHE_FIX_JOB_ID, PAUSE_UNIT21
+from services.maintenance.families import (
+    COUNTER_CACHE_FIX_JOB_ID,
+    PAUSE_UNIT21,
+    counter_cache_request,
+)
 from services.rails import delivery_claims
 from testkit.fakes.rails_server import RailsServer
 from tests.integration.services.maintenance.factories import RAILS_TOKEN
+from tiers.job_state import JobState
 
 
 @pytest.fixture
@@ -80,3 +85,14 @@ def test_fix_counter_caches_enqueues_the_deterministic_job(
     second = cli.invoke(main, ["maintenance", "fix-counter-caches"])
     assert first.exit_code == 0 and "added" in first.output
     assert f"{COUNTER_CACHE_FIX_JOB_ID}: deduplicated" in second.output
+
+
+def test_jobs_show_prints_the_durable_state(cli: CliRunner, platform: Platform) -> None:
+    platform.router.enqueue(counter_cache_request())
+    state = JobState(platform.broker.jobs, COUNTER_CACHE_FIX_JOB_ID)
+    state.set(engine="rails")
+    state.complete_step("assignment_queue_memberships", {"fixed": 2})
+    shown = cli.invoke(main, ["jobs", "show", COUNTER_CACHE_FIX_JOB_ID])
+    assert shown.exit_code == 0, shown.output
+    assert 'data:engine "rails"' in shown.output
+    assert "step:assignment_queue_memberships" in shown.output
