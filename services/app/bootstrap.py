@@ -37,6 +37,7 @@ SERVICE_MODULES: tuple[str, ...] = (
     "services.ingestion",
     "services.reports",
     "services.super_sources",
+    "services.uploads",
 )
 
 

@@ -1,2 +1,47 @@
-"""Conversation uploads (seed 001): validation checks, and native processing of XCALLY and
-Outreach Kaia direct uploads (identities, media to WAV, the recording attachment)."""
+"""Conversation uploads (seed 001): the 30-minute scan, the check and process families
+(Rails or native processing of XCALLY / Outreach Kaia direct uploads), the direct-upload
+enqueue route, and the validation checks."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from router.context import ServiceContext
+
+
+def register(platform: ServiceContext) -> None:
+    from services.rails.client import RailsClient
+    from services.uploads import routes
+    from services.uploads.actors import build_handlers
+    from services.uploads.dispatch import UploadJobs
+    from services.uploads.families import families
+    from services.uploads.object_store import ObjectStore, object_store
+    from services.uploads.ticks import upload_scan_tick
+    from shared.rollouts import CONVERSATION_UPLOAD_NATIVE_PROCESSING
+
+    settings = platform.settings
+    clients: list[RailsClient] = []
+    stores: list[ObjectStore] = []
+
+    def rails() -> RailsClient:
+        """Built on first use: an unset RAILS_INTERNAL_URL fails only the jobs calling Rails."""
+        if not clients:
+            clients.append(RailsClient.from_settings(settings))
+        return clients[0]
+
+    def objects() -> ObjectStore:
+        if not stores:
+            stores.append(object_store())
+        return stores[0]
+
+    def native_enabled(organization_id: int) -> bool:
+        return platform.flags.rollout(
+            CONVERSATION_UPLOAD_NATIVE_PROCESSING, organization_id=organization_id
+        )
+
+    jobs = UploadJobs(rails, platform.sessions, objects, native_enabled)
+    for family in families(build_handlers(jobs)):
+        platform.add_family(family)
+    platform.add_tick(upload_scan_tick(platform.sessions, platform.router))
+    platform.add_blueprint(routes.blueprint())

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from shared.db.models import ActiveStorageAttachment, ActiveStorageBlob, ConversationUpload
@@ -181,3 +181,64 @@ def mark_failed(
         last_processing_error_at=now,
         updated_at=now,
     )
+
+
+#: Pending uploads older than this are no longer polled (CheckNewUploadsJob's recent window).
+RECENT_WINDOW = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An upload the 30-minute scan looks at."""
+
+    organization_id: int
+    upload_id: int
+    upload_type: str
+    status: str
+    created_at: datetime
+    has_file: bool
+
+
+def scan_candidates(session: Session, now: datetime) -> list[Candidate]:
+    """Pending uploads inside the recent window, plus direct uploads that the periodic retry
+    may take (failed under the retry budget, or stuck in processing), oldest first.
+
+    A platform-wide scan (the tick), so not tenant-scoped; each candidate carries its
+    organization, and the jobs it becomes are scoped by it.
+    """
+    has_file = (
+        select(ActiveStorageAttachment.id)
+        .where(
+            ActiveStorageAttachment.record_type == "ConversationUpload",
+            ActiveStorageAttachment.name == "file",
+            ActiveStorageAttachment.record_id == ConversationUpload.id,
+        )
+        .exists()
+    )
+    pending = (ConversationUpload.status == "pending") & (
+        ConversationUpload.created_at >= now - RECENT_WINDOW
+    )
+    retry_due = (ConversationUpload.last_processing_error_at.is_(None)) | (
+        ConversationUpload.last_processing_error_at <= now - MIN_RETRY_INTERVAL
+    )
+    failed = (
+        (ConversationUpload.status == "failed")
+        & (ConversationUpload.periodic_retry_count < MAX_PERIODIC_RETRIES)
+        & retry_due
+    )
+    started = func.coalesce(ConversationUpload.processing_started_at, ConversationUpload.updated_at)
+    stuck = (ConversationUpload.status == "processing") & (started <= now - STUCK_PROCESSING)
+    periodic = (ConversationUpload.upload_type == "direct") & (failed | stuck)
+    rows = session.execute(
+        select(
+            ConversationUpload.organization_id,
+            ConversationUpload.id,
+            ConversationUpload.upload_type,
+            ConversationUpload.status,
+            ConversationUpload.created_at,
+            has_file,
+        )
+        .where(pending | periodic)
+        .order_by(ConversationUpload.created_at, ConversationUpload.id)
+    ).all()
+    return [Candidate(*row) for row in rows]

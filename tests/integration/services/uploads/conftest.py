@@ -131,10 +131,9 @@ class Uploads:
         with session_scope(self.sessions) as session:
             upload = ConversationUpload(
                 organization_id=self.org_id,
-                upload_type="direct",
                 source=source,
                 metadata_=metadata,
-                **fields,
+                **{"upload_type": "direct", **fields},
             )
             blob = ActiveStorageBlob(
                 key=key,

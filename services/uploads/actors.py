@@ -1,0 +1,21 @@
+"""Thin actor bodies of the two upload families (:mod:`services.uploads.dispatch`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from services.uploads.dispatch import UploadJobs
+from services.uploads.families import CHECK_KIND, PROCESS_KIND
+
+
+def build_handlers(jobs: UploadJobs) -> dict[str, Callable[..., Any]]:
+    def check_conversation_upload(organization_id: int, conversation_upload_id: int) -> None:
+        jobs.check(organization_id, conversation_upload_id)
+
+    def process_conversation_upload(
+        organization_id: int, conversation_upload_id: int, periodic: bool = False
+    ) -> None:
+        jobs.process(organization_id, conversation_upload_id, periodic)
+
+    return {CHECK_KIND: check_conversation_upload, PROCESS_KIND: process_conversation_upload}

@@ -1,0 +1,146 @@
+"""The check and process job bodies: Rails or native, and the Rails retry classification.
+
+| failure | outcome |
+| --- | --- |
+| 404 / missing upload | completes as record_missing; nothing marked |
+| 429 with Retry-After | delayed; no attempt spent |
+| non-retryable (Rails 4xx, native terminal) | upload marked failed, Sentry exception, no retry |
+| retryable, attempts left | retried after ``attemptsMade^4 * 1000 + 2000`` ms |
+| retryable, fifth attempt | upload marked failed, Sentry exception |
+
+Marking failed goes through Rails' ``mark_failed`` (the model method) for Rails-processed
+uploads, and through :func:`services.uploads.store.mark_failed` for native ones. The Sentry
+event is grouped by ``["ConversationUploads", <job>, <error class>]``: the seed names the
+Rails fingerprint without spelling it, so this is its assumed equivalent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import sentry_sdk
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from services.rails.client import RailsClient
+from services.uploads import store
+from services.uploads.native import handled_natively, process_upload
+from services.uploads.object_store import ObjectStore
+from shared.db.base import utcnow
+from shared.db.engine import session_scope
+from shared.db.models import ConversationUpload
+from shared.errors import Delay, RecordMissing, Unrecoverable
+from tiers.attempts import current_attempt
+from tiers.policies import UPLOAD_RETRY
+
+log = logging.getLogger(__name__)
+
+UPLOADS_PATH = "/internal/conversation_uploads/{id}/{action}"
+
+
+@dataclass(frozen=True)
+class UploadJobs:
+    """What the two families need: Rails, the database, object storage and the flag."""
+
+    rails: Callable[[], RailsClient]
+    sessions: sessionmaker[Session]
+    objects: Callable[[], ObjectStore]
+    native_enabled: Callable[[int], bool]
+
+    def check(self, organization_id: int, conversation_upload_id: int) -> None:
+        self._guarded(
+            "CheckNewUploadsJob",
+            organization_id,
+            conversation_upload_id,
+            lambda: self._post(organization_id, conversation_upload_id, "check"),
+            native=False,
+        )
+
+    def process(self, organization_id: int, conversation_upload_id: int, periodic: bool) -> None:
+        source = self._source(organization_id, conversation_upload_id)
+        native = handled_natively(self.native_enabled, organization_id, source)
+        if native:
+
+            def run() -> None:
+                process_upload(
+                    self.sessions,
+                    self.objects(),
+                    organization_id,
+                    conversation_upload_id,
+                    periodic=periodic,
+                )
+        else:
+
+            def run() -> None:
+                action = "retry_direct" if periodic else "process_direct"
+                self._post(organization_id, conversation_upload_id, action)
+
+        self._guarded(
+            "ProcessDirectUploadJob", organization_id, conversation_upload_id, run, native=native
+        )
+
+    def _source(self, organization_id: int, upload_id: int) -> str | None:
+        with session_scope(self.sessions) as session:
+            row = session.execute(
+                select(ConversationUpload.source).where(
+                    ConversationUpload.organization_id == organization_id,
+                    ConversationUpload.id == upload_id,
+                )
+            ).first()
+        if row is None:
+            raise RecordMissing(f"conversation upload {upload_id}")
+        return row[0]
+
+    def _post(self, organization_id: int, upload_id: int, action: str) -> None:
+        path = UPLOADS_PATH.format(id=upload_id, action=action)
+        self.rails().post(path, {"organization_id": organization_id})
+
+    def _guarded(
+        self,
+        job: str,
+        organization_id: int,
+        upload_id: int,
+        run: Callable[[], None],
+        *,
+        native: bool,
+    ) -> None:
+        try:
+            run()
+        except (RecordMissing, Delay):
+            raise
+        except Unrecoverable as exc:
+            self._fail(job, organization_id, upload_id, exc, native=native)
+            raise
+        except Exception as exc:
+            if current_attempt(UPLOAD_RETRY).is_final:
+                self._fail(job, organization_id, upload_id, exc, native=native)
+            raise
+
+    def _fail(
+        self, job: str, organization_id: int, upload_id: int, exc: Exception, *, native: bool
+    ) -> None:
+        error_class = str(getattr(exc, "error_class", None) or type(exc).__name__)
+        with sentry_sdk.new_scope() as scope:
+            scope.fingerprint = ["ConversationUploads", job, error_class]
+            scope.set_tag("organization_id", organization_id)
+            scope.set_tag("conversation_upload_id", upload_id)
+            sentry_sdk.capture_exception(exc)
+        try:
+            if native:
+                with session_scope(self.sessions) as session:
+                    store.mark_failed(
+                        session, organization_id, upload_id, str(exc)[:2000], utcnow()
+                    )
+                    session.commit()
+            else:
+                path = UPLOADS_PATH.format(id=upload_id, action="mark_failed")
+                body = {
+                    "organization_id": organization_id,
+                    "error": str(exc)[:2000],
+                    "error_class": error_class,
+                }
+                self.rails().post(path, body)
+        except Exception:
+            log.warning("upload %s: could not mark it failed", upload_id, exc_info=True)
