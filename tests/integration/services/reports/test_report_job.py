@@ -21,6 +21,7 @@ from testkit.fakes.rails_server import RailsServer
 from testkit.fakes.slack_server import POST_MESSAGE, SlackServer
 from tests.integration.services.reports.factories import evaluated_agent, new_org, running_workers
 from tests.platform_harness import wait_until
+from tiers.job_state import JobState
 
 DAY = date(2026, 11, 30)
 COLLECT = "/internal/daily_agent_evaluation_reports/collect"
@@ -181,3 +182,32 @@ def _clean_claims(platform: Platform) -> Any:
     with session_scope(platform.sessions) as session:
         session.execute(text("DELETE FROM outbound_delivery_claims"))
         session.commit()
+
+
+def test_an_email_timeout_is_retried_with_the_same_key_and_rails_sends_it_once(
+    platform: Platform, rails: RailsServer, slack: SlackServer
+) -> None:
+    org = _org(platform)
+    rails.fail(EMAIL, "slow", delay=1.5)  # Rails sends it, the answer comes too late
+    job_id = _enqueue(platform, org, send_email=True, queue_backfill=False, source="admin")
+    with running_workers(platform):
+        assert _finished(platform, job_id) == "completed"
+    keys = [call.body["delivery_key"] for call in rails.calls(EMAIL)]
+    assert len(keys) == 2 and keys[0] == keys[1]  # the retry carried the same key
+    assert rails.sent_delivery_keys == keys[:1]  # and Rails sent one email
+    assert len(slack.messages) == 1
+
+
+def test_a_retry_replays_the_collect_engine_its_first_attempt_chose(
+    platform: Platform, rails: RailsServer, slack: SlackServer
+) -> None:
+    """The rollout flag is off now, but the job's first attempt pinned the native engine:
+    the retry collects natively and never calls Rails' collect."""
+    org = _org(platform)
+    job_id = _enqueue(platform, org, queue_backfill=False)
+    JobState(platform.broker.jobs, job_id).set(collect_engine="native")
+    with running_workers(platform):
+        assert _finished(platform, job_id) == "completed"
+    assert rails.calls(COLLECT) == []
+    steps = JobState(platform.broker.jobs, job_id).completed_steps()
+    assert steps["collect"]["engine"] == "native" and steps["collect"]["rows"]

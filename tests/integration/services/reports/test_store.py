@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime
 
-from sqlalchemy.orm import Session
+from sqlalchemy import text
+from sqlalchemy.orm import Session, sessionmaker
 
 from services.reports.store import collect_rows, reportable_organizations
 from shared.db.models.rails_reports import TicketRule
@@ -47,3 +48,13 @@ def test_the_collector_counts_the_local_day_of_the_organization_only(session: Se
     assert [(r.agent_name, r.evaluations, r.average_score, r.lowest_score) for r in rows] == [
         ("Ada", 2, 80.0, 70.0)
     ]
+
+
+def test_the_collectors_statement_timeout_holds_for_its_transaction_only(
+    db_session_factory: sessionmaker[Session],
+) -> None:
+    with db_session_factory() as session, session.begin():
+        collect_rows(session, 1, date(2026, 11, 30), "UTC")
+        assert session.execute(text("SHOW statement_timeout")).scalar() == "5min"
+    with db_session_factory() as session:
+        assert session.execute(text("SHOW statement_timeout")).scalar() != "5min"
