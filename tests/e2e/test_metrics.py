@@ -19,6 +19,7 @@ from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.app.bootstrap import Platform
+from shared import heartbeat
 from tests.e2e.test_worker_pool import stop_everything, worker_children
 from tests.fixtures_platform import AUTH, MakePlatform
 from tests.platform_harness import wait_until
@@ -26,9 +27,13 @@ from tests.platform_harness import wait_until
 REPO = Path(__file__).resolve().parents[2]
 FAMILY = "group_slot_reaper_tick"
 JOBS = 7
+POOL = [sys.executable, "-m", "services.app.cli", "worker", "--tier", "maintenance"]
 
 
-def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def samples(text: str) -> Samples:
     """``(sample name, labels) -> value`` of an exposition text."""
     return {
         (sample.name, frozenset(sample.labels.items())): sample.value
@@ -37,7 +42,7 @@ def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     }
 
 
-def value(parsed: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str):  # type: ignore[no-untyped-def]
+def value(parsed: Samples, name: str, **labels: str) -> float:
     return parsed.get((name, frozenset(labels.items())), 0.0)
 
 
@@ -76,13 +81,15 @@ def test_counts_of_real_jobs_are_scraped_from_the_pool_and_the_api(
         "SPEEDTIER_LOG_FORMAT": "json",
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics"),
         "PYTHONUNBUFFERED": "1",
+        "TMPDIR": str(tmp_path / "tmp"),
     }
+    (tmp_path / "tmp").mkdir()
+    pool_beat = tmp_path / "tmp" / "speedtier-worker-maintenance.alive"
     (tmp_path / "metrics").mkdir()
     log_file = tmp_path / "pool.log"
     with log_file.open("w") as log:
         pool = subprocess.Popen(
-            [sys.executable, "-m", "services.app.cli", "worker", "--tier", "maintenance"]
-            + ["--processes", "2", "--threads", "2"],
+            [*POOL, "--processes", "2", "--threads", "2"],
             cwd=REPO,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -91,6 +98,10 @@ def test_counts_of_real_jobs_are_scraped_from_the_pool_and_the_api(
         )
     try:
         wait_until(lambda: len(worker_children(pool.pid)) == 2, timeout=60)
+        # (the pool beats its liveness heartbeat once both children beat theirs)
+        wait_until(lambda: heartbeat.is_recent(pool_beat, 5.0), timeout=60)
+        children_beats = {p.name for p in (tmp_path / "tmp").glob("speedtier-worker-*.*.alive")}
+        assert len(children_beats) == 2
         before = samples(client.get("/metrics").get_data(as_text=True))
 
         # When JOBS ticks are enqueued through the API, one request each
@@ -159,6 +170,7 @@ def test_counts_of_real_jobs_are_scraped_from_the_pool_and_the_api(
 
         pool.send_signal(signal.SIGTERM)
         assert pool.wait(timeout=60) == 0
+        assert not pool_beat.exists()  # a stopped pool leaves no heartbeat behind
     finally:
         stop_everything(pool)  # type: ignore[arg-type]
 
