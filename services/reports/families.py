@@ -33,7 +33,8 @@ class ReportParams(BaseModel):
     date: date
     send_email: bool = False
     queue_backfill: bool = True
-    source: Source = "cron"
+    #: Always given: the ticks send ``cron``, Rails' enqueuer ``admin`` or ``backfill``.
+    source: Source
 
 
 def report_job_id(organization_id: int, params: ReportParams) -> str:
