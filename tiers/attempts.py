@@ -11,7 +11,7 @@ from typing import Any
 from dramatiq.middleware import CurrentMessage
 
 from shared.errors import Delay
-from tiers.options import DELAY_SINCE, DELAY_STREAK, FAILURES, WINDOW_RESERVATION
+from tiers.options import CHECKPOINT, DELAY_SINCE, DELAY_STREAK, FAILURES, WINDOW_RESERVATION
 from tiers.policies import DEFAULT_RETRY, RetryPolicy
 
 
@@ -81,6 +81,15 @@ def current_attempt(policy: RetryPolicy) -> Attempt:
         streak_since=since,
         policy=policy,
     )
+
+
+def current_checkpoint() -> str | None:
+    """The running job's checkpoint: where a long unit resumes, as it carried it on its last
+    ``Delay`` (``Delay(..., carry={CHECKPOINT: ...})``); None for a fresh run. Retries keep
+    it, so a unit that committed its progress before the delay resumes after it."""
+    message = CurrentMessage.get_current_message()
+    value = message.options.get(CHECKPOINT) if message is not None else None
+    return str(value) if value else None
 
 
 def current_window_hold() -> str | None:

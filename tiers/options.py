@@ -18,6 +18,8 @@ constant                 wire key           written by       meaning
 ``DELAY_STREAK``         ``st_delays``      outcomes         provider delays since the
                                                              last attempt ended
 ``DELAY_SINCE``          ``st_dsince``      outcomes         epoch s the delay streak began
+``CHECKPOINT``           ``st_ckpt``        a handler's      where a long unit resumes (its
+                                            ``Delay`` carry  own format); kept by retries
 ``WINDOW_RESERVATION``   ``st_wres``        rate windows     a reserved start,
                                                              ``<key>#<window>``, good for
                                                              one delivery
@@ -45,6 +47,7 @@ WINDOW_SCOPE: Final = "st_scope"
 FAILURES: Final = "st_failures"
 DELAY_STREAK: Final = "st_delays"
 DELAY_SINCE: Final = "st_dsince"
+CHECKPOINT: Final = "st_ckpt"
 #: Short on the wire because it has been since the first delayed message; the name says it.
 WINDOW_RESERVATION: Final = "st_wres"
 WINDOW_ADMITTED: Final = "st_window"

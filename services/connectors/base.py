@@ -8,7 +8,7 @@ or ``Unrecoverable``) and so aborts the run before anything is removed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
@@ -131,4 +131,36 @@ class ConfirmsRemoval(Protocol):
         """The identifiers, among ``identifiers``, the provider says no longer exist (or are
         out of the source's scope). A document it cannot answer for is not in the result;
         a failed request raises (the run retries and removes nothing)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ListingPart:
+    """One page of a resumable listing (:class:`ResumableListing`).
+
+    Attributes:
+      documents / sections: what this page lists.
+      complete: False when this page could not list everything it covers (the pass then
+        removes nothing).
+      fills_gaps: the documents only stand in for ones this pass did not list otherwise (a
+        Zendesk locale without its own published translation takes the source locale's).
+    """
+
+    documents: list[ListedDocument] = field(default_factory=list)
+    sections: list[ListedSection] = field(default_factory=list)
+    complete: bool = True
+    fills_gaps: bool = False
+
+
+@runtime_checkable
+class ResumableListing(Protocol):
+    """A provider whose listing is read page by page and resumes after a ``Delay``, so a
+    source bigger than the provider's per-minute budget still finishes."""
+
+    def list_pages(
+        self, config: SourceConfig, resume: str | None
+    ) -> Iterator[tuple[ListingPart, str | None]]:
+        """The listing's pages from ``resume`` (None: the start), each with the opaque
+        checkpoint that resumes after it. A failed page raises (``Delay`` included); the
+        pages before it were yielded and may be kept."""
         ...

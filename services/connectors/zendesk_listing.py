@@ -14,7 +14,7 @@ from typing import Any
 
 from markdownify import markdownify
 
-from services.connectors.base import ListedDocument, ListedSection
+from services.connectors.base import ListedDocument, ListedSection, ListingPart
 from shared.errors import Unrecoverable
 from shared.http import JsonClient
 
@@ -50,37 +50,43 @@ class HelpCenter:
     fallback: bool
 
 
-def article_documents(
-    center: HelpCenter, article: Json, translations: Sequence[Json]
-) -> list[ListedDocument]:
-    """The listed documents of one article: one per help-center locale with a published
-    translation (or, with ``fallback``, the source locale's), under ``<id>:<locale>``."""
-    published = {
-        str(item.get("locale") or "").lower(): item
-        for item in translations
-        if not item.get("draft")
-    }
-    source_locale = str(article.get("source_locale") or article.get("locale") or "").lower()
-    section_id = article.get("section_id")
-    documents = []
-    for locale in center.locales:
-        translation = published.get(locale)
-        if translation is None and center.fallback:
-            translation = published.get(source_locale)
-        if translation is None:
+def article_lists(center: HelpCenter) -> list[str | None]:
+    """The article lists a help center is read from, in order: one per locale
+    (``/{locale}/articles``); with ``fallback``, the source-locale list (None) last."""
+    lists: list[str | None] = list(center.locales)
+    if center.fallback:
+        lists.append(None)
+    return lists
+
+
+def locale_part(center: HelpCenter, locale: str | None, items: Sequence[Json]) -> ListingPart:
+    """One page of an article list as listed documents: for a locale list, each published
+    article in that locale; for the source-locale list (``locale`` None), each published
+    article standing in for every requested locale (``fills_gaps``)."""
+    documents: list[ListedDocument] = []
+    for item in items:
+        if item.get("draft") or "id" not in item:
             continue
-        documents.append(
-            ListedDocument(
-                identifier=document_identifier(article["id"], locale),
-                title=str(translation.get("title") or ""),
-                url=translation.get("html_url") or article.get("html_url"),
-                locale=locale,
-                updated_at=timestamp(translation.get("updated_at")),
-                content=html_to_markdown(translation.get("body")),
-                section_identifiers=(f"section:{section_id}:{locale}",) if section_id else (),
-            )
-        )
-    return documents
+        item_locale = str(item.get("locale") or "").lower()
+        if locale is not None:
+            if item_locale == locale:  # never another locale's text under this one
+                documents.append(_document(item, locale))
+            continue
+        documents += [_document(item, wanted) for wanted in center.locales]
+    return ListingPart(documents=documents, fills_gaps=locale is None)
+
+
+def _document(item: Json, locale: str) -> ListedDocument:
+    section_id = item.get("section_id")
+    return ListedDocument(
+        identifier=document_identifier(item["id"], locale),
+        title=str(item.get("title") or ""),
+        url=item.get("html_url"),
+        locale=locale,
+        updated_at=timestamp(item.get("updated_at")),
+        content=html_to_markdown(item.get("body")),
+        section_identifiers=(f"section:{section_id}:{locale}",) if section_id else (),
+    )
 
 
 def _localized(versions: Mapping[str, Json], locale: str, default_locale: str) -> Json:

@@ -254,6 +254,24 @@ def discard_sections_except(
     return int(getattr(result, "rowcount", 0) or 0)
 
 
+def discard_sections_before(
+    session: Session, organization_id: int, source_id: int, before: datetime, now: datetime
+) -> int:
+    """Discard the source's sections not written since ``before`` (a resumable pass's
+    start: a section it listed was written at or after it)."""
+    result = session.execute(
+        update(KnowledgeBaseSection)
+        .where(
+            organization_filter(KnowledgeBaseSection, organization_id),
+            KnowledgeBaseSection.knowledge_base_source_id == source_id,
+            KnowledgeBaseSection.discarded_at.is_(None),
+            KnowledgeBaseSection.updated_at < before,
+        )
+        .values(discarded_at=now, updated_at=now)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
 def mark_source_synced(source: KnowledgeBaseSource, now: datetime) -> None:
     source.sync_status = "synced"
     source.last_synced_at = now

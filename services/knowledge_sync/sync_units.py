@@ -23,6 +23,8 @@ from services.connectors.base import (
     LeaveUntouched,
     ListedDocument,
     Listing,
+    ListingPart,
+    ResumableListing,
     SourceConfig,
     SourceProvider,
 )
@@ -30,6 +32,7 @@ from services.indexing.index_writer import remove_document_index, replace_docume
 from services.knowledge_sync import store
 from services.knowledge_sync.crawl_units import CRAWLED_SOURCE_TYPES, plan_source_crawl
 from services.knowledge_sync.families import document_request
+from services.knowledge_sync.resumable_sync import discard_untouched, run_resumable_listing
 from shared.db.models.rails import KnowledgeBaseDocument, KnowledgeBaseSource
 from shared.db.tenant import require_scoped
 from shared.errors import RecordMissing, Unrecoverable
@@ -114,6 +117,8 @@ def run_source_sync(
         return plan_source_crawl(session, organization_id, source, now)
     provider = ctx.provider_for(source.type)
     config = ctx.config_for(session, organization_id, source)
+    if isinstance(provider, ResumableListing):
+        return _run_resumable(session, provider, provider, config, organization_id, source, now)
     listing = provider.list_source(config)
 
     sections = store.upsert_sections(session, organization_id, source, listing.sections, now)
@@ -148,6 +153,63 @@ def run_source_sync(
     store.mark_source_synced(source, now)
     session.flush()
     return _follow_ups(organization_id, source, provider, existing, listed)
+
+
+def _run_resumable(
+    session: Session,
+    provider: SourceProvider,
+    pages: ResumableListing,
+    config: SourceConfig,
+    organization_id: int,
+    source: KnowledgeBaseSource,
+    now: datetime,
+) -> list[JobRequest]:
+    """:func:`run_source_sync` for a provider whose listing resumes across delays
+    (``resumable_sync``): each page is written as it comes; the removal pass runs once the
+    last page is read."""
+
+    existing = store.documents_of_source(session, organization_id, source.id)
+
+    def apply(part: ListingPart, started: datetime) -> None:
+        sections = store.upsert_sections(session, organization_id, source, part.sections, now)
+        for item in part.documents:
+            row = existing.get(item.identifier)
+            if (
+                part.fills_gaps
+                and row is not None
+                and row.discarded_at is None
+                and row.updated_at >= started
+            ):
+                continue  # this pass listed the document in its own right
+            row = store.upsert_document(session, organization_id, source, row, item, now)
+            existing[item.identifier] = row
+            session.flush()
+            section_ids = [sections[s].id for s in item.section_identifiers if s in sections]
+            store.link_sections(session, organization_id, row, section_ids, now)
+        session.flush()
+
+    started, complete = run_resumable_listing(
+        session,
+        pages,
+        config,
+        organization_id=organization_id,
+        source=source,
+        now=now,
+        apply=apply,
+    )
+    if complete:
+        discard_untouched(
+            session,
+            organization_id,
+            source,
+            started,
+            now,
+            lambda row: discard_document(session, organization_id, row, now),
+        )
+    store.mark_source_synced(source, now)
+    session.flush()
+    every = store.documents_of_source(session, organization_id, source.id)
+    return _follow_ups(organization_id, source, provider, every, {})
 
 
 def _proven_gone(

@@ -1,7 +1,9 @@
 """A local HTTP server speaking the Zendesk Help Center API, failures included.
 
-It serves brands, help center locales, categories, nested sections, articles (drafts too) and
-their translations, checks basic auth (``{email}/token:{api_token}``, else 401), and paginates
+It serves brands, help center locales, categories, nested sections, articles (drafts too; all
+of them in their source locale at ``/articles``, or those with a translation in a locale at
+``/{locale}/articles``, each in that locale) and their translations, checks basic auth
+(``{email}/token:{api_token}``, else 401), and paginates
 like Zendesk: cursor pagination (``page[size]``, ``page[after]``, ``meta.has_more``,
 ``links.next``) when ``page[size]`` is asked for, offset pagination (``page``, ``per_page``,
 ``next_page``) otherwise or when ``cursor_pagination`` is off. Pages hold at most
@@ -250,8 +252,14 @@ class FakeZendesk:
         with self._lock:
             self.failures.append(Failure(path, kind, page, times, retry_after))
 
-    def fail_articles(self, kind: Kind, *, page: int | str | None = "first") -> None:
-        self.fail("/api/v2/help_center/articles", kind, page=page)
+    def fail_articles(
+        self, kind: Kind, *, page: int | str | None = "first", locale: str | None = "en-us"
+    ) -> None:
+        """Fail pages of the article list of ``locale`` (None: the source-locale list)."""
+        path = (
+            f"/api/v2/help_center/{locale}/articles" if locale else "/api/v2/help_center/articles"
+        )
+        self.fail(path, kind, page=page)
 
     def fail_translations(self, article_id: int, kind: Kind) -> None:
         self.fail(f"/api/v2/help_center/articles/{article_id}/translations", kind)
@@ -376,8 +384,9 @@ class FakeZendesk:
     def _localized(self, center: HelpCenter, locale: str, kind: str) -> list[dict[str, Any]]:
         """A locale's list: only the items with a name (or translation) in that locale."""
         if kind == "articles":
+            # Articles in that locale: the article's id, that translation's text and draft.
             return [
-                self._translation_json(a, t)
+                self._article_json(a, t)
                 for a in center.articles
                 for t in a.translations
                 if t.locale == locale
@@ -403,10 +412,18 @@ class FakeZendesk:
             listed.append(body)
         return listed
 
-    def _article_json(self, article: Article) -> dict[str, Any]:
-        source = next(t for t in article.translations if t.locale == article.source_locale)
-        # The article in its source locale: draft is that translation's.
-        return {**self._translation_json(article, source), "id": article.id}
+    def _article_json(
+        self, article: Article, translation: Translation | None = None
+    ) -> dict[str, Any]:
+        """The article in ``translation``'s locale (default: its source locale); its draft is
+        that translation's."""
+        shown = translation or next(
+            t for t in article.translations if t.locale == article.source_locale
+        )
+        body = {**self._translation_json(article, shown), "id": article.id}
+        body.pop("source_id")
+        body.pop("source_type")
+        return body
 
     def _translation_json(self, article: Article, translation: Translation) -> dict[str, Any]:
         return {

@@ -23,7 +23,9 @@ counts nor breaks it. When one more delay would put the streak past the family's
 ``RetryPolicy.max_consecutive_delays`` (provider delays) or ``max_delayed_seconds`` (age of
 the streak), the run settles as a failed ``DelaysExhausted`` attempt instead: retried with
 backoff and a fresh streak, or failed on the last attempt. Any attempt that ends (a failure,
-a retry) starts the next delivery with no streak.
+a retry) starts the next delivery with no streak. A delay that carries a new checkpoint
+(``st_ckpt``: the unit committed progress before it, e.g. a listing resumed page by page)
+is progress, not a stall: the streak starts again from that delay.
 
 :func:`classify` reads this table (exception -> :class:`Settlement`); :class:`Outcomes`
 records the settlement, its slot release and its next delivery in one atomic step.
@@ -62,6 +64,7 @@ from tiers.middleware.group_slots import GroupSlots
 from tiers.middleware.held import Held
 from tiers.middleware.job_metrics import SETTLEMENT
 from tiers.options import (
+    CHECKPOINT,
     DELAY_SINCE,
     DELAY_STREAK,
     ETA,
@@ -224,6 +227,9 @@ def _delayed(message: Any, delay: Delay, failures: int, policy: RetryPolicy) -> 
     streak would pass the policy's limit (the attempt is spent instead)."""
     now = time.time()
     streak, since = delay_streak(message.options)
+    checkpoint = delay.carry.get(CHECKPOINT)
+    if checkpoint and checkpoint != message.options.get(CHECKPOINT):
+        streak, since = 0, None  # the unit made progress before this delay
     if policy.delay_spends_attempt(delay.source, streak, since, now):
         return None
     carry: dict[str, Any] = dict(delay.carry)

@@ -28,6 +28,7 @@ from testkit.fakes.zendesk_server import (
 )
 
 ARTICLES = "/api/v2/help_center/articles"
+EN_ARTICLES = "/api/v2/help_center/en-us/articles"
 
 #: Every failure of a listing page, and what the provider raises for it.
 PAGE_FAILURES = [
@@ -270,21 +271,22 @@ def test_cursor_pagination_walks_every_page() -> None:
     fake = FakeZendesk(sample_help_center(extra_articles=20), page_size=1)
     with fake:
         listing = ZendeskProvider().list_source(config(fake.base_url))
-        pages = fake.requested(ARTICLES)
+        pages = fake.requested(EN_ARTICLES)
 
-    assert len(pages) == 24
-    assert all("page%5Bsize%5D=1" in page or "page[size]=1" in page for page in pages)
+    assert len(pages) == 23  # the 23 articles with an English translation, drafts included
+    assert "page%5Bsize%5D=1" in pages[0] or "page[size]=1" in pages[0]
+    assert all("page%5Bafter%5D" in page for page in pages[1:])
     assert {f"{n}:en-us" for n in range(104, 124)} <= identifiers(listing)
-    assert len(fake.requested(f"{ARTICLES}/100/translations")) == 2
+    assert not [r for r in fake.requests if "/translations" in r]
 
 
 def test_offset_pagination_follows_next_page() -> None:
     fake = FakeZendesk(sample_help_center(extra_articles=10), page_size=2, cursor_pagination=False)
     with fake:
         listing = ZendeskProvider().list_source(config(fake.base_url))
-        pages = fake.requested(ARTICLES)
+        pages = fake.requested(EN_ARTICLES)
 
-    assert len(pages) == 7
+    assert len(pages) == 7  # 13 English articles, 2 a page
     assert "page=7" in pages[-1]
     assert {f"{n}:en-us" for n in range(104, 114)} <= identifiers(listing)
 
@@ -300,7 +302,7 @@ def test_brand_prefixed_pages_stay_on_their_brand(zendesk: FakeZendesk) -> None:
     listing = BrandRouting().list_source(config(zendesk.base_url, brand_ids="2"))
 
     assert identifiers(listing) == {f"{n}:en-us" for n in range(900, 908)}
-    assert len(zendesk.requested(f"/brand/2{ARTICLES}")) == 3
+    assert len(zendesk.requested(f"/brand/2{EN_ARTICLES}")) == 3
 
 
 # -- snapshot safety ----------------------------------------------------------------------------
@@ -316,11 +318,11 @@ def test_a_failed_article_page_raises(
     with pytest.raises(raised):
         ZendeskProvider().list_source(config(zendesk.base_url))
 
-    assert len(zendesk.requested(ARTICLES)) == (1 if page == "first" else 2)
+    assert len(zendesk.requested(EN_ARTICLES)) == (1 if page == "first" else 2)
 
 
 def test_a_rate_limited_page_delays_until_retry_after(zendesk: FakeZendesk) -> None:
-    zendesk.fail(ARTICLES, Kind.RATE_LIMITED, page="later", retry_after=45)
+    zendesk.fail(EN_ARTICLES, Kind.RATE_LIMITED, page="later", retry_after=45)
 
     with pytest.raises(Delay) as caught:
         ZendeskProvider().list_source(config(zendesk.base_url))
@@ -335,33 +337,61 @@ def test_a_failed_section_page_raises(zendesk: FakeZendesk) -> None:
         ZendeskProvider().list_source(config(zendesk.base_url))
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [Kind.SERVER_ERROR, Kind.RATE_LIMITED_BARE, Kind.TRUNCATED, Kind.SLOW, Kind.NOT_FOUND],
-)
-def test_a_failed_translation_fetch_keeps_that_article(zendesk: FakeZendesk, kind: Kind) -> None:
-    zendesk.fail_translations(100, kind)
-
-    listing = ZendeskProvider().list_source(config(zendesk.base_url))
-
-    assert not listing.complete
-    assert listing.kept_identifiers == frozenset({"100:"})
-    assert not [i for i in identifiers(listing) if i.startswith("100:")]
-    assert {"102:en-us", "103:fr", "109:en-us"} <= identifiers(listing)
+# -- request volume and resumption -------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("kind", "raised"), [(Kind.RATE_LIMITED, Delay), (Kind.UNAUTHORIZED, Unrecoverable)]
-)
-def test_run_wide_translation_failures_propagate(
-    zendesk: FakeZendesk, kind: Kind, raised: type[Exception]
-) -> None:
-    zendesk.fail_translations(102, kind)
+def test_a_big_help_center_costs_pages_not_a_request_per_article() -> None:
+    # Given 250 articles in three locales, 100 a page
+    center = sample_help_center(extra_articles=0)
+    center.articles = [
+        Article(
+            n,
+            10,
+            "en-us",
+            [Translation("en-us", f"A{n}", "<p>a</p>"), Translation("fr", f"F{n}", "<p>f</p>")],
+        )
+        for n in range(1000, 1250)
+    ]
+    fake = FakeZendesk(center, page_size=100)
+    with fake:
+        listing = ZendeskProvider().list_source(config(fake.base_url))
 
-    with pytest.raises(raised) as caught:
-        ZendeskProvider().list_source(config(zendesk.base_url))
+    # Then every translation is listed from the locale lists: 3 + 3 pages, de empty
+    assert len(identifiers(listing)) == 500 and listing.complete
+    article_pages = [r for r in fake.requests if "/articles" in r]
+    assert len(article_pages) == 7
+    assert not [r for r in fake.requests if "/translations" in r]
+    assert len(fake.requests) <= 20  # brands, locales, sections and categories included
 
-    assert not isinstance(caught.value, NotFound)
+
+def test_list_pages_resumes_from_its_checkpoint(zendesk: FakeZendesk) -> None:
+    provider = ZendeskProvider(page_size=3)
+    settings = config(zendesk.base_url)
+    full = provider.list_source(settings)
+    zendesk.fail(EN_ARTICLES, Kind.RATE_LIMITED, page=3, times=1, retry_after=1)
+
+    # When a page is rate limited mid-listing
+    seen: list[str] = []
+    checkpoint = None
+    with pytest.raises(Delay):
+        for part, after in provider.list_pages(settings, None):
+            seen += [d.identifier for d in part.documents]
+            checkpoint = after
+    asked = len(zendesk.requests)
+    # Then resuming from the last checkpoint reads only what was left
+    for part, _ in provider.list_pages(settings, checkpoint):
+        seen += [d.identifier for d in part.documents]
+    en_pages = [r for r in zendesk.requests[asked:] if r.startswith(EN_ARTICLES)]
+
+    assert sorted(seen) == sorted(identifiers(full))
+    assert len(en_pages) == 1  # page 3 (of 3) again, not pages 1 and 2
+    assert not [r for r in zendesk.requests[asked:] if "/sections" in r]
+
+
+def test_a_junk_checkpoint_starts_over(zendesk: FakeZendesk) -> None:
+    provider = ZendeskProvider()
+    parts = list(provider.list_pages(config(zendesk.base_url), "not json"))
+    assert parts[0][0].sections  # the sections part comes first
 
 
 def test_wrong_credentials_are_unrecoverable(zendesk: FakeZendesk) -> None:

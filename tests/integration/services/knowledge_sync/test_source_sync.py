@@ -506,29 +506,36 @@ def test_zendesk_failed_article_page_retries_the_job_and_removes_nothing(
     assert sorted(kb.sections(source.org, source.id)) == sorted(before_sections)
 
 
-def test_zendesk_failed_translation_fetch_keeps_known_locales_and_skips_removal(
+def test_zendesk_listing_resumes_after_rate_limits_and_finishes_with_removal(
     platform: Platform, fakes: Fakes, kb: Kb
 ) -> None:
+    # Given a synced help center whose article 104 is then deleted upstream
     source = make_source(kb, "zendesk", ZENDESK)
     sync_and_settle(platform, source)
-    before = kb.documents(source.org, source.id)
-
     help_center = fakes.zendesk.help_centers[1]
     help_center.articles = [a for a in help_center.articles if a.id != 104]
-    article = next(a for a in help_center.articles if a.id == 100)
-    article.translations[0].body = "<p>Changed upstream</p>"
-    fakes.zendesk.fail_translations(100, Kind.SERVER_ERROR)
+    next(a for a in help_center.articles if a.id == 105).translations[0].body = "<p>New</p>"
+    # and an account whose per-minute budget runs out twice during the listing (2 a page)
+    fakes.zendesk.page_size = 2
+    en, fr = "/api/v2/help_center/en-us/articles", "/api/v2/help_center/fr/articles"
+    fakes.zendesk.fail(en, Kind.RATE_LIMITED, page=2, times=1, retry_after=1)
+    fakes.zendesk.fail(fr, Kind.RATE_LIMITED, page=2, times=1, retry_after=1)
+    asked = len(fakes.zendesk.requests)
 
     sync_and_settle(platform, source)
 
-    assert state(platform, source.job_id) == "completed"
+    # Then the job resumed where each delay stopped it (no page read twice but the ones
+    # that answered 429), spent no attempt, and removed 104 once the listing was whole
+    job = record(platform, source.job_id)
+    assert job["state"] == "completed" and job["failures"] == "0"
+    run = [r.split("?")[0] for r in fakes.zendesk.requests[asked:]]
+    assert run.count(en) == 2 + 1 and run.count(fr) == 2 + 1  # 2 pages each, one 429
+    assert run.count("/api/v2/help_center/en-us/categories") == 1  # not re-read on resume
     after = kb.documents(source.org, source.id)
-    assert all(row.discarded_at is None for row in after.values())  # 104 kept: no removal
-    for key in ("100:en-us", "100:fr"):  # the known locales, as they were
-        assert after[key].content == before[key].content
-        assert after[key].content_hash == before[key].content_hash
-        assert kb.chunks(after[key].id)
-    assert "Changed upstream" not in after["100:en-us"].content
+    assert after["104:en-us"].discarded_at is not None
+    assert live(after).keys() == {k for k in after if k != "104:en-us"}
+    assert after["105:en-us"].content == "New"
+    assert all(kb.chunks(row.id) for row in live(after).values())
 
 
 # -- Confluence and Scribe ------------------------------------------------------------------

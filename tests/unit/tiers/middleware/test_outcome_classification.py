@@ -11,7 +11,15 @@ from shared.errors import Delay, Paused, RecordMissing, Retryable, Unrecoverable
 from tiers.attempts import Attempt
 from tiers.middleware.held import Held
 from tiers.middleware.outcomes import classify
-from tiers.options import DELAY_SINCE, DELAY_STREAK, ETA, FAILURES, JOB_ID, WINDOW_RESERVATION
+from tiers.options import (
+    CHECKPOINT,
+    DELAY_SINCE,
+    DELAY_STREAK,
+    ETA,
+    FAILURES,
+    JOB_ID,
+    WINDOW_RESERVATION,
+)
 from tiers.policies import RetryPolicy
 
 POLICY = RetryPolicy(max_attempts=3, base_seconds=10.0)
@@ -145,3 +153,24 @@ def test_the_attempt_tells_a_handler_when_a_delay_would_end_the_job() -> None:
     assert first.delay_spends_attempt(delay) and not first.delay_ends_job(delay)
     assert last.delay_ends_job(delay)
     assert not last.delay_ends_job(Delay.after(1, "window", source="pacing"))
+
+
+def test_a_delay_that_carries_a_new_checkpoint_is_progress_not_a_stall() -> None:
+    # Given a job at its limit of provider delays
+    msg = delayed_again(message(), Delay.after(1, "retry-after"))
+    msg = delayed_again(msg, Delay.after(1, "retry-after"))
+    # When its next delay comes after committed progress (a new checkpoint)
+    progressed = Delay(time.time() + 1, "retry-after", carry={CHECKPOINT: "page-7"})
+    again = delayed_again(msg, progressed)
+    # Then the streak starts again from that delay, and the checkpoint rides along
+    assert (again.options[DELAY_STREAK], again.options[CHECKPOINT]) == (1, "page-7")
+    # But a delay with the same checkpoint is no progress
+    same = Delay(time.time() + 1, "retry-after", carry={CHECKPOINT: "page-7"})
+    again = delayed_again(again, same)
+    assert classify(again, same, CAPPED).failures == 1
+
+
+def test_a_retry_keeps_the_checkpoint() -> None:
+    msg = delayed_again(message(), Delay(time.time() + 1, "retry-after", {CHECKPOINT: "p2"}))
+    retried = classify(msg, Retryable("503"), CAPPED).next_message
+    assert retried.options[CHECKPOINT] == "p2"
