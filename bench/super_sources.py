@@ -1,0 +1,421 @@
+"""Super sources end to end on real worker processes (issue 13's acceptance).
+
+``python -m bench.super_sources`` builds, for each of ``--orgs`` organizations, a GitHub
+repository of ``--github`` issues and pull requests (60/40) and a Linear team of ``--linear``
+issues on the local protocol servers (``testkit/fakes``), starts fast-tier worker processes
+(``python -m bench.super_sources worker``, the production platform from the environment),
+enqueues every root's first import and, while the imports run, posts a burst of
+``--webhooks`` signed deliveries (GitHub ``issues``/``pull_request``, Linear ``Issue``; each
+one edits a distinct node first) to ``POST /webhooks/<source>/events`` through the API's
+Flask app. GitHub's fake enforces a primary rate limit (``--github-limit`` calls per
+``--github-window`` seconds) so quota blocks happen.
+
+Reported: wall time, nodes per second, every node indexed once (node rows, documents and
+the ``indexation`` counter against the node count), webhook-to-indexed p50/p95/max (the
+post to the edited node's index commit), jobs failed and attempts spent (both must be 0),
+jobs delayed by rate limits, provider calls. A Git repository is not part of the run: the
+Git connector had not landed when this was written.
+
+Quick: ``python -m bench.super_sources --orgs 3 --github 100 --linear 50 --webhooks 50``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN, API_KEY, SECRET = "gh-bench-token", "lin-bench-key", "bench-webhook-secret"
+NODE_ROWS = "SELECT count(*) FROM api2.super_source_nodes"
+
+
+def _options(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.super_sources", description=__doc__)
+    parser.add_argument("--orgs", type=int, default=3)
+    parser.add_argument("--github", type=int, default=2000, help="issues + pulls per repo")
+    parser.add_argument("--linear", type=int, default=1000, help="issues per team")
+    parser.add_argument("--webhooks", type=int, default=1000)
+    parser.add_argument("--burst-seconds", type=float, default=120.0)
+    parser.add_argument("--github-limit", type=int, default=200)
+    parser.add_argument("--github-window", type=float, default=10.0)
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=12)
+    parser.add_argument("--timeout", type=float, default=1200.0)
+    parser.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL"))
+    return parser.parse_args(argv)
+
+
+def _values(redis_url: str, database_url: str, namespace: str) -> dict[str, Any]:
+    return {
+        "environment": "test",
+        "redis_url": redis_url,
+        "database_url": database_url,
+        "redis_namespace": namespace,
+        "log_level": "WARNING",
+        "http_timeout_seconds": 15.0,
+        "worker_poll_ms": 50,
+        "worker_drain_seconds": 5,
+        "flag_cache_seconds": 5.0,
+        "metrics_port": 0,
+    }
+
+
+def worker_main(tier: str, threads: int) -> None:
+    """A worker process: the production platform from the environment, one tier's queues."""
+    from services.app.bootstrap import bootstrap
+    from tiers.worker import serve
+
+    platform = bootstrap(component=f"worker-{tier}")
+    serve(
+        platform.broker,
+        platform.registry.queues_of_tier(tier),
+        threads=threads,
+        poll_ms=50,
+        drain_seconds=5,
+    )
+
+
+def _start_workers(
+    env: dict[str, str], processes: int, threads: int, log_dir: Path
+) -> list[tuple[subprocess.Popen[bytes], Any]]:
+    child_env = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
+    started = []
+    for n in range(processes):
+        log = (log_dir / f"worker-fast-{n}.log").open("wb")
+        command = [sys.executable, "-m", "bench.super_sources", "worker", "--threads", str(threads)]
+        started.append(
+            (subprocess.Popen(command, env=child_env, stdout=log, stderr=log, cwd=ROOT), log)
+        )
+    return started
+
+
+def _stop_workers(workers: list[tuple[subprocess.Popen[bytes], Any]]) -> list[int]:
+    for process, _log in workers:
+        if process.poll() is None:
+            process.terminate()
+    codes = []
+    for process, log in workers:
+        try:
+            codes.append(process.wait(timeout=30))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            codes.append(process.wait(timeout=10))
+        log.close()
+    return codes
+
+
+class Burst:
+    """Posts signed webhooks for distinct nodes, each right after editing it in the fake."""
+
+    def __init__(self, client: Any, github: Any, linear: Any, targets: list[dict[str, Any]]):
+        self.client, self.github, self.linear, self.targets = client, github, linear, targets
+        self.posted: list[dict[str, Any]] = []
+        self.statuses: dict[int, int] = {}
+
+    def run(self, seconds: float) -> None:
+        from testkit.fakes import github_server, linear_server
+
+        gap = seconds / max(1, len(self.targets))
+        for target in self.targets:
+            if target["source"] == "github":
+                issue = self.github.touch(target["repo"], target["number"])
+                payload = github_server.issue_payload(
+                    target["repo"], target["number"], pull=issue.is_pull
+                )
+                event = "pull_request" if issue.is_pull else "issues"
+                headers, body = github_server.signed_delivery(event, payload, SECRET)
+                updated = issue.updated_at
+            else:
+                issue = self.linear.touch(target["issue"])
+                data = {"id": issue.id, "teamId": issue.team_id}
+                headers, body = linear_server.signed_delivery("Issue", "update", data, SECRET)
+                updated = issue.updated_at
+            posted = time.time()
+            response = self.client.post(
+                f"/webhooks/{target['source']}/events?connection={target['connection']}",
+                data=body,
+                headers=headers,
+            )
+            self.statuses[response.status_code] = self.statuses.get(response.status_code, 0) + 1
+            self.posted.append({**target, "posted": posted, "updated": updated})
+            time.sleep(gap)
+
+
+def run(options: argparse.Namespace) -> dict[str, Any]:
+    from bench.common import REDIS_URL, connect, delete_namespace, new_namespace, percentile
+    from services.app.api import create_app
+    from services.app.bootstrap import bootstrap
+    from services.connectors.nodes import NodeRef
+    from services.super_sources import store
+    from services.super_sources.families import import_request
+    from shared.config import load_settings
+    from shared.db.engine import session_scope
+    from testkit.fakes.github_server import GithubServer
+    from testkit.fakes.linear_server import LinearServer
+    from testkit.kb_scenario import (
+        create_database,
+        drop_database,
+        environment_of,
+        job_records,
+        server_database_url,
+    )
+
+    redis_url = options.redis_url or REDIS_URL
+    client = connect(redis_url, "super-bench")
+    namespace = new_namespace("super")
+    server_url = server_database_url()
+    database_url = create_database(server_url)
+    log_dir = Path(tempfile.mkdtemp(prefix="bench-super-"))
+    github = GithubServer(TOKEN, rate_limit=options.github_limit, rate_window=options.github_window)
+    linear = LinearServer(API_KEY)
+    workers: list[tuple[subprocess.Popen[bytes], Any]] = []
+    platform = None
+    try:
+        with github as github_url, linear as linear_url:
+            values = _values(redis_url, database_url, namespace)
+            platform = bootstrap(load_settings(**values), component="bench")
+            roots, targets = [], []
+            for n in range(options.orgs):
+                org = 7000 + n
+                repo = f"org{n}/big"
+                github.populate(
+                    repo,
+                    issues=options.github * 3 // 5,
+                    pulls=options.github - options.github * 3 // 5,
+                )
+                team = linear.populate(f"T{n}", issues=options.linear)
+                with session_scope(platform.sessions) as session:
+                    gh = store.create_connection(
+                        session,
+                        org,
+                        "github",
+                        credentials={"token": TOKEN},
+                        base_url=github_url,
+                        webhook_secret=SECRET,
+                    )
+                    ln = store.create_connection(
+                        session,
+                        org,
+                        "linear",
+                        credentials={"api_key": API_KEY},
+                        base_url=linear_url,
+                        webhook_secret=SECRET,
+                    )
+                    session.commit()
+                    gh_id, ln_id = gh.id, ln.id
+                roots.append(
+                    import_request(
+                        org, "github", gh_id, NodeRef("GithubRepo", repo), first_run=True
+                    )
+                )
+                roots.append(
+                    import_request(
+                        org, "linear", ln_id, NodeRef("LinearTeam", team.id), first_run=True
+                    )
+                )
+                targets += [
+                    {"source": "github", "org": org, "connection": gh_id, "repo": repo, "number": k}
+                    for k in range(1, options.github + 1)
+                ]
+                targets += [
+                    {"source": "linear", "org": org, "connection": ln_id, "issue": i.id}
+                    for i in linear.issues.values()
+                    if i.team_id == team.id
+                ]
+            random.Random(13).shuffle(targets)
+            burst = Burst(
+                create_app(platform).test_client(), github, linear, targets[: options.webhooks]
+            )
+            expected = options.orgs * (options.github + options.linear)
+
+            workers = _start_workers(
+                environment_of(values), options.processes, options.threads, log_dir
+            )
+            started = time.time()
+            answers = platform.router.enqueue_many(roots)
+            time.sleep(2.0)
+            sender = threading.Thread(target=burst.run, args=(options.burst_seconds,), daemon=True)
+            sender.start()
+            sender.join()
+            import_ids = [a.job_id for a in answers]
+            deadline = started + options.timeout
+            while time.time() < deadline:
+                done = all(
+                    (platform.broker.jobs.record(j) or {}).get("state") == "completed"
+                    for j in import_ids
+                )
+                if (
+                    done
+                    and _count(platform, NODE_ROWS) >= expected
+                    and _webhooks_indexed(platform, burst.posted) == len(burst.posted)
+                    and _live_jobs(client, namespace) == 0
+                ):
+                    break
+                time.sleep(1.0)
+            wall = time.time() - started
+            stalled = time.time() >= deadline
+            latencies = _webhook_latencies(platform, burst.posted)
+            records = job_records(client, namespace)
+            counters = {
+                (k.decode() if isinstance(k, bytes) else k): int(v)
+                for k, v in client.hgetall(f"{namespace}:super:counters").items()
+            }
+            delays = sum(
+                1
+                for key in client.scan_iter(match=f"{namespace}:job:*", count=2000)
+                if b"rate-limit" in (client.hget(key, "last_delay") or b"")
+                or b"github" in (client.hget(key, "last_delay") or b"")
+            )
+            waits, runs = _webhook_job_times(client, namespace)
+            result = {
+                "organizations": options.orgs,
+                "nodes_expected": expected,
+                "node_rows": _count(platform, NODE_ROWS),
+                "documents": _count(
+                    platform, "SELECT count(*) FROM api2.kb_documents WHERE deleted_at IS NULL"
+                ),
+                "chunks": _count(platform, "SELECT count(*) FROM api2.kb_chunks"),
+                "counters": counters,
+                "wall_seconds": round(wall, 1),
+                "nodes_per_second": round(expected / wall, 1),
+                "webhooks_posted": len(burst.posted),
+                "webhook_answers": burst.statuses,
+                "webhook_to_indexed_seconds": {
+                    "p50": round(percentile(latencies, 50), 3) if latencies else None,
+                    "p95": round(percentile(latencies, 95), 3) if latencies else None,
+                    "max": round(max(latencies), 3) if latencies else None,
+                    "measured": len(latencies),
+                },
+                "webhook_job_claimed_after_seconds": _spread(waits, percentile),
+                "webhook_job_claimed_to_settled_seconds": _spread(runs, percentile),
+                "jobs": len(records),
+                "jobs_failed": sum(1 for r in records.values() if r["state"] == "failed"),
+                "attempts_spent": sum(int(r["failures"] or 0) for r in records.values()),
+                "jobs_delayed_by_rate_limits": delays,
+                "github_requests": len(github.requests),
+                "linear_requests": len(linear.requests),
+                "stalled": stalled,
+                "log_dir": str(log_dir),
+            }
+    finally:
+        codes = _stop_workers(workers)
+        if platform is not None:
+            platform.close()
+        drop_database(server_url, database_url)
+        delete_namespace(client, namespace)
+    result["worker_exit_codes"] = codes
+    return result
+
+
+def _webhook_job_times(client: Any, namespace: str) -> tuple[list[float], list[float]]:
+    """Per webhook job: enqueue -> claimed by a worker, and claimed -> settled (seconds)."""
+    waits, runs = [], []
+    for key in client.scan_iter(match=f"{namespace}:job:super-webhook-*", count=2000):
+        created, started, finished = client.hmget(key, "created_at", "started_at", "finished_at")
+        if created and started and finished:
+            waits.append((int(started) - int(created)) / 1000)
+            runs.append((int(finished) - int(started)) / 1000)
+    return waits, runs
+
+
+def _spread(values: list[float], percentile: Any) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p95": None, "max": None}
+    return {
+        "p50": round(percentile(values, 50), 3),
+        "p95": round(percentile(values, 95), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def _count(platform: Any, sql: str) -> int:
+    from sqlalchemy import text
+
+    with platform.engine.connect() as connection:
+        return int(connection.execute(text(sql)).scalar_one())
+
+
+def _live_jobs(client: Any, namespace: str) -> int:
+    from testkit.kb_scenario import job_records
+
+    return sum(
+        1
+        for r in job_records(client, namespace).values()
+        if r["state"] in ("waiting", "active", "delayed", "parked")
+    )
+
+
+def _indexed_dates(platform: Any, posted: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+    """node id -> (synchronization date, indexed_at) as epoch seconds."""
+    from sqlalchemy import text
+
+    ids = [_node_id(p) for p in posted]
+    with platform.engine.connect() as connection:
+        rows = connection.execute(
+            text(
+                "SELECT node_id, extract(epoch FROM synchronization_date), "
+                "extract(epoch FROM indexed_at) FROM api2.super_source_nodes "
+                "WHERE node_id = ANY(:ids)"
+            ),
+            {"ids": ids},
+        ).all()
+    return {row[0]: (float(row[1]), float(row[2])) for row in rows}
+
+
+def _node_id(posted: dict[str, Any]) -> str:
+    if posted["source"] == "github":
+        return f"{posted['repo']}#{posted['number']}"
+    return str(posted["issue"])
+
+
+def _edited(posted: dict[str, Any]) -> float:
+    """The edit's time as the provider reports it (GitHub: whole seconds)."""
+    return float(int(posted["updated"])) - 0.002
+
+
+def _webhooks_indexed(platform: Any, posted: list[dict[str, Any]]) -> int:
+    dates = _indexed_dates(platform, posted)
+    return sum(1 for p in posted if _node_id(p) in dates and dates[_node_id(p)][0] >= _edited(p))
+
+
+def _webhook_latencies(platform: Any, posted: list[dict[str, Any]]) -> list[float]:
+    dates = _indexed_dates(platform, posted)
+    latencies = []
+    for p in posted:
+        found = dates.get(_node_id(p))
+        if found is not None and found[0] >= _edited(p):
+            latencies.append(max(0.0, found[1] - p["posted"]))
+    return latencies
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["worker"]:
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--tier", default="fast")
+        parser.add_argument("--threads", type=int, default=12)
+        args = parser.parse_args(argv[1:])
+        worker_main(args.tier, args.threads)
+        return 0
+    result = run(_options(argv))
+    print(json.dumps(result, indent=2))
+    ok = (
+        not result["stalled"]
+        and result["jobs_failed"] == 0
+        and result["attempts_spent"] == 0
+        and result["node_rows"] == result["nodes_expected"]
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
