@@ -88,7 +88,8 @@ def fetch_page(
       robots: when given, every hop must be allowed by its host's robots.txt.
       politeness: when given, the first request takes a slot of its host's window
         (redirect hops and robots.txt do not: they are few, and a redirect chain must not
-        be delayed forever hop by hop).
+        be delayed forever hop by hop); the host's robots.txt ``Crawl-delay`` is a lower
+        bound on that window's interval.
       allowed_networks: private networks to allow even without ``allow_private``.
 
     Raises:
@@ -101,7 +102,8 @@ def fetch_page(
     if robots is not None:
         robots.check(current)
     if politeness is not None:
-        politeness.acquire(current)
+        crawl_delay = robots.crawl_delay(current) if robots is not None else None
+        politeness.acquire(current, at_least_seconds=crawl_delay)
     check_hop = robots.check if robots is not None else None
     with get_following(
         current, guard, timeout=timeout, user_agent=user_agent, accept=_ACCEPT, check_hop=check_hop

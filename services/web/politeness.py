@@ -22,12 +22,19 @@ class HostPoliteness:
         self.windows = windows
         self.rule = rule
 
-    def acquire(self, url: str, now: float | None = None) -> None:
+    def acquire(
+        self, url: str, now: float | None = None, at_least_seconds: float | None = None
+    ) -> None:
+        """Take a request of ``url``'s host window, or raise ``Delay`` to a reserved one.
+
+        ``at_least_seconds`` (the host's robots.txt ``Crawl-delay``) is a lower bound on the
+        interval between two requests: when the configured rule allows requests closer than
+        that, the host's window becomes one request per ``at_least_seconds`` instead."""
         _, host, _ = origin(url)
+        rule, key = self.rule, self.windows.key("crawl-host", host)
+        if at_least_seconds and at_least_seconds > self.rule.period_seconds / self.rule.limit:
+            rule = WindowRule(1, at_least_seconds)
+            key = self.windows.key("crawl-host", host, f"every-{at_least_seconds:g}s")
         self.windows.take_or_delay(
-            self.windows.key("crawl-host", host),
-            self.rule,
-            reason="host-politeness",
-            held=current_window_hold(),
-            now=now,
+            key, rule, reason="host-politeness", held=current_window_hold(), now=now
         )

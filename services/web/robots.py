@@ -1,11 +1,21 @@
-"""robots.txt per origin: fetched through the SSRF guard, kept a while, asked per URL."""
+"""robots.txt per origin: fetched through the SSRF guard, kept a while, asked per URL.
+
+Rules are read per RFC 9309 with Protego (a maintained parser): the group of the most
+specific matching user agent, then the most specific (longest) matching rule, ``Allow``
+winning a tie; ``*`` and ``$`` wildcards (``Disallow: /`` with ``Allow: /docs/`` allows
+``/docs/a``). ``urllib.robotparser`` applied the first matching rule and read ``*`` and ``$``
+literally. ``Crawl-delay`` (and ``Request-rate``) become a lower bound on the per-host
+politeness (:meth:`RobotsCache.crawl_delay`, used by ``services.web.fetch``), capped at
+:data:`MAX_CRAWL_DELAY_SECONDS`.
+"""
 
 from __future__ import annotations
 
 import threading
 import time
-import urllib.robotparser
 from collections.abc import Sequence
+
+from protego import Protego
 
 from services.web.pinned_get import DEFAULT_USER_AGENT
 from services.web.redirects import get_following
@@ -16,6 +26,9 @@ from shared.errors import SpeedtierError
 from shared.http import raise_for_status
 
 ROBOTS_MAX_BYTES = 500 * 1024  # RFC 9309: parse at least the first 500 KiB
+#: A longer Crawl-delay is read as this: a site asking for hours between requests would
+#: keep one crawl alive for weeks.
+MAX_CRAWL_DELAY_SECONDS = 60.0
 
 
 class Disallowed(SpeedtierError):
@@ -47,21 +60,40 @@ class RobotsCache:
         self._user_agent = user_agent
         self._ttl = ttl_seconds
         self._lock = threading.Lock()
-        self._entries: dict[tuple[str, str, int], tuple[float, urllib.robotparser.RobotFileParser]]
-        self._entries = {}
+        self._entries: dict[tuple[str, str, int], tuple[float, Protego]] = {}
+
+    @property
+    def agent(self) -> str:
+        """The product token robots.txt groups are matched against (``speedtier``)."""
+        return self._user_agent.split("/", 1)[0]
 
     def allowed(self, url: str) -> bool:
         """Whether robots.txt lets this crawler fetch ``url``."""
         normalized = require_url(url)
         parser = self._parser(origin(normalized))
-        return parser.can_fetch(self._user_agent.split("/", 1)[0], normalized)
+        return bool(parser.can_fetch(normalized, self.agent))
+
+    def crawl_delay(self, url: str) -> float | None:
+        """The seconds robots.txt asks between two requests to ``url``'s host (its
+        ``Crawl-delay``, or the interval of its ``Request-rate``), at most
+        :data:`MAX_CRAWL_DELAY_SECONDS`; None when it asks nothing."""
+        parser = self._parser(origin(require_url(url)))
+        delays: list[float] = []
+        delay = parser.crawl_delay(self.agent)
+        if delay:
+            delays.append(float(delay))
+        rate = parser.request_rate(self.agent)
+        if rate is not None and rate.requests:
+            delays.append(float(rate.seconds) / float(rate.requests))
+        wanted = max(delays, default=0.0)
+        return min(wanted, MAX_CRAWL_DELAY_SECONDS) if wanted > 0 else None
 
     def check(self, url: str) -> None:
         """Raise :class:`Disallowed` when robots.txt forbids ``url``."""
         if not self.allowed(url):
             raise Disallowed(url)
 
-    def _parser(self, site: tuple[str, str, int]) -> urllib.robotparser.RobotFileParser:
+    def _parser(self, site: tuple[str, str, int]) -> Protego:
         now = time.monotonic()
         with self._lock:
             entry = self._entries.get(site)
@@ -72,11 +104,10 @@ class RobotsCache:
             self._entries[site] = (now + self._ttl, parser)
         return parser
 
-    def _fetch(self, site: tuple[str, str, int]) -> urllib.robotparser.RobotFileParser:
+    def _fetch(self, site: tuple[str, str, int]) -> Protego:
         scheme, host, port = site
         url = require_url(f"{scheme}://{host if ':' not in host else f'[{host}]'}:{port}/")
         robots_url = url + "robots.txt"
-        parser = urllib.robotparser.RobotFileParser(robots_url)
         with get_following(
             robots_url,
             self._guard,
@@ -85,8 +116,7 @@ class RobotsCache:
             accept="*/*",
         ) as (_, response):
             if 400 <= response.status_code < 500 and response.status_code != 429:
-                parser.parse([])
-                return parser
+                return Protego.parse("")
             raise_for_status(response, f"GET {robots_url}")
             body = read_body(
                 response,
@@ -95,5 +125,4 @@ class RobotsCache:
                 timeout=self._timeout,
                 truncate=True,
             )
-        parser.parse(body.decode("utf-8", errors="replace").splitlines())
-        return parser
+        return Protego.parse(body.decode("utf-8", errors="replace"))

@@ -15,7 +15,7 @@ import redis
 
 from services.web.fetch import CrawledPage, fetch_page, page_fetcher
 from services.web.politeness import HostPoliteness
-from services.web.robots import Disallowed, RobotsCache
+from services.web.robots import MAX_CRAWL_DELAY_SECONDS, Disallowed, RobotsCache
 from services.web.ssrf_guard import is_public_address
 from services.web.urls import normalize_url
 from shared.errors import Delay, Retryable, Unrecoverable
@@ -147,6 +147,67 @@ def test_robots_txt_is_honoured_and_cached(site: FakeWebsite) -> None:
     assert page.title == "Open Graph 3"
     assert site.requested("/private/") == []
     assert site.requested("/robots.txt") == ["/robots.txt"]
+
+
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [
+        ("/docs/a", True),  # Allow: /docs/ is longer than Disallow: /
+        ("/docs/", True),
+        ("/page/1", False),
+        ("/docs/report.pdf", False),  # Disallow: /*.pdf$ (wildcard and end anchor)
+        ("/docs/report.pdf?x=1", True),  # $ anchors the end: a query makes it another path
+        ("/docs/private/x", False),  # the longest match wins, whatever the order
+        ("/public/x", True),  # a more specific Allow after a broader Disallow
+    ],
+)
+def test_robots_rules_follow_rfc_9309(path: str, allowed: bool) -> None:
+    rules = (
+        "User-agent: other\nAllow: /\n\n"
+        "User-agent: *\n"
+        "Disallow: /docs/private/\n"
+        "Disallow: /\n"
+        "Allow: /docs/\n"
+        "Allow: /public/\n"
+        "Disallow: /*.pdf$\n"
+    )
+    with FakeWebsite(robots=rules) as site:
+        robots = RobotsCache(allow_private=True, timeout=5.0)
+        assert robots.allowed(site.url(path)) is allowed
+
+
+def test_the_crawlers_own_group_wins_over_the_star_group() -> None:
+    rules = "User-agent: *\nDisallow: /\n\nUser-agent: speedtier\nAllow: /\nDisallow: /x\n"
+    with FakeWebsite(robots=rules) as site:
+        robots = RobotsCache(allow_private=True, timeout=5.0)
+        assert robots.allowed(site.url("/page/1")) and not robots.allowed(site.url("/x/1"))
+
+
+def test_crawl_delay_is_a_lower_bound_on_the_host_window(
+    fake_dns: dict[str, list[str]], redis_client: redis.Redis, namespace: str
+) -> None:
+    # Given a politeness of 100 requests a second and a host asking for 30 s between requests
+    politeness = HostPoliteness(RateWindows(redis_client, namespace), WindowRule(100, 1.0))
+    with FakeWebsite(robots="User-agent: *\nCrawl-delay: 30\n") as site:
+        robots = RobotsCache(allow_private=True, timeout=5.0)
+        fetcher = page_fetcher(
+            allow_private=True, timeout=5.0, politeness=politeness, robots=robots
+        )
+        assert robots.crawl_delay(site.url("/page/1")) == 30.0
+        first = fetcher(site.url("/page/1"))
+        # Then the second request waits for the next 30 s window, not the next second
+        with pytest.raises(Delay) as delayed:
+            fetcher(site.url("/page/2"))
+    assert first.status == 200
+    assert delayed.value.reason == "host-politeness" and delayed.value.source == "pacing"
+    assert time.time() < delayed.value.until <= time.time() + 30 * 1.1 + 1
+    assert site.requested("/page/") == ["/page/1"]
+
+
+def test_an_absurd_crawl_delay_is_capped() -> None:
+    with FakeWebsite(robots="User-agent: *\nCrawl-delay: 86400\n") as site:
+        robots = RobotsCache(allow_private=True, timeout=5.0)
+        assert robots.crawl_delay(site.url("/")) == MAX_CRAWL_DELAY_SECONDS
 
 
 def test_a_redirect_into_a_disallowed_path_is_disallowed(site: FakeWebsite) -> None:
