@@ -246,6 +246,8 @@ SPEEDTIER_EMBEDDING_RATE: {{ . | quote }}
 {{- with $c.embeddingApiProject }}
 SPEEDTIER_EMBEDDING_API_PROJECT: {{ . | quote }}
 {{- end }}
+SPEEDTIER_SLACK_API_URL: {{ $c.slackApiUrl | default "https://slack.com/api/" | quote }}
+SPEEDTIER_REPORTS_SLACK_CHANNEL: {{ $c.reportsSlackChannel | default "" | quote }}
 {{- range $name, $tier := .Values.tiers }}
 {{- $t := include "speedtier.tier" (dict "root" $ "name" $name "tier" $tier) | fromYaml }}
 {{- if $t.enabled }}
@@ -260,7 +262,7 @@ SPEEDTIER_EMBEDDING_API_PROJECT: {{ . | quote }}
 
 {{- define "speedtier.secretData" -}}
 {{- $s := .Values.secrets }}
-{{- range $key, $value := dict "REDIS_URL" $s.redisUrl "DATABASE_URL" $s.databaseUrl "INTERNAL_API_TOKEN" $s.internalApiToken "SENTRY_DSN" $s.sentryDsn "SPEEDTIER_EMBEDDING_API_KEY" $s.embeddingApiKey }}
+{{- range $key, $value := dict "REDIS_URL" $s.redisUrl "DATABASE_URL" $s.databaseUrl "INTERNAL_API_TOKEN" $s.internalApiToken "SENTRY_DSN" $s.sentryDsn "SPEEDTIER_EMBEDDING_API_KEY" $s.embeddingApiKey "SLACK_BOT_TOKEN" $s.slackBotToken }}
 {{- if $value }}
 {{ $key }}: {{ $value | toString | b64enc | quote }}
 {{- end }}

@@ -518,6 +518,7 @@ def test_config_map_and_secret_cover_every_setting() -> None:
         "SPEEDTIER_EMBEDDING_DIMENSIONS",
         "SPEEDTIER_EMBEDDING_RATE",
         "SPEEDTIER_EMBEDDING_API_PROJECT",
+        "SLACK_BOT_TOKEN",
     }
     provided = set(config) | set(secret["data"]) | unset
     settings = _setting_env_names()
