@@ -6,11 +6,12 @@ from __future__ import annotations
 import sys
 
 import click
+from sqlalchemy.orm import Session
 
 from router.context import LoadContext
 from router.requests import JobRequest
 from services.knowledge_sync.checks import run_checks
-from services.knowledge_sync.families import PAUSE_FLAG
+from services.knowledge_sync.families import PAUSE_FLAG, document_request, source_request
 from shared import progress
 from shared.db.engine import session_scope
 from shared.db.models.rails import (
@@ -57,14 +58,30 @@ def enqueue(load: LoadContext, kind: str, record_id: int) -> None:
         row = session.get(model, record_id)
         if row is None:
             raise click.ClickException(f"no {model.__tablename__} row {record_id}")
-        params: dict[str, object] = {field: record_id}
-        if isinstance(row, KnowledgeBaseSource):
-            params.update(
-                provider=row.type, organization_data_source_id=row.organization_data_source_id
-            )
-        organization_id = int(getattr(row, "organization_id"))  # noqa: B009 - every unit model has it
-    answer = platform.router.enqueue(JobRequest(kind, organization_id, params))
+        request = _request_for(session, kind, row, field)
+    answer = platform.router.enqueue(request)
     click.echo(f"{answer.job_id}: {answer.outcome} on {answer.queue}")
+
+
+def _request_for(session: Session, kind: str, row: object, field: str) -> JobRequest:
+    """The request the normal path would send for ``row``: a source sync and a document
+    sync carry their provider and organization data source (so the job runs on its
+    provider's tier, under its provider's window), as the tick and the source run send them."""
+    if isinstance(row, KnowledgeBaseSource):
+        return source_request(
+            row.organization_id, row.id, row.type, row.organization_data_source_id
+        )
+    if isinstance(row, KnowledgeBaseDocument):
+        source = (
+            session.get(KnowledgeBaseSource, row.knowledge_base_source_id)
+            if row.knowledge_base_source_id is not None
+            else None
+        )
+        if source is not None and source.organization_id != row.organization_id:
+            source = None  # never route by another tenant's row
+        return document_request(kind, row.organization_id, row.id, source)
+    organization_id = int(getattr(row, "organization_id"))  # noqa: B009 - every unit has it
+    return JobRequest(kind, organization_id, {field: int(getattr(row, "id"))})  # noqa: B009
 
 
 @kb.command("check")

@@ -235,3 +235,37 @@ def test_kb_check_passes_on_a_clean_state_and_fails_on_backlog_and_failing_sourc
     paused = cli_env.invoke(main, ["kb", "check"])
     assert paused.exit_code == 1
     assert f"[fail] {PAUSE_FLAG} is on (expected off)" in paused.output
+
+
+# -- manual re-drive ------------------------------------------------------------------------
+
+
+def test_kb_enqueue_routes_a_document_by_its_sources_provider(
+    platform: Platform, kb: Kb, cli_env: CliRunner
+) -> None:
+    # Given a Notion document and a Zendesk one, each under a source with a data source
+    org = kb.organization()
+    notion_ods = kb.data_source(org, "notion", {"api_token": "secret"})
+    zendesk_ods = kb.data_source(org, "zendesk", {"api_token": "t"})
+    notion_doc = kb.document(org, kb.source(org, "notion", ods=notion_ods), identifier="n")
+    zendesk_doc = kb.document(
+        org, kb.source(org, "zendesk", ods=zendesk_ods), source_type="zendesk", identifier="z"
+    )
+
+    for document in (notion_doc, zendesk_doc):
+        result = cli_env.invoke(main, ["kb", "enqueue", "sync_document", str(document)])
+        assert result.exit_code == 0, result.output
+
+    # Then each runs on its provider's tier and carries its provider and window scope
+    (notion,) = queued_messages(platform, "kb_document_sync.slow")
+    (zendesk,) = queued_messages(platform, "kb_document_sync.fast")
+    assert notion["options"]["st_provider"] == "notion"
+    assert notion["options"]["st_scope"] == f"ods-{notion_ods}"
+    assert zendesk["options"]["st_provider"] == "zendesk"
+    assert zendesk["options"]["st_scope"] == f"ods-{zendesk_ods}"
+    assert notion["kwargs"]["document_id"] == notion_doc
+
+
+def test_kb_enqueue_refuses_an_unknown_record(cli_env: CliRunner) -> None:
+    result = cli_env.invoke(main, ["kb", "enqueue", "sync_document", "987654321"])
+    assert result.exit_code == 1 and "no knowledge_base_documents row 987654321" in result.output
