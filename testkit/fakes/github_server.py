@@ -111,7 +111,7 @@ class GithubServer(ProtocolServer):
         self._window_end = time.time() + rate_window
         self._secondary: list[str] = []
         self._ids = itertools.count(1000)
-        self._data_lock = threading.Lock()
+        self._data_lock = threading.RLock()
 
     # -- data ------------------------------------------------------------------------
 
