@@ -14,18 +14,24 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import requests
 from sqlalchemy import text
 
 from router.requests import JobRequest
 from services.app.api import create_app
 from services.app.bootstrap import SERVICE_MODULES, Platform
 from services.app.scheduler import TickScheduler
+from services.rails import delivery_claims
 from tests import REPO
 from tests import platform_harness as h
 from tests.fixtures_platform import TOKEN, MakePlatform
@@ -43,6 +49,8 @@ try:
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.remote.webelement import WebElement
+    from selenium.webdriver.support.expected_conditions import staleness_of
     from selenium.webdriver.support.ui import WebDriverWait
 except ImportError:  # the test extra is not installed
     webdriver = None  # type: ignore[assignment]
@@ -137,7 +145,28 @@ def shot(driver: WebDriver, name: str) -> Path:
 
 
 def see(driver: WebDriver, css: str) -> str:
+    """The text a person sees in the element (waiting for it to be on the page)."""
+    WebDriverWait(driver, 10, poll_frequency=0.05).until(
+        lambda d: d.find_elements(By.CSS_SELECTOR, css)
+    )
     return str(driver.find_element(By.CSS_SELECTOR, css).text)
+
+
+def navigate(driver: WebDriver, action: Callable[[], object]) -> None:
+    """Do ``action`` (a click, an accepted dialog) and wait for the next page to load."""
+    page = driver.find_element(By.TAG_NAME, "html")
+    action()
+    WebDriverWait(driver, 10, poll_frequency=0.05).until(staleness_of(page))
+
+
+def confirm(driver: WebDriver, button: WebElement) -> None:
+    """Press ``button`` and say OK to the dialog that asks first."""
+    button.click()
+    driver.switch_to.alert.accept()
+
+
+def click(driver: WebDriver, by: str, value: str) -> None:
+    navigate(driver, driver.find_element(by, value).click)
 
 
 def wait_for(
@@ -154,7 +183,7 @@ def sign_in(
     assert "/dashboard/login" in driver.current_url  # not signed in: sent to the form
     driver.find_element(By.ID, "name").send_keys(name)
     driver.find_element(By.ID, "token").send_keys(TOKEN)
-    driver.find_element(By.ID, "sign-in").click()
+    click(driver, By.ID, "sign-in")
     wait_for(driver, lambda d: d.current_url == site + path)
 
 
@@ -172,7 +201,7 @@ def test_sign_in_refuses_a_wrong_token(browser: WebDriver, site: str) -> None:
     browser.get(site + "/dashboard/")
     browser.find_element(By.ID, "name").send_keys("Mallory")
     browser.find_element(By.ID, "token").send_keys("guess")
-    browser.find_element(By.ID, "sign-in").click()
+    click(browser, By.ID, "sign-in")
     assert "not this deployment's" in see(browser, "#problem")
     shot(browser, "login")
 
@@ -190,7 +219,7 @@ def test_queues_refresh_live(browser: WebDriver, site: str, platform: Platform) 
     assert tiers.split()[:4] == ["fast", "1", "0", "2"]
     shot(browser, "queues")
     # The organizations page: running versus cap, parked, and the prediction's model
-    browser.find_element(By.LINK_TEXT, "Organizations").click()
+    click(browser, By.LINK_TEXT, "Organizations")
     row = see(browser, 'tr[data-group="t_serial.fast|7"]')
     assert "0 / 1" in row and "first in its queue" in row  # no worker: no pace
     assert "How the start time is predicted" in see(browser, "#model")
@@ -208,11 +237,11 @@ def test_retry_a_failed_job_and_see_the_worker_run_it(
     assert "Retryable: flaky" in row
     shot(browser, "failed")
     # When Bob opens it and presses Retry
-    browser.find_element(By.LINK_TEXT, job_id).click()
+    click(browser, By.LINK_TEXT, job_id)
     assert see(browser, "#state") == "failed"
     assert "3 ended, 3 failed" in see(browser, "#attempts")
     shot(browser, "job-failed")
-    browser.find_element(By.ID, "retry").click()
+    click(browser, By.ID, "retry")
     assert "retried: waiting" in see(browser, "#done")
     # Then the worker runs it again, and the page (reloaded) says so, naming Bob
     h.wait_until(lambda: h.state(platform.broker, job_id) == "completed", timeout=30)
@@ -221,7 +250,7 @@ def test_retry_a_failed_job_and_see_the_worker_run_it(
     assert "by Bob Oncall" in see(browser, "#retried")
     assert "4 ended, 0 failed" in see(browser, "#attempts")
     shot(browser, "job-retried")
-    browser.find_element(By.LINK_TEXT, "Audit").click()
+    click(browser, By.LINK_TEXT, "Audit")
     assert f"Bob Oncall retry {job_id} waiting" in see(browser, "#audit")
     shot(browser, "audit")
 
@@ -235,11 +264,10 @@ def test_discard_asks_first(
     browser.find_element(By.ID, "discard").click()
     browser.switch_to.alert.dismiss()  # thought better of it: nothing happens
     assert see(browser, "#state") == "failed" and not browser.find_elements(By.ID, "done")
-    browser.find_element(By.ID, "discard").click()
-    browser.switch_to.alert.accept()
+    navigate(browser, lambda: confirm(browser, browser.find_element(By.ID, "discard")))
     assert "discarded: discarded" in see(browser, "#done")
     assert "by Ann Operator" in see(browser, "#discarded")
-    browser.find_element(By.LINK_TEXT, "Failed").click()
+    click(browser, By.LINK_TEXT, "Failed")
     assert see(browser, "#none-failed") == "No failed jobs."
 
 
@@ -256,20 +284,20 @@ def test_pause_and_resume_a_family(browser: WebDriver, site: str, platform: Plat
     sign_in(browser, site, path="/dashboard/switches")
     row = f'tr[data-flag="{FLAG}"]'
     assert "running" in see(browser, row)
-    browser.find_element(By.CSS_SELECTOR, f"{row} a.button").click()
+    click(browser, By.CSS_SELECTOR, f"{row} a.button")
     # The confirmation names the families and wants the switch's name typed
     assert "t_paused" in see(browser, "main")
     shot(browser, "switch-confirm")
     browser.find_element(By.ID, "confirm-switch").click()  # empty: the browser refuses
     assert gate(platform) is None
     browser.find_element(By.ID, "confirm").send_keys(FLAG)
-    browser.find_element(By.ID, "confirm-switch").click()
+    click(browser, By.ID, "confirm-switch")
     assert "PAUSED" in see(browser, row)
     assert gate(platform) == "true"  # Flipper's own tables: Rails sees the same switch
     shot(browser, "switches")
-    browser.find_element(By.CSS_SELECTOR, f"{row} a.button").click()
+    click(browser, By.CSS_SELECTOR, f"{row} a.button")
     browser.find_element(By.ID, "confirm").send_keys(FLAG)
-    browser.find_element(By.ID, "confirm-switch").click()
+    click(browser, By.ID, "confirm-switch")
     assert "running" in see(browser, row)
     assert gate(platform) is None
 
@@ -284,15 +312,78 @@ def test_unknown_job_windows_and_schedule(
     scheduler.lock.client.close()
     sign_in(browser, site, path="/dashboard/jobs")
     browser.find_element(By.ID, "job-id").send_keys("kb-document-sync-999999")
-    browser.find_element(By.ID, "find").click()
+    click(browser, By.ID, "find")
     assert "No job kb-document-sync-999999" in see(browser, "#problem")
     shot(browser, "job-missing")
-    browser.find_element(By.LINK_TEXT, "Windows").click()
+    click(browser, By.LINK_TEXT, "Windows")
     window = see(browser, "#windows tbody tr")
     assert "t_window" in window and "5 per 1.0 s" in window
     shot(browser, "windows")
-    browser.find_element(By.LINK_TEXT, "Schedule").click()
+    click(browser, By.LINK_TEXT, "Schedule")
     tick = platform.ticks[0]
     emitted = see(browser, f'tr[data-tick="{tick.name}"]')
     assert "added" in emitted or "deduplicated" in emitted
     shot(browser, "schedule")
+
+
+def test_resolve_an_uncertain_delivery_claim(
+    browser: WebDriver, site: str, platform: Platform
+) -> None:
+    key = f"browser-claim-{uuid.uuid4().hex[:8]}"
+    assert delivery_claims.claim(platform.sessions, key)
+    try:
+        sign_in(browser, site, path="/dashboard/claims")
+        row = f'tr[data-key="{key}"]'
+        assert "in flight" in see(browser, row)
+        shot(browser, "claims")
+        mark = browser.find_element(By.CSS_SELECTOR, f"{row} button.mark")
+        navigate(browser, lambda: confirm(browser, mark))
+        assert f"{key}: marked" in see(browser, "#done")
+        claim = delivery_claims.find(platform.sessions, key)
+        assert claim is not None and claim.resolved
+        assert not browser.find_elements(By.CSS_SELECTOR, row)
+    finally:
+        with platform.engine.begin() as connection:
+            connection.execute(
+                text("DELETE FROM outbound_delivery_claims WHERE delivery_key = :k"), {"k": key}
+            )
+
+
+def test_a_live_speedtier_api_serves_it(
+    browser: WebDriver, redis_url: str, database_url: str, namespace: str
+) -> None:
+    """`speedtier api` itself (gunicorn, production settings: the session cookie is Secure,
+    which the browser keeps for http://127.0.0.1, a trustworthy origin)."""
+    port = _free_port()
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "DATABASE_URL": database_url,
+        "SPEEDTIER_REDIS_NAMESPACE": namespace,
+        "SPEEDTIER_ENV": "production",
+        "SPEEDTIER_ALLOW_VOLATILE_REDIS": "1",  # the test Redis runs without AOF
+        "INTERNAL_API_TOKEN": TOKEN,
+    }
+    command = [sys.executable, "-m", "services.app.cli", "api", "--port", str(port)]
+    process = subprocess.Popen(
+        [*command, "--workers", "1"], cwd=REPO, env=env, stderr=subprocess.DEVNULL
+    )
+    site = f"http://127.0.0.1:{port}"
+    try:
+        h.wait_until(lambda: _answers(site + "/healthz"), timeout=60)
+        sign_in(browser, site, name="Prod Operator")
+        assert see(browser, "h1") == "Tiers and queues"
+        assert queue_cells(browser, "kb_document_sync.fast")[:2] == ["fast", "kb_document_sync"]
+        cookie = browser.get_cookie("speedtier_operator")
+        assert cookie is not None and cookie["secure"] and cookie["httpOnly"]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=40)
+    assert process.returncode == 0
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=5).status_code == 200
+    except requests.RequestException:  # not listening yet, or still booting its worker
+        return False

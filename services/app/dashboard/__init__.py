@@ -13,11 +13,14 @@ page                               what it shows / does
 ``/dashboard/switches``            kill switches (Flipper's tables), raise/lower after a
                                    confirmation
 ``/dashboard/schedule``            each tick's last and next slot and how they ended
+``/dashboard/claims``              unresolved outbound delivery claims (Rails' ledger), with
+                                   mark delivered / release (``services.rails``)
 ``/dashboard/audit``               the operator actions taken (``api2.operator_actions``)
 =================================  ===========================================================
 
 Sign-in and CSRF: ``auth``. Nothing here writes Redis except through the job store's
-scripts, nor a flag except through ``shared.flags``.
+scripts, a flag except through ``shared.flags``, nor a claim except through
+``services.rails.delivery_claims``; each action is audited (``actions``).
 """
 
 from services.app.dashboard.routes import blueprint

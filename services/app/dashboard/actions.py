@@ -1,9 +1,10 @@
 """What an operator changes from the dashboard, each recorded with who and when.
 
 The change goes through the platform's own door (the job store's retry and discard scripts,
-``shared.flags``); the audit row (``api2.operator_actions``) is written after it, with what
-the platform answered. Were PostgreSQL down at that moment, a retried or discarded job's
-record still names its operator (``retried_by``, ``discarded_by``).
+``shared.flags``, the delivery-claim ledger's own functions); the audit row
+(``api2.operator_actions``) is written after it, with what the platform answered. Were
+PostgreSQL down at that moment, a retried or discarded job's record still names its
+operator (``retried_by``, ``discarded_by``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from services.app.bootstrap import Platform
+from services.rails import delivery_claims
 from shared.db.engine import session_scope
 from shared.db.models.operator import OperatorAction
 from tiers.dead_letters import DeadLetters
@@ -58,3 +60,18 @@ def recent(platform: Platform, limit: int = 100) -> list[OperatorAction]:
         ).all()
         session.expunge_all()
         return list(rows)
+
+
+def resolve_claim(platform: Platform, operator: str, key: str, delivered: bool) -> str:
+    """Resolve an uncertain delivery claim by hand (the seed's runbook): ``delivered`` marks
+    it sent (never sent again), otherwise it is released (the next attempt sends again).
+    Returns ``marked`` / ``released``, or ``not_unresolved`` when no unresolved claim of
+    ``key`` exists (resolved or released meanwhile)."""
+    if delivered:
+        done = delivery_claims.mark_delivered(platform.sessions, key)
+        outcome = "marked" if done else "not_unresolved"
+    else:
+        done = delivery_claims.release(platform.sessions, key)
+        outcome = "released" if done else "not_unresolved"
+    record(platform, operator, "claim-delivered" if delivered else "claim-release", key, outcome)
+    return outcome

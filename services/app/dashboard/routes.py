@@ -20,6 +20,7 @@ from services.app.dashboard import actions, auth
 from services.app.dashboard.prediction import RATE_MINUTES, positions, predict
 from services.app.dashboard.snapshot import take_snapshot
 from services.app.dashboard.views_model import tick_rows, window_uses
+from services.rails import delivery_claims
 from shared.errors import SpeedtierError
 from tiers.dead_letters import DeadLetters
 from tiers.redis_retry import REDIS_DOWN
@@ -297,6 +298,26 @@ def set_switch(flag: str) -> ResponseReturnValue:
     operator: auth.Operator = g.operator
     actions.set_switch(_platform(), operator.name, flag, pause)
     return redirect(url_for("dashboard.switches"))
+
+
+@blueprint.get("/claims")
+def claims() -> ResponseReturnValue:
+    rows = delivery_claims.unresolved(_platform().sessions, limit=500)
+    return page("claims.html", claims=rows, lease=delivery_claims.DEFAULT_LEASE)
+
+
+@blueprint.post("/claims/resolve")
+def resolve_claim() -> ResponseReturnValue:
+    key = request.form.get("key", "")
+    how = request.form.get("how", "")
+    if not key or how not in ("delivered", "release"):
+        raise PageProblem(400, "Say which claim and how", "Give a key and delivered or release.")
+    operator: auth.Operator = g.operator
+    outcome = actions.resolve_claim(_platform(), operator.name, key, how == "delivered")
+    if outcome == "not_unresolved":
+        detail = f"No unresolved claim {key!r}: it was resolved or released meanwhile."
+        raise PageProblem(409, "Nothing to resolve", detail)
+    return redirect(url_for("dashboard.claims", done=f"{key}: {outcome}"))
 
 
 @blueprint.get("/schedule")

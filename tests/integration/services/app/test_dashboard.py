@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -20,6 +21,7 @@ from services.app.dashboard import auth
 from services.app.dashboard.prediction import predict
 from services.app.dashboard.snapshot import Group
 from services.app.scheduler import TickScheduler
+from services.rails import delivery_claims
 from shared.db.engine import session_scope
 from shared.db.models.operator import OperatorAction
 from tests import platform_harness as h
@@ -209,3 +211,44 @@ def test_flipper_sees_the_switch(app: Flask, platform: Platform) -> None:
         ).scalar()
     assert gate == "true"
     assert "PAUSED" in client.get("/dashboard/switches").text
+
+
+def test_an_uncertain_claim_is_resolved_from_the_page(app: Flask, platform: Platform) -> None:
+    key = f"dashboard-test-{uuid.uuid4().hex[:8]}"
+    other = f"{key}-other"
+    assert delivery_claims.claim(platform.sessions, key)
+    assert delivery_claims.claim(platform.sessions, other)
+    try:
+        client = signed_in(app, "cy")
+        page = client.get("/dashboard/claims").text
+        assert key in page and "in flight" in page
+        token = csrf_of(page)
+        done = client.post(
+            "/dashboard/claims/resolve",
+            data={"key": key, "how": "delivered", "csrf_token": token},
+        )
+        assert done.status_code == 302
+        found = delivery_claims.find(platform.sessions, key)
+        assert found is not None and found.resolved
+        again = client.post(
+            "/dashboard/claims/resolve",
+            data={"key": key, "how": "release", "csrf_token": token},
+        )
+        assert again.status_code == 409  # a delivered claim is never released
+        released = client.post(
+            "/dashboard/claims/resolve", data={"key": other, "how": "release", "csrf_token": token}
+        )
+        assert released.status_code == 302
+        assert delivery_claims.find(platform.sessions, other) is None
+        bad = client.post(
+            "/dashboard/claims/resolve", data={"key": other, "how": "burn", "csrf_token": token}
+        )
+        assert bad.status_code == 400
+        audit = client.get("/dashboard/audit").text
+        assert "claim-delivered" in audit and "claim-release" in audit
+    finally:
+        with platform.engine.begin() as connection:
+            connection.execute(
+                text("DELETE FROM outbound_delivery_claims WHERE delivery_key IN (:a, :b)"),
+                {"a": key, "b": other},
+            )
