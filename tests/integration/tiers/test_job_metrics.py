@@ -1,0 +1,105 @@
+"""The platform's metrics after real runs in a real worker (a thread of this process, values
+in memory): every outcome counted under its family, tier and label, run times observed,
+window delays counted, and the scrape-time depth showing parked, ready and failed jobs."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from router.enqueue import Router
+from router.requests import JobRequest
+from shared import metrics
+from tests import platform_harness as h
+from tiers.broker import TierBroker
+from tiers.queue_depth import QueueDepthCollector
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(broker: TierBroker) -> Samples:
+    def queues_of_tier(tier: str) -> list[str]:
+        return sorted(q for f in h.families().values() for q in f.queues() if q.endswith(tier))
+
+    body, _content_type = metrics.render([QueueDepthCollector(broker, queues_of_tier)])
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(body.decode())
+        for sample in family.samples
+    }
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def jobs(samples: Samples, family: str, outcome: str) -> float:
+    return value(samples, "speedtier_jobs_total", family=family, tier="fast", outcome=outcome)
+
+
+def test_outcomes_run_times_and_failed_depth(router: Router, broker: TierBroker) -> None:
+    before = scrape(broker)
+    # Given a job of each ending: returns, record missing, retried until failed, unrecoverable
+    router.enqueue_many(
+        [
+            JobRequest("t_plain", 1, {"item": "ok"}),
+            JobRequest("t_plain", 1, {"item": "gone", "mode": "missing"}),
+            JobRequest("t_plain", 1, {"item": "flaky", "mode": "retryable"}),
+            JobRequest("t_plain", 1, {"item": "bad", "mode": "unrecoverable"}),
+        ]
+    )
+    # When a worker runs them to their end
+    ends = {"plain-ok", "plain-gone", "plain-flaky", "plain-bad"}
+    finished = {"completed", "record_missing", "failed"}
+    with h.running_worker(broker):
+        h.wait_until(lambda: all(h.state(broker, j) in finished for j in ends), timeout=30)
+    after = scrape(broker)
+
+    def delta(outcome: str) -> float:
+        return jobs(after, "t_plain", outcome) - jobs(before, "t_plain", outcome)
+
+    # Then each ending is counted once, the retried attempts apart (3 attempts: 2 retried)
+    assert delta("completed") == 1
+    assert delta("record_missing") == 1
+    assert delta("retried") == 2
+    assert delta("failed") == 2  # the retryable one at its last attempt, the unrecoverable
+    runs = value(after, "speedtier_job_run_seconds_count", family="t_plain", tier="fast")
+    assert (
+        runs - value(before, "speedtier_job_run_seconds_count", family="t_plain", tier="fast") == 6
+    )
+    # and the two failed jobs wait in the dead-letter set, which the depth reports
+    assert value(after, "speedtier_queue_depth", tier="fast", family="t_plain", state="failed") == 2
+    assert value(after, "speedtier_queue_depth_up") == 1
+
+
+def test_window_delays_are_counted(router: Router, broker: TierBroker) -> None:
+    before = scrape(broker)
+    # Given 8 starts against a window of 5 a second for one scope
+    router.enqueue_many(
+        [JobRequest("t_window", 3, {"item": f"w{i}", "provider": "p"}) for i in range(8)]
+    )
+    with h.running_worker(broker):
+        h.wait_until(
+            lambda: all(h.state(broker, f"window-w{i}") == "completed" for i in range(8)),
+            timeout=30,
+        )
+    after = scrape(broker)
+    # Then the 3 that did not fit were delayed (each once, to its reserved window), not failed
+    labels = {"family": "t_window", "tier": "fast"}
+    delayed = value(after, "speedtier_window_delays_total", **labels) - value(
+        before, "speedtier_window_delays_total", **labels
+    )
+    assert delayed >= 3
+    assert jobs(after, "t_window", "completed") - jobs(before, "t_window", "completed") == 8
+    assert jobs(after, "t_window", "delayed") - jobs(before, "t_window", "delayed") == delayed
+
+
+def test_parked_jobs_show_in_the_depth(router: Router, broker: TierBroker) -> None:
+    # Given 3 jobs of one organization in a family capped at 1 per organization, no worker
+    router.enqueue_many(
+        [JobRequest("t_serial", 9, {"item": f"s{i}", "sleep": 0.1}) for i in range(3)]
+    )
+    samples = scrape(broker)
+    # Then one is admitted (ready in the queue) and two are parked in the group
+    labels = {"tier": "fast", "family": "t_serial"}
+    assert value(samples, "speedtier_queue_depth", state="ready", **labels) == 1
+    assert value(samples, "speedtier_queue_depth", state="parked", **labels) == 2
