@@ -19,7 +19,7 @@ from services.app.bootstrap import Platform
 from services.app.dashboard import actions, auth
 from services.app.dashboard.prediction import RATE_MINUTES, positions, predict
 from services.app.dashboard.snapshot import take_snapshot
-from services.app.dashboard.views_model import tick_rows, window_uses
+from services.app.dashboard.views_model import job_window, tick_rows, window_uses
 from services.rails import delivery_claims
 from shared.errors import SpeedtierError
 from tiers.dead_letters import DeadLetters
@@ -207,7 +207,8 @@ def job(job_id: str) -> ResponseReturnValue:
     if record is None:
         return page("job_missing.html", 404, job_id=job_id)
     ttl = platform.broker.client.ttl(platform.broker.jobs.record_key(job_id))
-    return page("job.html", job_id=job_id, record=record, ttl=ttl)
+    window = job_window(platform, record)
+    return page("job.html", job_id=job_id, record=record, ttl=ttl, window=window)
 
 
 def _job_action(

@@ -1,5 +1,5 @@
-"""The windows and schedule pages' data: provider windows now and over the last hour, and
-each tick's last and next slot with how its last emission and run ended."""
+"""The windows, job and schedule pages' data: provider windows now and over the last hour, a
+job's window, and each tick's last and next slot with how its last emission and run ended."""
 
 from __future__ import annotations
 
@@ -8,9 +8,13 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from dramatiq.common import dq_name, q_name, xq_name
+from dramatiq.message import Message
+
 from services.app.bootstrap import Platform, window_overrides
 from services.app.scheduler import emissions_key, latest_fire_time, next_fire_time
 from tiers.job_store import as_text
+from tiers.options import PROVIDER, WINDOW_ADMITTED, WINDOW_RESERVATION, WINDOW_SCOPE
 from tiers.run_rates import recent_counts
 
 #: Ticks fire at least weekly; a last slot is looked for this far back.
@@ -71,6 +75,54 @@ def window_uses(platform: Platform, now: float | None = None) -> list[WindowUse]
             )
         )
     return uses
+
+
+@dataclass(frozen=True)
+class JobWindow:
+    """The window a job's starts are counted in, read from its current message."""
+
+    provider: str
+    scope: str
+    key: str
+    rule: str
+    reserved: str  # a start reserved in a future window (``st_wres``), if any
+    admitted: str  # the window that counted its last run (on a delayed copy), if any
+
+
+def job_window(platform: Platform, record: dict[str, str]) -> JobWindow | None:
+    """The job's window, from its message wherever it now waits (its queue, delay queue,
+    group's parked list or dead letters); None when the message is gone (a finished job) or
+    its family has no window."""
+    family = platform.registry.by_name().get(record.get("family", ""))
+    cur, queue = record.get("cur", ""), record.get("queue", "")
+    if family is None or not cur or not queue:
+        return None
+    ns = platform.settings.redis_namespace
+    base = q_name(queue)
+    places = [f"{ns}:{base}.msgs", f"{ns}:{dq_name(base)}.msgs", f"{ns}:{xq_name(base)}.msgs"]
+    if record.get("group"):
+        places.append(f"{ns}:group:{record['group']}:parked.msgs")
+    pipe = platform.broker.client.pipeline(transaction=False)
+    for place in places:
+        pipe.hget(place, cur)
+    data = next((found for found in pipe.execute() if found is not None), None)
+    if data is None:
+        return None
+    options = Message.decode(data).options
+    provider = options.get(PROVIDER) or None
+    rule = family.window_for(provider, window_overrides(platform.settings))
+    if rule is None:
+        return None
+    scope = str(options.get(WINDOW_SCOPE) or "*")
+    name = (provider or "*").lower()
+    return JobWindow(
+        provider=name,
+        scope=scope,
+        key=f"{ns}:window:{family.name}:{name}:{scope}",
+        rule=f"{rule.limit} per {rule.period_seconds:g} s",
+        reserved=str(options.get(WINDOW_RESERVATION) or ""),
+        admitted=str(options.get(WINDOW_ADMITTED) or ""),
+    )
 
 
 @dataclass(frozen=True)

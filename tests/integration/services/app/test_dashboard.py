@@ -252,3 +252,14 @@ def test_an_uncertain_claim_is_resolved_from_the_page(app: Flask, platform: Plat
                 text("DELETE FROM outbound_delivery_claims WHERE delivery_key IN (:a, :b)"),
                 {"a": key, "b": other},
             )
+
+
+def test_a_jobs_page_names_its_window_and_group(app: Flask, platform: Platform) -> None:
+    windowed = enqueue(platform, "win-1", kind="t_window", provider="notion")
+    grouped = enqueue(platform, "grp-1", kind="t_serial")
+    client = signed_in(app)
+    page = client.get(f"/dashboard/jobs/{windowed}").text
+    window = page.split('id="window">')[1].split("</td>")[0]
+    assert "<code>notion</code> scope <code>ods-7</code>: 5 per 1 s" in window
+    grouped_page = client.get(f"/dashboard/jobs/{grouped}").text
+    assert "t_serial.fast|7" in grouped_page and "its family has no window" in grouped_page
