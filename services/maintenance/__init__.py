@@ -28,6 +28,7 @@ def register(platform: ServiceContext) -> None:
 
     jobs = platform.broker.jobs
     run = CounterCacheRun(
+        # the engine the sessions are bound to: the lock needs a connection of its own
         engine=platform.sessions.kw["bind"],
         sessions=platform.sessions,
         rails=rails,
