@@ -4,10 +4,13 @@
 organization's date resolves in its own zone when it runs; ``redrive YYYY-MM-DD`` uses that
 date for every organization; ``--org N`` enqueues that one organization's report (the
 sentinel resolved now in its zone), as one ``POST .../enqueue`` per org would.
+``retry JOB_ID`` re-runs a failed report job itself (the seed's "re-drive the caller" after an
+uncertain claim was resolved by hand).
 """
 
 from __future__ import annotations
 
+import getpass
 import sys
 import time
 from datetime import UTC, datetime
@@ -18,11 +21,12 @@ from router.context import LoadContext
 from router.requests import JobRequest
 from services.reports.checks import run_checks
 from services.reports.dates import BadReportDate, parse_day, resolve
-from services.reports.families import PAUSE_FLAG, report_request
+from services.reports.families import PAUSE_FLAG, REPORT_JOB_PREFIX, report_request
 from services.reports.store import reportable_organizations
 from services.reports.ticks import TODAY_TICK, YESTERDAY_TICK
 from shared import progress
 from shared.db.engine import session_scope
+from tiers.dead_letters import DeadLetters
 
 
 @click.group("reports")
@@ -56,6 +60,26 @@ def redrive(load: LoadContext, day: str, organization_id: int | None) -> None:
     resolved = resolve(wanted, found[0].time_zone, datetime.now(UTC))
     answer = platform.router.enqueue(report_request(organization_id, resolved, source="admin"))
     click.echo(f"{answer.job_id}: {answer.outcome} on {answer.queue}")
+
+
+@reports.command("retry")
+@click.argument("job_id")
+@click.pass_obj
+def retry(load: LoadContext, job_id: str) -> None:
+    """Retry a failed report job as the same job: its completed steps and its delivery keys
+    are kept, so a Slack claim resolved by hand (``speedtier claims mark-delivered`` or
+    ``release``) decides whether the post is skipped or sent again. A re-drive, by
+    contrast, is a new job with new keys."""
+    if not job_id.startswith(REPORT_JOB_PREFIX):
+        raise click.BadParameter(
+            f"not a report job id ({REPORT_JOB_PREFIX}...)", param_hint="JOB_ID"
+        )
+    platform = load()
+    operator = f"cli:{getpass.getuser()}"
+    outcome = DeadLetters(platform.broker.jobs).retry(job_id, operator)
+    if outcome not in ("waiting", "parked"):
+        raise click.ClickException(f"{job_id} was not retried: {outcome}")
+    click.echo(f"{job_id}: {outcome}")
 
 
 @reports.command("check")

@@ -23,6 +23,7 @@ FAMILY = "daily_agent_eval_report"
 #: Who asked for a report: the cron ticks, an admin, or the end of a backfill run.
 Source = Literal["cron", "admin", "backfill"]
 RETRY = RetryPolicy(max_attempts=5, base_seconds=30.0)
+REPORT_JOB_PREFIX = "daily-agent-eval-report-"
 
 
 class ReportParams(BaseModel):
@@ -40,7 +41,7 @@ class ReportParams(BaseModel):
 def report_job_id(organization_id: int, params: ReportParams) -> str:
     email = "email" if params.send_email else "no-email"
     backfill = "bf" if params.queue_backfill else "no-bf"
-    return f"daily-agent-eval-report-{organization_id}-{params.date.isoformat()}-{email}-{backfill}"
+    return f"{REPORT_JOB_PREFIX}{organization_id}-{params.date.isoformat()}-{email}-{backfill}"
 
 
 def report_request(

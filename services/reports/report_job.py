@@ -180,8 +180,9 @@ class SlackDeliveryUncertain(Unrecoverable):
 
     def __init__(self, key: str) -> None:
         super().__init__(
-            f"slack report delivery outcome uncertain ({key}): check the reports channel, then"
-            f" `speedtier claims mark-delivered {key}` or `release {key}` and re-drive"
+            f"slack report delivery outcome uncertain ({key}): check the reports channel,"
+            f" then `speedtier claims mark-delivered {key}` if it landed or `speedtier claims"
+            f" release {key}` if not, and `speedtier reports retry <job id>`"
         )
         self.key = key
 

@@ -9,11 +9,13 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from sqlalchemy import text
 
 from router.requests import JobRequest
 from services.app.bootstrap import Platform
-from services.rails.delivery_claims import unresolved
+from services.rails.delivery_claims import mark_delivered, release, unresolved
+from services.reports.cli import reports
 from services.reports.families import KIND, report_request
 from shared.db.engine import session_scope
 from testkit.fakes.protocol_server import ProtocolServer
@@ -211,3 +213,42 @@ def test_a_retry_replays_the_collect_engine_its_first_attempt_chose(
     assert rails.calls(COLLECT) == []
     steps = JobState(platform.broker.jobs, job_id).completed_steps()
     assert steps["collect"]["engine"] == "native" and steps["collect"]["rows"]
+
+
+@pytest.mark.parametrize("landed", [True, False])
+def test_an_uncertain_post_resolved_by_hand_then_retried_as_the_same_job(
+    platform: Platform, rails: RailsServer, slack: SlackServer, landed: bool
+) -> None:
+    """The seed's manual procedure: the operator checks the channel, marks the claim
+    delivered (it landed: the retry skips the post) or releases it (it did not: the retry
+    posts again), then retries the job; the email goes out once either way."""
+    org = _org(platform)
+    slack.fail(POST_MESSAGE, "slow", delay=2.0)
+    job_id = _enqueue(platform, org, send_email=True, queue_backfill=False, source="admin")
+    with running_workers(platform):
+        assert _finished(platform, job_id) == "failed"
+        slack.sleep(2.0)
+        [uncertain] = unresolved(platform.sessions)
+        if landed:
+            assert mark_delivered(platform.sessions, uncertain.delivery_key)
+        else:
+            assert release(platform.sessions, uncertain.delivery_key)
+        result = CliRunner().invoke(reports, ["retry", job_id], obj=lambda: platform)
+        assert result.exit_code == 0, result.output
+        assert _finished(platform, job_id) == "completed"
+    assert len(slack.messages) == (1 if landed else 2)
+    assert len(rails.sent_delivery_keys) == 1
+    steps = JobState(platform.broker.jobs, job_id).completed_steps()
+    assert steps["slack"]["delivery_key"] == uncertain.delivery_key  # the same job, same key
+    assert steps["slack"]["outcome"] == ("already_sent" if landed else "sent")
+    assert unresolved(platform.sessions) == []
+
+
+def test_retry_refuses_other_jobs_and_jobs_that_did_not_fail(platform: Platform) -> None:
+    runner = CliRunner()
+    result = runner.invoke(reports, ["retry", "kb-source-sync-1"], obj=lambda: platform)
+    assert result.exit_code == 2 and "not a report job id" in result.output
+    result = runner.invoke(
+        reports, ["retry", "daily-agent-eval-report-1-2026-11-30-no-email-bf"], obj=lambda: platform
+    )
+    assert result.exit_code == 1 and "not retried: not_failed" in result.output
