@@ -7,9 +7,10 @@ reads ``/flags/definitions``, formerly ``/api/feature_flag/local_evaluation``, e
 ``SPEEDTIER_POSTHOG_POLL_SECONDS``) and evaluates them here, never calling PostHog per job.
 
 It fails closed: a flag is **off** when PostHog is not configured (no personal API key), when
-the definitions could never be loaded (PostHog unreachable since start), when the flag is
-unknown or inactive, or when evaluation raises. Once loaded, definitions stay as last polled
-while PostHog is unreachable (the SDK keeps them), so an outage does not flip a rollout.
+the definitions could never be loaded, when the last :data:`UNREACHABLE_AFTER_FAILED_POLLS`
+polls in a row failed (PostHog unreachable: one failed poll is a blip and keeps the last
+definitions), when the flag is unknown or inactive, or when evaluation raises. Callers that
+must not switch engines mid-job keep their first answer on the job record.
 
 An organization is evaluated as PostHog person ``organization:<id>`` and as group
 ``organization`` ``<id>``, both with the properties ``organization_id`` and ``region``, so a
@@ -39,6 +40,28 @@ ROLLOUT_FLAGS: Final = (
     CONVERSATION_UPLOAD_NATIVE_PROCESSING,
 )
 ORGANIZATION_GROUP: Final = "organization"
+#: Consecutive failed definition polls after which PostHog counts as unreachable (flags off).
+UNREACHABLE_AFTER_FAILED_POLLS: Final = 2
+
+
+def _tracking_client(project_api_key: str, **options: Any) -> Any:
+    """The SDK's client, counting consecutive failed definition polls.
+
+    The SDK swallows a failed poll (keeping the last definitions); a poll succeeded when it
+    published its generation (a 200, or a 304 for the definitions held).
+    """
+    from posthog import Posthog
+
+    class TrackingPosthog(Posthog):
+        failed_polls = 0
+
+        def _fetch_feature_flags_from_api(self) -> None:
+            super()._fetch_feature_flags_from_api()  # type: ignore[no-untyped-call]
+            published = getattr(self, "_flag_definition_published_generation", None)
+            fetched = getattr(self, "_flag_definition_fetch_generation", None)
+            self.failed_polls = 0 if published == fetched else self.failed_polls + 1
+
+    return TrackingPosthog(project_api_key, **options)
 
 
 class PostHogRollouts:
@@ -77,9 +100,7 @@ class PostHogRollouts:
     def _sdk(self) -> Any:
         with self._lock:
             if self._client is None:
-                from posthog import Posthog
-
-                self._client = Posthog(
+                self._client = _tracking_client(
                     self.project_api_key or "",
                     host=self.host,
                     secret_key=self.personal_api_key,  # a personal API key works here
@@ -101,7 +122,13 @@ class PostHogRollouts:
         if region:
             properties["region"] = region
         try:
-            evaluated = self._sdk().evaluate_flags(
+            client = self._sdk()
+            if client.failed_polls >= UNREACHABLE_AFTER_FAILED_POLLS:
+                log.warning(
+                    "PostHog unreachable (%d failed polls): %s off", client.failed_polls, name
+                )
+                return False
+            evaluated = client.evaluate_flags(
                 f"organization:{organization_id}",
                 groups={ORGANIZATION_GROUP: str(organization_id)},
                 person_properties=properties,

@@ -111,3 +111,19 @@ def test_flags_rollout_is_off_without_posthog_and_overrides_win() -> None:
     assert flags.rollout(REPORT_COLLECT, organization_id=1)
     assert not flags.rollout(COUNTER_CACHE_NATIVE_REPAIRS, organization_id=1)
     assert len(set(ROLLOUT_FLAGS)) == 5
+
+
+def test_an_outage_after_loading_turns_flags_off_then_recovery_on(posthog: PostHogServer) -> None:
+    posthog.set_flags(region_flag(COUNTER_CACHE_NATIVE_REPAIRS, ["eu-central-1"]))
+    rollouts = rollouts_for(posthog)
+    try:
+        assert rollouts.is_enabled(COUNTER_CACHE_NATIVE_REPAIRS, organization_id=1)
+        posthog.fail("/flags/definitions", "500", times=2)
+        rollouts.reload()  # one failed poll: a blip, the last definitions hold
+        assert rollouts.is_enabled(COUNTER_CACHE_NATIVE_REPAIRS, organization_id=1)
+        rollouts.reload()  # two in a row: unreachable, fail closed
+        assert not rollouts.is_enabled(COUNTER_CACHE_NATIVE_REPAIRS, organization_id=1)
+        rollouts.reload()  # answering again
+        assert rollouts.is_enabled(COUNTER_CACHE_NATIVE_REPAIRS, organization_id=1)
+    finally:
+        rollouts.close()
