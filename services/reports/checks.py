@@ -7,6 +7,8 @@
 | ticks registered | both ticks exist at 04:00 and 20:00 UTC |
 | uncertain Slack/email claims | no unresolved report delivery claim (seed: resolve by hand) |
 | reportable organizations | at least one organization is reportable (else the ticks do nothing) |
+| no failed report job | no ``daily-agent-eval-report-*`` job record is ``failed`` (an uncertain
+  Slack post or a permanent refusal: see its ``last_error``, then ``speedtier reports retry``) |
 | no new GoodJob rows | ``SendDailyAgentEvaluationReportJob`` and ``...ForOrganizationJob`` have no
   ``good_jobs`` row created after ``since`` (default: 12 hours ago, GoodJob's cleanup window) |
 """
@@ -18,10 +20,11 @@ from datetime import UTC, datetime, timedelta
 
 from router.context import ServiceContext
 from services.rails.delivery_claims import unresolved
-from services.reports.families import PAUSE_FLAG
+from services.reports.families import PAUSE_FLAG, REPORT_JOB_PREFIX
 from services.reports.store import new_goodjob_rows, reportable_organizations
 from services.reports.ticks import TODAY_TICK, YESTERDAY_TICK
 from shared.db.engine import session_scope
+from tiers.job_store import as_text
 
 _REPORT_KEYS = ("slack/daily-agent-eval-report-", "email/daily-agent-eval-report-", "combined/")
 _CRONS = {YESTERDAY_TICK: "0 4 * * *", TODAY_TICK: "0 20 * * *"}
@@ -63,6 +66,14 @@ def run_checks(platform: ServiceContext, since: datetime | None = None) -> list[
             tuple(f"{c.delivery_key} claimed {c.created_at:%FT%TZ}" for c in claims),
         )
     )
+    failed = failed_report_jobs(platform)
+    checks.append(
+        Check(
+            not failed,
+            f"failed report jobs: {len(failed)}",
+            tuple(f"{job_id}: {error[:200]}" for job_id, error in failed),
+        )
+    )
     with session_scope(platform.sessions) as session:
         count = len(reportable_organizations(session))
         since = since or datetime.now(UTC) - BAKE_WINDOW
@@ -76,3 +87,19 @@ def run_checks(platform: ServiceContext, since: datetime | None = None) -> list[
         )
     )
     return checks
+
+
+def failed_report_jobs(platform: ServiceContext, limit: int = 50) -> list[tuple[str, str]]:
+    """``(job id, last error)`` of report jobs whose record says ``failed`` (kept for the
+    family's retention)."""
+    jobs = platform.broker.jobs
+    prefix = jobs.record_key(REPORT_JOB_PREFIX)
+    failed: list[tuple[str, str]] = []
+    for key in jobs.client.scan_iter(match=f"{prefix}*", count=500):
+        job_id = as_text(key)[len(prefix) - len(REPORT_JOB_PREFIX) :]
+        record = jobs.record(job_id) or {}
+        if record.get("state") == "failed":
+            failed.append((job_id, record.get("last_error", "")))
+            if len(failed) >= limit:
+                break
+    return sorted(failed)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 from click.testing import CliRunner
 from sqlalchemy import delete
@@ -11,8 +11,10 @@ from router.requests import JobRequest
 from services.app.bootstrap import Platform
 from services.reports.cli import reports
 from services.reports.dates import resolve
+from services.reports.families import report_request
 from shared.db.engine import session_scope
 from shared.db.models.rails_uploads import GoodJob
+from testkit.fakes.rails_server import RailsServer
 from testkit.fakes.slack_server import SlackServer
 from tests.integration.services.reports.factories import new_org, running_workers
 from tests.platform_harness import wait_until
@@ -109,3 +111,19 @@ def test_a_tick_skipped_while_paused_is_re_driven_with_its_sentinel(
             )
     posted = " ".join(str(m["blocks"][0]) for m in slack.messages)
     assert all(f"(#{org.id})" in posted for org in orgs)
+
+
+def test_check_lists_failed_report_jobs(platform: Platform, rails: RailsServer) -> None:
+    with session_scope(platform.sessions) as session:
+        org = new_org(session)
+        session.commit()
+    rails.reject("/internal/daily_agent_evaluation_reports/backfill_preview", 422)
+    job_id = platform.router.enqueue(
+        report_request(org.id, date(2026, 11, 30), source="admin")
+    ).job_id
+    with running_workers(platform):
+        wait_until(lambda: platform.broker.jobs.record(job_id)["state"] == "failed", 30)
+    code, output = _run(platform, "check")
+    assert code == 1
+    assert "[fail] failed report jobs: 1" in output and job_id in output
+    assert "422" in output
