@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 from services.apikit.schemas import StrictRequest
 from services.web.urls import normalize_url
@@ -254,11 +254,46 @@ class SearchHitOut(BaseModel):
     chunk_id: int
     knowledge_base_id: int
     score: float
-    snippet: str
+    snippet: str = Field(description="The best-matching fragments (matches in **), or the start.")
+    content: str = Field(description="The chunk's whole text, to ground an answer on.")
+    document_name: str = Field(description="The name of the document the chunk belongs to.")
+    document_version: int = Field(
+        description="The document version the chunk was indexed from (its current version)."
+    )
+    position: int = Field(description="The chunk's 0-based position in its document.")
 
 
 class SearchResults(BaseModel):
     hits: list[SearchHitOut]
+
+
+# -- usage ---------------------------------------------------------------------------------
+
+
+class UsageQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    since: AwareDatetime | None = Field(None, description="From this time (ISO 8601, with zone).")
+    until: AwareDatetime | None = Field(None, description="Before this time (ISO 8601).")
+
+
+class UsageRow(BaseModel):
+    kind: str = Field(description="The event, e.g. kb_document_ingested.")
+    knowledge_base_id: int | None
+    events: int
+    documents: int = Field(description="Distinct documents the events concern.")
+    chunks: int = Field(description="Chunks written by the ingestions.")
+    tokens: int = Field(description="Tokens in those chunks.")
+    embedded: int = Field(description="Chunks sent to the embedder.")
+    unchanged: int = Field(description="Ingestions that found the content unchanged.")
+    first_at: datetime
+    last_at: datetime
+
+
+class UsageSummary(BaseModel):
+    since: datetime | None
+    until: datetime | None
+    totals: list[UsageRow] = Field(description="Per event kind and knowledge base.")
 
 
 # -- API keys ------------------------------------------------------------------------------

@@ -97,6 +97,9 @@ class SearchHit:
       score: its reciprocal-rank-fusion score (higher is better).
       snippet: the best-matching fragments (matches in ``**``) or, without a text match,
         the chunk's first ~240 characters.
+      content: the chunk's whole text, for an answer to ground on (``search_knowledge``).
+      document_name / document_version: the document the chunk belongs to, and its version
+        the chunk was indexed from (the document's current version).
       vector_rank / text_rank: its 1-based rank in each ranking, None when not in it.
     """
 
@@ -108,6 +111,9 @@ class SearchHit:
     snippet: str
     vector_rank: int | None
     text_rank: int | None
+    content: str = ""
+    document_name: str = ""
+    document_version: int = 0
 
 
 @dataclass(frozen=True)
@@ -162,13 +168,10 @@ def search(
     return [
         SearchHit(
             chunk_id=chunk_id,
-            document_id=rows[chunk_id][0],
-            knowledge_base_id=rows[chunk_id][1],
-            position=rows[chunk_id][2],
             score=score,
-            snippet=rows[chunk_id][3],
             vector_rank=vector_ranks.get(chunk_id),
             text_rank=text_ranks.get(chunk_id),
+            **rows[chunk_id],
         )
         for chunk_id, score in fused
         if chunk_id in rows  # deleted since it was ranked
@@ -372,15 +375,18 @@ def text_search(session: Session, *, scope: SearchScope, query: str, limit: int)
 
 def _details(
     session: Session, scope: SearchScope, chunk_ids: list[int], query: str, matched: set[int]
-) -> dict[int, tuple[int, int, int, str]]:
-    """``chunk_id -> (document_id, knowledge_base_id, position, snippet)``, still visible."""
+) -> dict[int, dict[str, Any]]:
+    """``chunk_id -> SearchHit fields`` (document, base, position, snippet, content, the
+    document's name and version) of the chunks still visible."""
     if not chunk_ids:
         return {}
     statement = (
         "SELECT c.id, c.document_id, c.knowledge_base_id, c.position, CASE WHEN c.id = "
         f"ANY(CAST(:matched AS bigint[])) THEN ts_headline('{TEXT_SEARCH_CONFIG}', c.content, "
         f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', :query), :options) END, "
-        f"left(c.content, {SNIPPET_CHARS * 2}) FROM api2.kb_chunks c "
+        "c.content, doc.name, doc.current_version FROM api2.kb_chunks c "
+        "JOIN api2.kb_documents doc ON doc.organization_id = c.organization_id "
+        "AND doc.id = c.document_id "
         f"WHERE c.id = ANY(CAST(:ids AS bigint[])) AND {scope.where()}"
     )
     params = {
@@ -391,7 +397,15 @@ def _details(
         "options": _HEADLINE_OPTIONS,
     }
     return {
-        int(row[0]): (int(row[1]), int(row[2]), int(row[3]), row[4] or _lead(row[5]))
+        int(row[0]): {
+            "document_id": int(row[1]),
+            "knowledge_base_id": int(row[2]),
+            "position": int(row[3]),
+            "snippet": row[4] or _lead(row[5]),
+            "content": str(row[5]),
+            "document_name": str(row[6]),
+            "document_version": int(row[7]),
+        }
         for row in session.execute(text(statement), params)
     }
 

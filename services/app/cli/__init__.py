@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
 #: :func:`load_context` as click's context object rather than bootstrapping themselves.
 PRODUCT_COMMAND_MODULES = (
     "services.knowledge_sync.cli",
+    "services.ingestion.cli",
     "services.maintenance.cli",
     "services.uploads.cli",
     "services.super_sources.cli",

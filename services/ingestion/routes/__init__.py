@@ -3,7 +3,8 @@ module each, plus the internal API-key route and the error answers.
 
 Public routes, each authenticated by an organization's API key
 (:mod:`services.ingestion.api_auth`), every query scoped to that organization: another
-organization's ids answer 404 exactly like missing ones. One internal route,
+organization's ids answer 404 exactly like missing ones. ``GET /usage`` totals the
+organization's usage events. One internal route,
 ``POST /internal/ingestion/api_keys``, lets the main application provision keys (behind
 the internal bearer token).
 """
@@ -19,7 +20,14 @@ from flask.typing import ResponseReturnValue
 from services.indexing.embedders import Embedder
 from services.indexing.index_writer import DocumentChunker
 from services.ingestion.api_auth import require_api_key
-from services.ingestion.routes import api_keys, documents, knowledge_bases, search, versions
+from services.ingestion.routes import (
+    api_keys,
+    documents,
+    knowledge_bases,
+    search,
+    usage,
+    versions,
+)
 from services.ingestion.routes.context import BASE, COMPONENTS, DOCUMENT, NAME, Components
 from services.ingestion.routes.documents import UPLOAD_BODY_LIMIT, allow_uploads
 from services.ingestion.routes.errors import register_error_handlers
@@ -27,7 +35,7 @@ from services.ingestion.routes.errors import register_error_handlers
 __all__ = ["NAME", "PUBLIC_PATHS", "UPLOAD_BODY_LIMIT", "blueprint"]
 
 #: The public path space, every path of which needs an API key (unrouted ones too).
-PUBLIC_PATHS = ("/knowledge-bases", "/search")
+PUBLIC_PATHS = ("/knowledge-bases", "/search", "/usage")
 
 _ROUTES: tuple[tuple[str, str, Callable[..., ResponseReturnValue]], ...] = (
     ("/knowledge-bases", "POST", knowledge_bases.create_knowledge_base),
@@ -44,6 +52,7 @@ _ROUTES: tuple[tuple[str, str, Callable[..., ResponseReturnValue]], ...] = (
     (f"{DOCUMENT}/rollback", "POST", versions.rollback_document),
     (f"{BASE}/search", "POST", search.search_knowledge_base),
     ("/search", "POST", search.search_all),
+    ("/usage", "GET", usage.get_usage),
     ("/internal/ingestion/api_keys", "POST", api_keys.create_api_key),
 )
 

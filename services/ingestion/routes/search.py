@@ -47,6 +47,10 @@ def run_search(knowledge_base_id: int | None) -> Response:
             knowledge_base_id=hit.knowledge_base_id,
             score=hit.score,
             snippet=hit.snippet,
+            content=hit.content,
+            document_name=hit.document_name,
+            document_version=hit.document_version,
+            position=hit.position,
         )
         for hit in hits
     ]
@@ -56,7 +60,9 @@ def run_search(knowledge_base_id: int | None) -> Response:
 _SEARCH_DESCRIPTION = (
     "Hybrid search (vector and full text, fused by rank) over each live document's current "
     "version (a re-uploaded document answers with its previous version until the new one is "
-    "ready): the top-k chunks with scores, document ids and snippets, best first. Only the "
+    "ready): the top-k chunks, best first, each with its score, snippet, whole text, and its "
+    "document's id, name and version (enough for a search_knowledge tool to ground an "
+    "answer and cite it). Only the "
     "key's organization is searched; chunks restricted to audiences the caller did not name "
     "are left out."
 )

@@ -59,7 +59,12 @@ from services.ingestion.store.knowledge_bases import (
 from services.ingestion.store.locks import lock_document
 from services.ingestion.store.names import MAX_NAME_LENGTH
 from services.ingestion.store.sweeps import DueDocument, documents_to_ingest, documents_to_refresh
-from services.ingestion.store.usage import INGESTED_EVENT, record_usage_event
+from services.ingestion.store.usage import (
+    INGESTED_EVENT,
+    UsageTotals,
+    record_usage_event,
+    usage_summary,
+)
 from services.ingestion.store.versions import (
     RETAINED_SNAPSHOTS,
     add_version,
@@ -82,6 +87,7 @@ __all__ = [
     "FileSource",
     "TextSource",
     "UrlSource",
+    "UsageTotals",
     "add_document",
     "add_version",
     "chunk_count",
@@ -111,4 +117,5 @@ __all__ = [
     "revoke_api_key",
     "set_chunk_audience",
     "set_refresh_schedule",
+    "usage_summary",
 ]

@@ -195,7 +195,21 @@ def test_every_upload_form_goes_processing_to_ready_and_is_searchable(
         hits = tenant.search(word, base)
         assert hits and hits[0]["document_id"] == ids[kind], (kind, hits)
         assert word in hits[0]["snippet"]
-        assert set(hits[0]) == {"document_id", "chunk_id", "knowledge_base_id", "score", "snippet"}
+        assert set(hits[0]) == {
+            "document_id",
+            "chunk_id",
+            "knowledge_base_id",
+            "score",
+            "snippet",
+            "content",
+            "document_name",
+            "document_version",
+            "position",
+        }
+        assert word in hits[0]["content"] and hits[0]["document_version"] == 1
+        assert hits[0]["document_name"] == {"text": "refunds", "markdown": "guide.md"}.get(
+            kind, "faq.html"
+        )
         assert tenant.search(word)[0]["document_id"] == ids[kind]  # across every base
 
     # The DOCX is for staff and agents only.
@@ -740,6 +754,7 @@ def test_the_openapi_document_describes_every_ingestion_route(client: FlaskClien
         f"{one}/rollback": {"post"},
         "/knowledge-bases/{knowledge_base_id}/search": {"post"},
         "/search": {"post"},
+        "/usage": {"get"},
         "/internal/ingestion/api_keys": {"post"},
     }
     for path, methods in expected.items():
@@ -762,4 +777,7 @@ def test_the_openapi_document_describes_every_ingestion_route(client: FlaskClien
     schemas = document["components"]["schemas"]
     for name in ("DocumentAccepted", "DocumentOut", "SearchResults", "ApiKeyCreated"):
         assert name in schemas
+    hit = schemas["SearchHitOut"]["properties"]
+    assert {"content", "document_name", "document_version", "position"} <= set(hit)
+    assert {p["name"] for p in paths["/usage"]["get"]["parameters"]} == {"since", "until"}
     assert schemas["KnowledgeBaseCreate"]["properties"]["refresh_schedule"]

@@ -196,6 +196,25 @@ def test_a_vector_only_match_gets_the_chunk_opening_as_snippet(db: Session) -> N
     assert hit.snippet.endswith(" …") and len(hit.snippet) <= SNIPPET_CHARS + 2
 
 
+def test_a_hit_carries_its_whole_chunk_and_its_documents_name_and_version(db: Session) -> None:
+    tenant = Tenant(db)
+    base = tenant.base()
+    long_text = "Refund policy: " + " ".join(f"clause{i}" for i in range(300))
+    document_id = tenant.document(base, [long_text, "Shipping takes a week."])
+    document = db.get(KbDocument, document_id)
+    assert document is not None
+    document.current_version = 3
+    db.flush()
+
+    hits = tenant.search("refund policy clause7")
+
+    top = hits[0]
+    assert top.document_id == document_id and top.position == 0
+    assert top.content == long_text  # the whole chunk, not a 240-character snippet
+    assert len(top.snippet) < len(top.content)
+    assert (top.document_name, top.document_version) == (document.name, 3)
+
+
 def test_top_k_limits_the_answer_and_empty_queries_find_nothing(db: Session) -> None:
     tenant = Tenant(db)
     base = tenant.base()
