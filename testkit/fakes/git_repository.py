@@ -59,7 +59,7 @@ def commit(
     try:
         store = repo.object_store
         files: dict[str, tuple[int, bytes]] = {}
-        parent = repo.refs.get(BRANCH)
+        parent = repo.refs.as_dict().get(BRANCH)
         if parent is not None:
             head = repo[parent]
             assert isinstance(head, Commit)
