@@ -104,6 +104,14 @@ def test_a_timeout_after_the_message_landed_is_uncertain(slack: SlackServer) -> 
     assert len(slack.messages) == 1  # it landed although the sender saw a timeout
 
 
+def test_a_truncated_answer_after_the_post_is_uncertain(slack: SlackServer) -> None:
+    with slack as url:
+        slack.fail(POST_MESSAGE, "truncated")
+        with pytest.raises(SlackUncertain):
+            post_report(_target(url), "t", [{"type": "divider"}])
+    assert len(slack.messages) == 1  # Slack posted it; its answer was cut off
+
+
 def test_a_dead_server_is_uncertain() -> None:
     with pytest.raises(SlackUncertain):
         post_report(
