@@ -248,6 +248,18 @@ SPEEDTIER_EMBEDDING_API_PROJECT: {{ . | quote }}
 {{- end }}
 SPEEDTIER_SLACK_API_URL: {{ $c.slackApiUrl | default "https://slack.com/api/" | quote }}
 SPEEDTIER_REPORTS_SLACK_CHANNEL: {{ $c.reportsSlackChannel | default "" | quote }}
+{{- with $c.railsInternalUrl }}
+RAILS_INTERNAL_URL: {{ . | quote }}
+{{- end }}
+SPEEDTIER_RAILS_TIMEOUT_SECONDS: {{ $c.railsTimeoutSeconds | default 30 | toString | quote }}
+POSTHOG_HOST: {{ $c.posthogHost | default "https://us.i.posthog.com" | quote }}
+{{- with $c.posthogProjectApiKey }}
+POSTHOG_PROJECT_API_KEY: {{ . | quote }}
+{{- end }}
+SPEEDTIER_POSTHOG_POLL_SECONDS: {{ $c.posthogPollSeconds | default 30 | toString | quote }}
+{{- with $c.region }}
+SPEEDTIER_REGION: {{ . | quote }}
+{{- end }}
 {{- range $name, $tier := .Values.tiers }}
 {{- $t := include "speedtier.tier" (dict "root" $ "name" $name "tier" $tier) | fromYaml }}
 {{- if $t.enabled }}
@@ -262,7 +274,7 @@ SPEEDTIER_REPORTS_SLACK_CHANNEL: {{ $c.reportsSlackChannel | default "" | quote 
 
 {{- define "speedtier.secretData" -}}
 {{- $s := .Values.secrets }}
-{{- range $key, $value := dict "REDIS_URL" $s.redisUrl "DATABASE_URL" $s.databaseUrl "INTERNAL_API_TOKEN" $s.internalApiToken "SENTRY_DSN" $s.sentryDsn "SPEEDTIER_EMBEDDING_API_KEY" $s.embeddingApiKey "SLACK_BOT_TOKEN" $s.slackBotToken }}
+{{- range $key, $value := dict "REDIS_URL" $s.redisUrl "DATABASE_URL" $s.databaseUrl "INTERNAL_API_TOKEN" $s.internalApiToken "SENTRY_DSN" $s.sentryDsn "SPEEDTIER_EMBEDDING_API_KEY" $s.embeddingApiKey "SLACK_BOT_TOKEN" $s.slackBotToken "RAILS_INTERNAL_TOKEN" $s.railsInternalToken "POSTHOG_PERSONAL_API_KEY" $s.posthogPersonalApiKey }}
 {{- if $value }}
 {{ $key }}: {{ $value | toString | b64enc | quote }}
 {{- end }}

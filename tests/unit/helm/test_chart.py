@@ -519,6 +519,11 @@ def test_config_map_and_secret_cover_every_setting() -> None:
         "SPEEDTIER_EMBEDDING_RATE",
         "SPEEDTIER_EMBEDDING_API_PROJECT",
         "SLACK_BOT_TOKEN",
+        "RAILS_INTERNAL_URL",
+        "RAILS_INTERNAL_TOKEN",
+        "POSTHOG_PROJECT_API_KEY",
+        "POSTHOG_PERSONAL_API_KEY",
+        "SPEEDTIER_REGION",
     }
     provided = set(config) | set(secret["data"]) | unset
     settings = _setting_env_names()
