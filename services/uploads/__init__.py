@@ -43,5 +43,10 @@ def register(platform: ServiceContext) -> None:
     jobs = UploadJobs(rails, platform.sessions, objects, native_enabled)
     for family in families(build_handlers(jobs)):
         platform.add_family(family)
-    platform.add_tick(upload_scan_tick(platform.sessions, platform.router))
+    jobs_store = platform.broker.jobs
+
+    def job_state(job_id: str) -> str | None:
+        return (jobs_store.record(job_id) or {}).get("state")
+
+    platform.add_tick(upload_scan_tick(platform.sessions, platform.router, job_state))
     platform.add_blueprint(routes.blueprint())

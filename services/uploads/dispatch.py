@@ -19,19 +19,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import sentry_sdk
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.rails.client import RailsClient
-from services.uploads import store
+from services.uploads import ledger, store
 from services.uploads.native import handled_natively, process_upload
 from services.uploads.object_store import ObjectStore
 from shared.db.base import utcnow
 from shared.db.engine import session_scope
 from shared.db.models import ConversationUpload
 from shared.errors import Delay, RecordMissing, Unrecoverable
+from shared.observability import warn
 from tiers.attempts import current_attempt
 from tiers.policies import UPLOAD_RETRY
 
@@ -64,18 +66,22 @@ class UploadJobs:
         if native:
 
             def run() -> None:
-                process_upload(
+                outcome = process_upload(
                     self.sessions,
                     self.objects(),
                     organization_id,
                     conversation_upload_id,
                     periodic=periodic,
                 )
+                if outcome.status == "completed":
+                    self._completed(organization_id, conversation_upload_id)
         else:
 
             def run() -> None:
                 action = "retry_direct" if periodic else "process_direct"
-                self._post(organization_id, conversation_upload_id, action)
+                answer = self._post(organization_id, conversation_upload_id, action)
+                if answer.get("status") == "completed":
+                    self._completed(organization_id, conversation_upload_id)
 
         self._guarded(
             "ProcessDirectUploadJob", organization_id, conversation_upload_id, run, native=native
@@ -93,16 +99,31 @@ class UploadJobs:
             raise RecordMissing(f"conversation upload {upload_id}")
         return row[0]
 
-    def _post(self, organization_id: int, upload_id: int, action: str) -> None:
+    def _post(self, organization_id: int, upload_id: int, action: str) -> dict[str, Any]:
         path = UPLOADS_PATH.format(id=upload_id, action=action)
-        self.rails().post(path, {"organization_id": organization_id})
+        return self.rails().post(path, {"organization_id": organization_id})
+
+    def _completed(self, organization_id: int, upload_id: int) -> None:
+        """Best effort: the ``process`` ledger row follows the completed upload; a failed
+        mark is left for the reconciler, never a failed job."""
+        try:
+            with session_scope(self.sessions) as session:
+                ledger.mark_completed(session, organization_id, upload_id, "process", utcnow())
+                session.commit()
+        except Exception as exc:
+            warn(
+                "conversation upload ledger completed mark failed",
+                fingerprint=["speedtier", "uploads", "ledger-completed"],
+                conversation_upload_id=upload_id,
+                error=str(exc),
+            )
 
     def _guarded(
         self,
         job: str,
         organization_id: int,
         upload_id: int,
-        run: Callable[[], None],
+        run: Callable[[], object],
         *,
         native: bool,
     ) -> None:

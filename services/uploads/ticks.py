@@ -12,12 +12,14 @@ Routing of each candidate (:func:`services.uploads.store.scan_candidates`):
 | direct, failed (retries left) or stuck, file present | the same, ``periodic`` |
 
 Direct uploads never go through check. The summary (kept on the tick's job record) counts
-the enqueue outcomes plus ``skippedDirect`` and ``graceDirect``.
+the enqueue outcomes plus ``skippedDirect`` and ``graceDirect``. The delivery-ledger
+reconciler runs in the same tick, after the scan.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -28,6 +30,7 @@ from router.requests import JobRequest
 from router.ticks import Tick
 from services.uploads import store
 from services.uploads.families import PAUSE_FLAG, check_request, process_request
+from services.uploads.reconciler import reconcile
 from shared.db.base import utcnow
 from shared.db.engine import session_scope
 
@@ -60,13 +63,20 @@ def route(candidates: list[store.Candidate], now: Any) -> tuple[list[JobRequest]
     return requests, skipped
 
 
-def upload_scan_tick(sessions: sessionmaker[Session], router: Router) -> Tick:
+def upload_scan_tick(
+    sessions: sessionmaker[Session], router: Router, job_state: Callable[[str], str | None]
+) -> Tick:
+    """The scan, then the ledger reconciler (:mod:`services.uploads.reconciler`); the
+    reconciler's counts appear in the summary as ``ledger_<what>``."""
+
     def run(slot: str) -> dict[str, int]:
         now = utcnow()
         with session_scope(sessions) as session:
             candidates = store.scan_candidates(session, now)
         requests, skipped = route(candidates, now)
         summary = {**enqueue_settled(router, requests).summary(), **skipped}
+        settled = reconcile(sessions, router, job_state, utcnow())
+        summary.update({f"ledger_{what}": count for what, count in settled.items()})
         log.info("%s %s: %s", TICK_NAME, slot, summary)
         return summary
 
