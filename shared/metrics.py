@@ -100,6 +100,7 @@ def _get_or_create(
     with _lock:
         existing = _metrics.get(full)
         if existing is None:
+            _ensure_directory()
             existing = kind(full, documentation, labelnames=tuple(labelnames), **options)
             _metrics[full] = existing
         elif not isinstance(existing, kind) or getattr(existing, "_labelnames", ()) != tuple(
@@ -124,6 +125,14 @@ def use_directory(path: str | os.PathLike[str], *, wipe: bool = False) -> Path:
 
 def directory() -> str | None:
     return os.environ.get(ENV) or None
+
+
+def _ensure_directory() -> None:
+    """Create the configured directory if it is missing (a fresh /tmp emptyDir has none):
+    prometheus_client writes there at a metric's first use and fails without it."""
+    path = directory()
+    if path:
+        Path(path).mkdir(parents=True, exist_ok=True)
 
 
 def add_collector(collector: Collector) -> None:
