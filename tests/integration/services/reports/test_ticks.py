@@ -163,3 +163,23 @@ def test_one_organizations_failure_does_not_stop_the_others(
     assert states.count("failed") == 1 and states.count("completed") == len(ids) - 1
     assert len(slack.messages) == len(ids) - 1
     assert len(ids) >= 3 and orgs
+
+
+def test_the_evening_report_and_the_next_mornings_full_day_both_go_out(
+    platform: Platform, slack: SlackServer
+) -> None:
+    """20:00Z "today" and the next 04:00Z "yesterday" are the same date in UTC: the same
+    job id, replaced once the evening job finished, so both reports are posted."""
+    with session_scope(platform.sessions) as session:
+        org = new_org(session, time_zone="UTC")
+        session.commit()
+    job_id = f"daily-agent-eval-report-{org.id}-2026-12-01-no-email-bf"
+    for tick_name, slot in (
+        (TODAY_TICK, "2026-12-01T20:00Z"),
+        (YESTERDAY_TICK, "2026-12-02T04:00Z"),
+    ):
+        _run_tick(platform, tick_name, slot)
+        with running_workers(platform, only=(FAMILY,)):
+            wait_until(lambda: platform.broker.jobs.record(job_id)["state"] == "completed", 30)
+    headers = [m["blocks"][0]["text"]["text"] for m in slack.messages]
+    assert sum(f"(#{org.id}) 2026-12-01" in h for h in headers) == 2
