@@ -90,9 +90,11 @@ def refresh_interval_seconds(
     refresh_schedule: str | None, recrawl_interval_seconds: float
 ) -> float:
     """How often a URL document is re-fetched: the platform's recrawl interval, or its base's
-    schedule when that is sooner."""
+    schedule when that is sooner; never sooner than :data:`MIN_RECRAWL_INTERVAL_SECONDS`
+    (seed 003's hourly floor, whatever the caller passes)."""
     scheduled = REFRESH_INTERVALS.get(refresh_schedule or "")
-    return min(recrawl_interval_seconds, scheduled) if scheduled else recrawl_interval_seconds
+    interval = min(recrawl_interval_seconds, scheduled) if scheduled else recrawl_interval_seconds
+    return max(interval, MIN_RECRAWL_INTERVAL_SECONDS)
 
 
 def next_refresh_time(now: datetime, interval_seconds: float, failures: int) -> datetime:
