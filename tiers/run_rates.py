@@ -83,16 +83,27 @@ class RunRates(Middleware):
             log.warning("run rates not recorded (%s)", exc)
 
 
+def recent_minutes(
+    client: redis.Redis, namespace: str, minutes: int, now: float | None = None
+) -> list[tuple[int, Counter[str]]]:
+    """``(minute, field -> count)`` for the last ``minutes`` whole minutes and the current
+    one, oldest first."""
+    current = minute_of(time.time() if now is None else now)
+    span = range(current - minutes, current + 1)
+    pipe = client.pipeline(transaction=False)
+    for minute in span:
+        pipe.hgetall(rates_key(namespace, minute))
+    return [
+        (minute, Counter({as_text(field): int(value) for field, value in reply.items()}))
+        for minute, reply in zip(span, pipe.execute(), strict=True)
+    ]
+
+
 def recent_counts(
     client: redis.Redis, namespace: str, minutes: int, now: float | None = None
 ) -> Counter[str]:
     """Field -> count summed over the last ``minutes`` whole minutes and the current one."""
-    current = minute_of(time.time() if now is None else now)
-    pipe = client.pipeline(transaction=False)
-    for minute in range(current - minutes, current + 1):
-        pipe.hgetall(rates_key(namespace, minute))
     total: Counter[str] = Counter()
-    for reply in pipe.execute():
-        for field, value in reply.items():
-            total[as_text(field)] += int(value)
+    for _minute, counts in recent_minutes(client, namespace, minutes, now):
+        total.update(counts)
     return total

@@ -3,12 +3,15 @@
 The model (also explained on the page), for one group (family, tier, organization):
 
 * ``r_queue``: runs that ended in the group's queue per minute, all organizations, over the
-  last :data:`RATE_MINUTES` minutes (``tiers.run_rates``); the pace at which the queue's
-  FIFO list drains. ``r_group``: the same for this group alone; the pace at which its slots
+  last :data:`RATE_MINUTES` minutes (``tiers.run_rates``; over less when the queue began
+  working more recently, see :class:`Rates`); the pace at which the queue's FIFO list
+  drains. ``r_group``: the same for this group alone; the pace at which its slots
   come free.
 * The group has a message **waiting** in the queue (admitted under its cap): its next start
   is that message's turn, ``position / r_queue`` from now (``position``: messages ahead of it
   in the list, LPOS).
+  A waiting message no longer in the list was prefetched by a worker: it starts when one of
+  that worker's threads frees, ``1 / r_queue``.
 * Otherwise it has **parked** jobs (every slot taken by a running job): the next parked job
   is admitted when a slot frees, in ``1 / r_group``, and then waits behind what the queue
   holds, ``length / r_queue``.
@@ -40,10 +43,32 @@ class Prediction:
     basis: str
 
 
-def per_minute(counts: Counter[str], field: str) -> float:
-    """A count over the rate window as a per-minute rate (the current, partial, minute is
-    counted, so the rate is over ``RATE_MINUTES`` plus a fraction: a slight underestimate)."""
-    return counts.get(field, 0) / RATE_MINUTES
+class Rates:
+    """Per-minute rates from the minute counts of ``tiers.run_rates``.
+
+    A field's rate is its runs over the time since its first counted minute in the window
+    (at least one minute, at most the window): a queue that began working five minutes ago
+    is not diluted over fifteen, and a steady one is averaged over the whole window.
+
+    Parameters:
+      minutes: ``(minute, field -> count)``, as ``run_rates.recent_minutes`` answers.
+      now: epoch seconds the rates are for.
+    """
+
+    def __init__(self, minutes: list[tuple[int, Counter[str]]], now: float) -> None:
+        self.now = now
+        self.totals: Counter[str] = Counter()
+        self.first: dict[str, int] = {}
+        for minute, counts in minutes:
+            self.totals.update(counts)
+            for field in counts:
+                self.first.setdefault(field, minute)
+
+    def per_minute(self, field: str) -> float:
+        if field not in self.first:
+            return 0.0
+        elapsed = (self.now - self.first[field] * 60) / 60
+        return self.totals[field] / min(max(elapsed, 1.0), RATE_MINUTES + 1.0)
 
 
 def positions(client: redis.Redis, namespace: str, groups: list[Group]) -> dict[str, int]:
@@ -61,12 +86,10 @@ def positions(client: redis.Redis, namespace: str, groups: list[Group]) -> dict[
     return found
 
 
-def predict(
-    group: Group, counts: Counter[str], position: int | None, queue_length: int
-) -> Prediction:
+def predict(group: Group, rates: Rates, position: int | None, queue_length: int) -> Prediction:
     """The next start of ``group`` under the model in this module's docstring."""
-    r_queue = per_minute(counts, f"q:{group.queue}")
-    r_group = per_minute(counts, f"g:{group.key}")
+    r_queue = rates.per_minute(f"q:{group.queue}")
+    r_group = rates.per_minute(f"g:{group.key}")
     if group.waiting and position is not None:
         if r_queue <= 0:
             if position == 0:
@@ -77,6 +100,12 @@ def predict(
         return Prediction(
             60 * position / r_queue, f"{position} ahead in the queue at {r_queue:.1f} runs/min"
         )
+    if group.waiting:
+        # Its waiting messages have left the list: a worker prefetched them, and starts one
+        # when one of its threads frees (one run ending, at the queue's pace).
+        if r_queue <= 0:
+            return Prediction(None, "prefetched by a worker; no run ended there lately")
+        return Prediction(60 / r_queue, f"prefetched by a worker; runs end at {r_queue:.1f}/min")
     if group.parked:
         if r_group <= 0 or r_queue <= 0:
             return Prediction(None, "group full; none of its runs ended lately")

@@ -17,14 +17,14 @@ from services.apikit.context import current_platform
 from services.app.api import api_token
 from services.app.bootstrap import Platform
 from services.app.dashboard import actions, auth
-from services.app.dashboard.prediction import RATE_MINUTES, positions, predict
+from services.app.dashboard.prediction import RATE_MINUTES, Rates, positions, predict
 from services.app.dashboard.snapshot import take_snapshot
 from services.app.dashboard.views_model import job_window, tick_rows, window_uses
 from services.rails import delivery_claims
 from shared.errors import SpeedtierError
 from tiers.dead_letters import DeadLetters
 from tiers.redis_retry import REDIS_DOWN
-from tiers.run_rates import recent_counts
+from tiers.run_rates import recent_minutes
 
 log = logging.getLogger(__name__)
 
@@ -167,12 +167,14 @@ def _org_rows() -> list[dict[str, Any]]:
     platform = _platform()
     snapshot = take_snapshot(platform)
     ns = platform.settings.redis_namespace
-    counts = recent_counts(platform.broker.client, ns, RATE_MINUTES)
+    now = time.time()
+    rates = Rates(recent_minutes(platform.broker.client, ns, RATE_MINUTES, now), now)
     ahead = positions(platform.broker.client, ns, snapshot.groups)
     lengths = {row.queue: row.waiting for row in snapshot.queues}
     rows = []
-    for group in sorted(snapshot.groups, key=lambda g: (g.owner, g.family, g.tier)):
-        prediction = predict(group, counts, ahead.get(group.key), lengths.get(group.queue, 0))
+    busy = [g for g in snapshot.groups if g.running or g.waiting or g.parked]
+    for group in sorted(busy, key=lambda g: (g.owner, g.family, g.tier)):
+        prediction = predict(group, rates, ahead.get(group.key), lengths.get(group.queue, 0))
         rows.append({"group": group, "prediction": prediction})
     return rows
 

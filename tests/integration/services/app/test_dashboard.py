@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -18,7 +19,7 @@ from router.requests import JobRequest
 from services.app.api import create_app
 from services.app.bootstrap import SERVICE_MODULES, Platform
 from services.app.dashboard import auth
-from services.app.dashboard.prediction import predict
+from services.app.dashboard.prediction import Rates, predict
 from services.app.dashboard.snapshot import Group
 from services.app.scheduler import TickScheduler
 from services.rails import delivery_claims
@@ -160,16 +161,38 @@ def test_queues_and_orgs_show_what_redis_holds(app: Flask, platform: Platform) -
     assert "first in its queue" in orgs
 
 
+NOW = 1_800_000_000.0  # a minute boundary
+
+
+def steady(totals: dict[str, int]) -> Rates:
+    """``totals`` spread evenly over the 15 whole minutes before ``NOW``."""
+    now_minute = int(NOW // 60)
+    minutes = [
+        (now_minute - 15 + i, Counter({f: n // 15 for f, n in totals.items()})) for i in range(15)
+    ]
+    return Rates([*minutes, (now_minute, Counter())], NOW)
+
+
+def test_a_queue_that_began_recently_is_not_diluted() -> None:
+    now_minute = int(NOW // 60)
+    # 12 runs, all in the last two minutes (the window holds 15): 6 a minute, not 0.8
+    rates = Rates(
+        [(now_minute - 2, Counter({"q:a": 6})), (now_minute - 1, Counter({"q:a": 6}))], NOW
+    )
+    assert rates.per_minute("q:a") == pytest.approx(6.0)
+    assert rates.per_minute("q:b") == 0.0
+
+
 def test_the_prediction_follows_the_measured_rates() -> None:
     group = Group("q.fast|7", "q.fast", "q", "fast", "7", 2, running=2, parked=3)
     # 30 runs of the queue and 15 of the group over 15 minutes: 2/min and 1/min
-    counts = {"q:q.fast": 30, "g:q.fast|7": 15}
-    parked = predict(group, counts, None, queue_length=4)  # type: ignore[arg-type]
+    counts = steady({"q:q.fast": 30, "g:q.fast|7": 15})
+    parked = predict(group, counts, None, queue_length=4)
     assert parked.seconds == pytest.approx(60 / 1 + 60 * 4 / 2)
     group.waiting_ids.append("m1")
-    waiting = predict(group, counts, 6, queue_length=10)  # type: ignore[arg-type]
+    waiting = predict(group, counts, 6, queue_length=10)
     assert waiting.seconds == pytest.approx(60 * 6 / 2)
-    unknown = predict(group, {}, 6, queue_length=10)  # type: ignore[arg-type]
+    unknown = predict(group, Rates([], NOW), 6, queue_length=10)
     assert unknown.seconds is None and "no run ended" in unknown.basis
 
 
@@ -263,3 +286,11 @@ def test_a_jobs_page_names_its_window_and_group(app: Flask, platform: Platform) 
     assert "<code>notion</code> scope <code>ods-7</code>: 5 per 1 s" in window
     grouped_page = client.get(f"/dashboard/jobs/{grouped}").text
     assert "t_serial.fast|7" in grouped_page and "its family has no window" in grouped_page
+
+
+def test_a_prefetched_waiting_job_starts_when_a_thread_frees() -> None:
+    group = Group("q.fast|7", "q.fast", "q", "fast", "7", 2, running=1, parked=0)
+    group.waiting_ids.append("m1")  # waiting, but no longer in the list (prefetched)
+    counts = steady({"q:q.fast": 45})  # 3 runs a minute end in the queue
+    prediction = predict(group, counts, None, queue_length=0)
+    assert prediction.seconds == pytest.approx(20.0) and "prefetched" in prediction.basis
