@@ -45,7 +45,7 @@ def _options(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--linear", type=int, default=1000, help="issues per team")
     parser.add_argument("--webhooks", type=int, default=1000)
     parser.add_argument("--burst-seconds", type=float, default=120.0)
-    parser.add_argument("--github-limit", type=int, default=200)
+    parser.add_argument("--github-limit", type=int, default=400)
     parser.add_argument("--github-window", type=float, default=10.0)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--threads", type=int, default=12)
@@ -264,6 +264,15 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
             wall = time.time() - started
             stalled = time.time() >= deadline
             latencies = _webhook_latencies(platform, burst.posted)
+            by_source = {
+                source: _spread(
+                    _webhook_latencies(
+                        platform, [p for p in burst.posted if p["source"] == source]
+                    ),
+                    percentile,
+                )
+                for source in ("github", "linear")
+            }
             records = job_records(client, namespace)
             counters = {
                 (k.decode() if isinstance(k, bytes) else k): int(v)
@@ -295,6 +304,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                     "max": round(max(latencies), 3) if latencies else None,
                     "measured": len(latencies),
                 },
+                "webhook_to_indexed_by_source": by_source,
                 "webhook_job_claimed_after_seconds": _spread(waits, percentile),
                 "webhook_job_claimed_to_settled_seconds": _spread(runs, percentile),
                 "jobs": len(records),

@@ -3,6 +3,7 @@ connection's provider, its quota, the chunker and embedder, and the counters."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -16,6 +17,9 @@ from services.super_sources.registry import SourceEntry, SourceRegistry
 from shared import metrics
 from shared.db.models.super_sources import SuperSourceConnection
 from shared.errors import Delay, Unrecoverable
+
+#: Jobs waiting for one quota reset start within this many seconds after it.
+QUOTA_JITTER_SECONDS = 1.0
 
 #: ``super.<source>.<outcome>`` as Prometheus sees it (names cannot hold dots).
 INDEXATIONS = metrics.counter(
@@ -66,10 +70,15 @@ class SuperContext:
 
     def wait_for_quota(self, conn: Connection) -> None:
         """Before a provider call: when the connection is blocked until a reset, raise a
-        Delay to it (no attempt spent)."""
+        Delay to it (no attempt spent, and not counted toward the family's delay limit)."""
         until = self.entry(conn.source).rate_limit(self.rate_limits, conn)
         if until is not None and until > datetime.now(UTC):
-            raise Delay(until.timestamp(), reason="rate-limit")
+            # Pacing, not the provider's refusal: no call was made, and the quota reopens at
+            # its reset. Counted as a provider delay, a job losing the race at a few resets
+            # of a busy connection would spend attempts (DelaysExhausted) without one error.
+            # The jitter spreads the jobs waiting for one reset over a second.
+            again = until.timestamp() + random.uniform(0.0, QUOTA_JITTER_SECONDS)
+            raise Delay(again, reason="rate-limit", source="pacing")
 
     def count(self, source: str, what: str) -> None:
         """Add one to ``super.<source>.<what>`` (``indexation``, ``already_indexed``...):

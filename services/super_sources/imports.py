@@ -10,7 +10,9 @@ killed between the two              walks that page again; its index job ids are
                                     so a waiting one is not doubled and a finished one finds
                                     its node already indexed
 a rate limit (before or during a    delayed to the reset / Retry-After; no attempt spent,
-page)                               the checkpoint of the last page holds
+page)                               the checkpoint of the last page holds (and rides on the
+                                    Delay, so a walk that progresses between rate limits
+                                    never exhausts its delays)
 the last page                       the import completes: the walk's ``watermark`` is kept,
                                     and the next import lists only what changed since it
 ``first_run``                       starts from the beginning with no watermark: everything
@@ -31,6 +33,8 @@ from services.super_sources.context import SuperContext
 from services.super_sources.families import index_request
 from shared.db.base import utcnow
 from shared.db.engine import session_scope
+from shared.errors import Delay
+from tiers.options import CHECKPOINT
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +81,10 @@ def import_root(
     pages = scheduled = 0
     while True:
         ctx.wait_for_quota(conn)
-        page = entry.connector.walk(conn, root, checkpoint, since)
+        try:
+            page = entry.connector.walk(conn, root, checkpoint, since)
+        except Delay as delay:
+            raise _with_progress(delay, checkpoint) from None
         requests = [
             index_request(
                 organization_id, conn.source, connection_id, root, ref, page.dates.get(ref)
@@ -100,3 +107,10 @@ def import_root(
         if page.checkpoint is None:
             return ImportResult(pages, scheduled, complete=True)
         checkpoint = page.checkpoint
+
+
+def _with_progress(delay: Delay, checkpoint: str | None) -> Delay:
+    """``delay`` carrying where the walk stands: a delay after new pages is progress, so the
+    platform does not count it into the streak of delays that ends an attempt."""
+    carry = {**delay.carry, CHECKPOINT: checkpoint or "start"}
+    return Delay(delay.until, delay.reason, carry=carry, source=delay.source)

@@ -11,7 +11,7 @@ from services.super_sources.registry import SourceEntry, SourceRegistry, Webhook
 
 
 def default_registry() -> SourceRegistry:
-    from services.connectors import github, linear
+    from services.connectors import git_repository, github, gitlab, linear
 
     return SourceRegistry.of(
         [
@@ -40,5 +40,20 @@ def default_registry() -> SourceRegistry:
                     ),
                 ),
             ),
+            SourceEntry(
+                connector=gitlab.SOURCE,
+                default_base_url=gitlab.DEFAULT_BASE_URL,
+                webhooks=(
+                    WebhookSpec(
+                        path="events",
+                        scheme="X-Gitlab-Token: the secret itself",
+                        verify=gitlab.verify,
+                        parse=gitlab.parse,
+                    ),
+                ),
+            ),
+            # roots are clone URLs (settings.repositories); no webhooks (an import re-drive
+            # walks only what changed since the last indexed commit)
+            SourceEntry(connector=git_repository.SOURCE),
         ]
     )

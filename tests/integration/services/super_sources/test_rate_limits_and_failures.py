@@ -138,3 +138,33 @@ def test_a_failing_node_spends_five_attempts_and_its_failed_job_is_kept(
     ttl = redis_client.ttl(quick_retries.broker.jobs.record_key(answer.job_id))
     assert RETENTION_SECONDS - 3600 < ttl <= RETENTION_SECONDS
     assert quick_retries.broker.queue_failures(["super_index.slow"]) == {"super_index.slow": 1}
+
+
+def test_the_quota_check_paces_instead_of_counting_as_the_providers_refusal(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    from services.indexing.chunking import Chunker
+    from services.indexing.embedders import HashingEmbedder
+    from services.super_sources.context import QUOTA_JITTER_SECONDS, SuperContext
+    from shared.errors import Delay
+
+    rate_limits = RateLimitState(redis_client, namespace)
+    ctx = SuperContext(
+        registry=tracker.tracker_registry(),
+        rate_limits=rate_limits,
+        chunker=Chunker(),
+        embedder=HashingEmbedder(),
+        client=redis_client,
+        namespace=namespace,
+        provider_urls={},
+    )
+    conn = Connection("gitlab", 5, 6, "", {}, {})
+    ctx.wait_for_quota(conn)  # not blocked: returns
+    reset = datetime.now(UTC) + timedelta(seconds=30)
+    rate_limits.record(conn, 0, reset)
+    with pytest.raises(Delay) as raised:
+        ctx.wait_for_quota(conn)
+    # a delay to the reset (plus up to a second, so waiters do not all start at once) that
+    # the platform does not count toward the delays that end an attempt
+    assert raised.value.source == "pacing"
+    assert reset.timestamp() <= raised.value.until <= reset.timestamp() + QUOTA_JITTER_SECONDS

@@ -249,3 +249,32 @@ def test_a_delivery_naming_many_nodes_schedules_their_index_jobs(
         node_id=nodes[-1],
     )
     assert h.state(platform.broker, index_job_id(org, params)) == "completed"
+
+
+def test_a_gitlab_delivery_is_verified_with_x_gitlab_token(
+    make_platform: MakePlatform, organization: Callable[[], int]
+) -> None:
+    from services.app.api import create_app
+
+    production = make_platform()
+    client = create_app(production).test_client()
+    org = organization()
+    conn = make_connection(production, org, "gitlab", webhook_secret=SECRET)
+    body = json.dumps(
+        {"object_kind": "issue", "project": {"id": 42}, "object_attributes": {"iid": 3}}
+    ).encode()
+
+    def post(token: str, delivery: str) -> int:
+        return client.post(
+            f"/webhooks/gitlab/events?connection={conn}",
+            data=body,
+            headers={
+                "X-Gitlab-Token": token,
+                "X-Gitlab-Event": "Issue Hook",
+                "X-Gitlab-Event-UUID": delivery,
+            },
+        ).status_code
+
+    assert post("guess", f"g1-{org}") == 401
+    assert post(SECRET, f"g2-{org}") == 202
+    assert production.broker.queue_depths(["super_webhook.fast"])["super_webhook.fast"][0] == 1
