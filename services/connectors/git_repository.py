@@ -41,7 +41,7 @@ from dulwich.objects import Blob, Commit, ObjectID
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
-from services.connectors.nodes import Connection, Node, NodeRef, WalkPage
+from services.connectors.nodes import Connection, Node, NodeRef, NodeSource, WalkPage
 from shared.errors import Retryable, Unrecoverable
 from shared.http import NotFound
 
@@ -113,7 +113,7 @@ class GitSource:
         )
 
 
-SOURCE = GitSource()
+SOURCE: NodeSource = GitSource()
 
 
 def _decode(checkpoint: str | None) -> tuple[str, str | None, int] | None:

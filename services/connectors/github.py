@@ -46,8 +46,11 @@ from services.connectors.nodes import (
     MalformedWebhook,
     Node,
     NodeRef,
+    NodeSource,
     WalkPage,
     WebhookEvent,
+    WebhookParse,
+    WebhookVerify,
     header,
 )
 from shared.errors import Retryable, Unrecoverable
@@ -140,7 +143,7 @@ class GithubSource:
         )
 
 
-SOURCE = GithubSource()
+SOURCE: NodeSource = GithubSource()
 
 
 def _client(conn: Connection) -> NodeClient:
@@ -240,3 +243,7 @@ def parse(headers: Mapping[str, str], body: bytes) -> WebhookEvent:
     if event == "issues" and payload.get("action") == "deleted":
         return WebhookEvent(delivery, [], root=root, removed=[ref], kind=event)
     return WebhookEvent(delivery, [ref], root=root, kind=event)
+
+
+#: mypy holds the webhook functions to the contract's signatures.
+_CHECKED: tuple[WebhookVerify, WebhookParse] = (verify, parse)

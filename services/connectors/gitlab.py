@@ -45,8 +45,11 @@ from services.connectors.nodes import (
     MalformedWebhook,
     Node,
     NodeRef,
+    NodeSource,
     WalkPage,
     WebhookEvent,
+    WebhookParse,
+    WebhookVerify,
     header,
 )
 from shared.errors import Retryable, Unrecoverable
@@ -145,7 +148,7 @@ class GitlabSource:
         )
 
 
-SOURCE = GitlabSource()
+SOURCE: NodeSource = GitlabSource()
 
 
 def _decode(
@@ -252,3 +255,7 @@ def parse(headers: Mapping[str, str], body: bytes) -> WebhookEvent:
         NodeRef(MERGE_REQUEST, f"{project}!{iid}") if merge else NodeRef(ISSUE, f"{project}#{iid}")
     )
     return WebhookEvent(delivery, [ref], root=root, kind=kind)
+
+
+#: mypy holds the webhook functions to the contract's signatures.
+_CHECKED: tuple[WebhookVerify, WebhookParse] = (verify, parse)

@@ -45,8 +45,11 @@ from services.connectors.nodes import (
     MalformedWebhook,
     Node,
     NodeRef,
+    NodeSource,
     WalkPage,
     WebhookEvent,
+    WebhookParse,
+    WebhookVerify,
     header,
 )
 from shared.errors import Retryable, Unrecoverable
@@ -174,7 +177,7 @@ class LinearSource:
         )
 
 
-SOURCE = LinearSource()
+SOURCE: NodeSource = LinearSource()
 
 
 class _WalkState:
@@ -328,3 +331,7 @@ def parse(headers: Mapping[str, str], body: bytes) -> WebhookEvent:
     if payload.get("action") == "remove":
         return WebhookEvent(delivery, [], root=root, removed=[ref], kind=kind)
     return WebhookEvent(delivery, [ref], root=root, kind=kind)
+
+
+#: mypy holds the webhook functions to the contract's signatures.
+_CHECKED: tuple[WebhookVerify, WebhookParse] = (verify, parse)

@@ -18,7 +18,7 @@ import json
 from datetime import UTC, datetime
 
 from services.connectors.base import SourceConfig
-from services.connectors.nodes import Connection, Node, NodeRef, WalkPage
+from services.connectors.nodes import Connection, Node, NodeRef, NodeSource, WalkPage
 from services.connectors.notion import DEFAULT_BASE_URL, NotionProvider
 
 PAGE = "NotionPage"
@@ -71,7 +71,7 @@ class NotionNodeSource:
         )
 
 
-SOURCE = NotionNodeSource()
+SOURCE: NodeSource = NotionNodeSource()
 
 
 def _config(conn: Connection, *, roots: tuple[str, ...]) -> SourceConfig:

@@ -20,7 +20,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from services.connectors.nodes import Connection, Node, NodeRef, WalkPage
+from services.connectors.nodes import Connection, Node, NodeRef, NodeSource, WalkPage
 from services.web.fetch import CrawledPage, PageFetch, page_fetcher
 from services.web.robots import Disallowed, RobotsCache
 from services.web.urls import normalize_url
@@ -94,7 +94,7 @@ class WebsiteSource:
         )
 
 
-SOURCE = WebsiteSource()
+SOURCE: NodeSource = WebsiteSource()
 
 
 def _fetcher(conn: Connection) -> PageFetch:
