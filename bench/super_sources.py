@@ -2,7 +2,8 @@
 
 ``python -m bench.super_sources`` builds, for each of ``--orgs`` organizations, a GitHub
 repository of ``--github`` issues and pull requests (60/40) and a Linear team of ``--linear``
-issues on the local protocol servers (``testkit/fakes``), starts fast-tier worker processes
+issues on the local protocol servers (``testkit/fakes``) and a Git repository of ``--git``
+text files (built with dulwich, cloned from disk), starts fast-tier worker processes
 (``python -m bench.super_sources worker``, the production platform from the environment),
 enqueues every root's first import and, while the imports run, posts a burst of
 ``--webhooks`` signed deliveries (GitHub ``issues``/``pull_request``, Linear ``Issue``; each
@@ -13,8 +14,7 @@ Flask app. GitHub's fake enforces a primary rate limit (``--github-limit`` calls
 Reported: wall time, nodes per second, every node indexed once (node rows, documents and
 the ``indexation`` counter against the node count), webhook-to-indexed p50/p95/max (the
 post to the edited node's index commit), jobs failed and attempts spent (both must be 0),
-jobs delayed by rate limits, provider calls. A Git repository is not part of the run: the
-Git connector had not landed when this was written.
+jobs delayed by rate limits, provider calls.
 
 Quick: ``python -m bench.super_sources --orgs 3 --github 100 --linear 50 --webhooks 50``.
 """
@@ -43,6 +43,7 @@ def _options(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--orgs", type=int, default=3)
     parser.add_argument("--github", type=int, default=2000, help="issues + pulls per repo")
     parser.add_argument("--linear", type=int, default=1000, help="issues per team")
+    parser.add_argument("--git", type=int, default=500, help="text files per Git repository")
     parser.add_argument("--webhooks", type=int, default=1000)
     parser.add_argument("--burst-seconds", type=float, default=120.0)
     parser.add_argument("--github-limit", type=int, default=400)
@@ -159,6 +160,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
     from services.super_sources.families import import_request
     from shared.config import load_settings
     from shared.db.engine import session_scope
+    from testkit.fakes import git_repository
     from testkit.fakes.github_server import GithubServer
     from testkit.fakes.linear_server import LinearServer
     from testkit.kb_scenario import (
@@ -222,6 +224,24 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                         org, "linear", ln_id, NodeRef("LinearTeam", team.id), first_run=True
                     )
                 )
+                if options.git:
+                    origin = git_repository.init(log_dir / f"org{n}.git")
+                    git_repository.populate(origin, files=options.git)
+                    with session_scope(platform.sessions) as session:
+                        git = store.create_connection(
+                            session, org, "git", settings={"cache_dir": str(log_dir / "cache")}
+                        )
+                        session.commit()
+                        git_id = git.id
+                    roots.append(
+                        import_request(
+                            org,
+                            "git",
+                            git_id,
+                            NodeRef("GitRepository", str(origin)),
+                            first_run=True,
+                        )
+                    )
                 targets += [
                     {"source": "github", "org": org, "connection": gh_id, "repo": repo, "number": k}
                     for k in range(1, options.github + 1)
@@ -235,13 +255,20 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
             burst = Burst(
                 create_app(platform).test_client(), github, linear, targets[: options.webhooks]
             )
-            expected = options.orgs * (options.github + options.linear)
+            expected = options.orgs * (options.github + options.linear + options.git)
 
             workers = _start_workers(
                 environment_of(values), options.processes, options.threads, log_dir
             )
             started = time.time()
             answers = platform.router.enqueue_many(roots)
+            # the burst starts once the workers run the imports (not while they boot)
+            while time.time() < started + 120 and not any(
+                (platform.broker.jobs.record(a.job_id) or {}).get("state")
+                in ("active", "completed")
+                for a in answers
+            ):
+                time.sleep(0.2)
             time.sleep(2.0)
             sender = threading.Thread(target=burst.run, args=(options.burst_seconds,), daemon=True)
             sender.start()
