@@ -27,6 +27,13 @@ endpoint                                                               success b
   ``already_sent`` and sends nothing)
 =====================================================================  ====================
 
+Bodies the callers send: Unit21 sync and summarize ``{"organization_id"}``; counter caches
+``{"step": <one of COUNTER_CACHE_STEPS>}``; the reports' collect and backfill preview
+``{"organization_id", "date"}`` (collect answers ``{"rows": [{"agent_id", "agent_name",
+"agent_email", "evaluations", "average_score", "lowest_score"}]}``); the per-organization
+email ``{"organization_id", "date", "source", "delivery_key"}`` and the combined email
+``{"kind": "combined", "delivery_key", "attachments": [...]}``.
+
 Scripting, per test: ``fail(path, "404" | "429" | "500" | "slow" | "truncated", ...)``
 (the shared :class:`~testkit.fakes.protocol_server.ProtocolServer` failures) and
 ``reply(path, status, body)`` / ``reject(path, status, error_class, retryable)`` to queue
