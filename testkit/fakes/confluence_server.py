@@ -2,13 +2,20 @@
 
 Endpoints: ``GET /wiki/api/v2/spaces`` (``keys`` comma-separated or repeated, ``status``,
 ``limit``, ``cursor``), ``GET /wiki/api/v2/spaces/{id}/pages`` (``status``, default
-``current,archived`` as Confluence's is, ``limit``, ``cursor``) and
+``current,archived`` as Confluence's is, ``limit``, ``cursor``), ``GET /wiki/api/v2/pages``
+(the same, across spaces or for ``space-id``, and ``title``) and
 ``GET /wiki/api/v2/pages/{id}`` (``body-format=storage`` adds the storage body; a trashed or
 unknown page is 404). Pages of results carry a relative ``_links.next`` (and a ``Link``
 header) with an opaque cursor; ``limit`` defaults to 25, is at most 250 and is further capped
 by ``max_limit`` to force many pages. ``_links.base`` (in lists and single pages) is
 ``site_url + "/wiki"``. Requests need basic auth with the configured email and API token
 (else 401).
+
+References: https://developer.atlassian.com/cloud/confluence/rest/v2/api-group-space/,
+https://developer.atlassian.com/cloud/confluence/rest/v2/api-group-page/ (Get pages, Get
+pages in space, Get page by id), https://developer.atlassian.com/cloud/confluence/rest/v2/intro/
+(cursor pagination: ``_links.next`` and the ``Link`` header). atlassian-python-api's
+``ConfluenceV2`` drives this fake in a test.
 """
 
 from __future__ import annotations
@@ -137,6 +144,14 @@ class ConfluenceServer(ProtocolServer):
             if parts[1] not in self.spaces:
                 return self.status_reply(404, "Not Found")
             pages = [p for p in self.pages.values() if p["spaceId"] == parts[1]]
+            visible = self._with_status(request, pages, "current,archived")
+            return self._page_of(request, [_public(p) for p in visible])
+        if parts == ["pages"]:
+            # Get pages (every space, or ``space-id``; atlassian-python-api lists this way)
+            spaces = {i for v in request.query.get("space-id", []) for i in v.split(",") if i}
+            pages = [p for p in self.pages.values() if not spaces or p["spaceId"] in spaces]
+            title = request.param("title")
+            pages = [p for p in pages if title is None or p["title"] == title]
             visible = self._with_status(request, pages, "current,archived")
             return self._page_of(request, [_public(p) for p in visible])
         if len(parts) == 2 and parts[0] == "pages":

@@ -302,6 +302,10 @@ class FakeZendesk:
         if len(parts) == 2 and parts[1] in ("categories", "sections", "articles"):
             items = self._localized(help_center, parts[0], parts[1])
             return 200, self._page(items, parts[1], prefix + path, query)
+        if len(parts) == 1 and parts[0] in ("categories", "sections"):
+            # Agents may omit the locale: the help center's default locale answers.
+            items = self._localized(help_center, help_center.default_locale, parts[0])
+            return 200, self._page(items, parts[0], prefix + path, query)
         if parts[0] != "articles":
             return 404, {"error": "RecordNotFound"}
         if len(parts) == 1:
@@ -463,21 +467,23 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.get("Authorization") != fake.authorization:
             self._send(401, {"error": "Couldn't authenticate you"})
             return
-        failure = fake.failure_for(parts.path, query)
+        # Zendesk answers every path with or without ".json" (SDKs such as zenpy add it).
+        path = parts.path.removesuffix(".json")
+        failure = fake.failure_for(path, query)
         if failure is None:
-            self._send(*fake.answer(parts.path, query))
+            self._send(*fake.answer(path, query))
             return
         kind = failure.kind
         if kind is Kind.SLOW:
             fake._stopping.wait(fake.slow_seconds)
-            self._send(*fake.answer(parts.path, query))
+            self._send(*fake.answer(path, query))
         elif kind is Kind.RATE_LIMITED:
             self._send(429, {"error": "TooManyRequests"}, {"Retry-After": str(failure.retry_after)})
         elif kind in (Kind.NOT_FOUND, Kind.UNAUTHORIZED, Kind.RATE_LIMITED_BARE, Kind.SERVER_ERROR):
             status = int(kind.value.split()[0])
             self._send(status, {"error": kind.name})
         else:
-            _, body = fake.answer(parts.path, query)
+            _, body = fake.answer(path, query)
             raw = json.dumps(body).encode()
             if kind is Kind.TRUNCATED:
                 self._send_raw(200, raw[: len(raw) // 2], length=len(raw))

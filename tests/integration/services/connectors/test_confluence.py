@@ -293,3 +293,44 @@ def test_a_failed_page_fetch_raises(
 
     with pytest.raises(error):
         provider.fetch_document(replace(config, timeout=0.5), page)
+
+
+# -- the fake against atlassian-python-api (ConfluenceV2, the Cloud REST API v2 client) -------
+
+
+def test_atlassian_python_api_reads_the_fakes_spaces_and_pages(server: ConfluenceServer) -> None:
+    import warnings
+
+    import requests
+    from atlassian import ConfluenceV2
+
+    space = server.add_space("ENG", "Engineering")
+    server.add_space("OPS", "Operations")
+    pages = [server.add_page(space, f"Page {n}", f"<p>Body {n}</p>") for n in range(5)]
+    server.add_page(space, "Old", status="archived")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        client = ConfluenceV2(
+            url=f"{server.base_url}/wiki",
+            username=EMAIL,
+            password=TOKEN,
+            cloud=True,
+        )
+        denied = ConfluenceV2(
+            url=f"{server.base_url}/wiki", username=EMAIL, password="x", cloud=True
+        )
+
+    assert [s["key"] for s in client.get_spaces(keys=["ENG"])] == ["ENG"]
+    listed = client.get_pages(space_id=space, limit=2)  # the SDK follows _links.next
+    assert [p["id"] for p in listed] == pages
+    page = client.get_page_by_id(pages[0], body_format="storage")
+    assert page["title"] == "Page 0"
+    assert page["body"]["storage"] == {"representation": "storage", "value": "<p>Body 0</p>"}
+    assert page["version"]["number"] == 1
+    with pytest.raises(requests.HTTPError) as missing:
+        client.get_page_by_id("999999")
+    assert missing.value.response is not None and missing.value.response.status_code == 404
+    with pytest.raises(requests.HTTPError) as unauthorized:
+        denied.get_spaces()
+    assert unauthorized.value.response is not None
+    assert unauthorized.value.response.status_code == 401

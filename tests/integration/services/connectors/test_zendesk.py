@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -354,7 +355,7 @@ def test_a_big_help_center_costs_pages_not_a_request_per_article() -> None:
     ]
     fake = FakeZendesk(center, page_size=100)
     with fake:
-        listing = ZendeskProvider().list_source(config(fake.base_url))
+        listing = ZendeskProvider().list_source(replace(config(fake.base_url), timeout=30.0))
 
     # Then every translation is listed from the locale lists: 3 + 3 pages, de empty
     assert len(identifiers(listing)) == 500 and listing.complete
@@ -449,3 +450,48 @@ def test_fetch_document_failures_raise(zendesk: FakeZendesk) -> None:
         ZendeskProvider().fetch_document(config(zendesk.base_url), "100:fr")
     with pytest.raises(Unrecoverable, match="malformed"):
         ZendeskProvider().fetch_document(config(zendesk.base_url), "not-an-id")
+
+
+# -- the fake against zenpy, the most used Python SDK for Zendesk ------------------------------
+
+
+@pytest.fixture
+def zenpy_env(zendesk: FakeZendesk, monkeypatch: pytest.MonkeyPatch) -> FakeZendesk:
+    # zenpy's own switches for a server that is not {subdomain}.zendesk.com over https
+    monkeypatch.setenv("ZENPY_FORCE_SCHEME", "http")
+    monkeypatch.setenv("ZENPY_FORCE_NETLOC", zendesk.base_url.removeprefix("http://"))
+    return zendesk
+
+
+def test_zenpy_reads_the_fakes_help_center(zenpy_env: FakeZendesk) -> None:
+    from zenpy import Zenpy
+
+    client = Zenpy(subdomain="acme", email=EMAIL, token=API_TOKEN)
+
+    articles = list(client.help_center.articles())  # cursor pages of 3, followed by zenpy
+    assert [a.id for a in articles] == [100, 101, 102, 103, *range(104, 110)]
+    assert [a.draft for a in articles[:3]] == [False, True, False]
+    translations = list(client.help_center.articles.translations(100))
+    assert [(t.locale, t.draft) for t in translations] == [("en-us", False), ("fr", False)]
+    assert [(t.locale, t.draft) for t in client.help_center.articles.translations(102)] == [
+        ("en-us", False),
+        ("fr", True),
+    ]
+    assert [s.id for s in client.help_center.sections()] == [12, 11, 10, 20]
+    assert [c.name for c in client.help_center.categories()] == ["Getting started", "Billing"]
+    assert [b.name for b in client.brands()] == ["Acme"]
+    assert any(r.startswith(f"{ARTICLES}.json") for r in zenpy_env.requests)
+
+
+def test_zenpy_reads_the_fakes_failures(zenpy_env: FakeZendesk) -> None:
+    from zenpy import Zenpy
+    from zenpy.lib.exception import APIException, RecordNotFoundException
+
+    with pytest.raises(APIException):
+        list(Zenpy(subdomain="acme", email=EMAIL, token="wrong").help_center.articles())
+    client = Zenpy(subdomain="acme", email=EMAIL, token=API_TOKEN)
+    with pytest.raises(RecordNotFoundException):
+        client.help_center.articles(id=999)
+    zenpy_env.fail(ARTICLES, Kind.SERVER_ERROR, times=1)
+    with pytest.raises(APIException):
+        list(client.help_center.articles())
