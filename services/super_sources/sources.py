@@ -11,7 +11,15 @@ from services.super_sources.registry import SourceEntry, SourceRegistry, Webhook
 
 
 def default_registry() -> SourceRegistry:
-    from services.connectors import git_repository, github, gitlab, linear
+    from services.connectors import (
+        git_repository,
+        github,
+        gitlab,
+        linear,
+        notion,
+        notion_nodes,
+        website,
+    )
 
     return SourceRegistry.of(
         [
@@ -55,5 +63,8 @@ def default_registry() -> SourceRegistry:
             # roots are clone URLs (settings.repositories); no webhooks (an import re-drive
             # walks only what changed since the last indexed commit)
             SourceEntry(connector=git_repository.SOURCE),
+            # the slow tier's sources, through the knowledge-sync clients; no webhooks
+            SourceEntry(connector=notion_nodes.SOURCE, default_base_url=notion.DEFAULT_BASE_URL),
+            SourceEntry(connector=website.SOURCE),
         ]
     )
