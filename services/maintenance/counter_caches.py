@@ -68,7 +68,13 @@ def advisory_lock(engine: Engine) -> Iterator[bool]:
             yield held
         finally:
             if held:
-                store.release_counter_cache_lock(connection)
+                try:
+                    store.release_counter_cache_lock(connection)
+                except Exception:
+                    # Never hand a connection still holding the lock back to the pool:
+                    # closing its session releases the lock.
+                    raw.invalidate()
+                    raise
 
 
 @dataclass(frozen=True)
