@@ -5,6 +5,9 @@
 | recovery-sweep backlog | no kept document has content but no chunks |
 | sources still failing | no live source (but Intercom) failed or went two days unsynced |
 | pause flag | ``pause_api2_knowledge_base_sync`` is off |
+| new GoodJob rows | no row of the six retained classes in GoodJob's 12-hour window, unless |
+|                  | the pause flag is on (then Rails enqueues them on purpose)               |
+| throttle storm | no retained class's row of the window failed on a throttle |
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from sqlalchemy.orm import Session
 
 from services.knowledge_sync import store
 from services.knowledge_sync.families import PAUSE_FLAG
+from services.knowledge_sync.good_jobs import RETAINED, rows_since
+from shared.db.base import utcnow
 from shared.flags import Flags
 
 
@@ -50,6 +55,34 @@ def pause_flag_off(flags: Flags) -> Check:
     return Check(not paused, f"{PAUSE_FLAG} is {'on' if paused else 'off'} (expected off)")
 
 
+def good_job_checks(session: Session, flags: Flags) -> list[Check]:
+    """Seed 000's GoodJob queries over GoodJob's retention window (12 hours): no new
+    normal-path rows of the six classes (expected while the pause flag is on), and no
+    throttle failures (the storm this pipeline replaced)."""
+    rows = rows_since(session, utcnow() - RETAINED)
+    jobs = sum(row.jobs for row in rows)
+    paused = flags.is_enabled(PAUSE_FLAG)
+    details = tuple(
+        f"{row.job_class}: {row.jobs} jobs, {row.executions} executions, "
+        f"{row.throttle_failures} throttle failures, {row.first_seen} to {row.last_seen}"
+        for row in rows
+    )
+    expected = "expected while paused" if paused else "expected 0"
+    new_rows = Check(
+        jobs == 0 or paused,
+        f"new GoodJob rows of the knowledge base classes in 12 hours: {jobs} ({expected})",
+        details,
+    )
+    storms = sum(row.throttle_failures for row in rows)
+    throttle = Check(storms == 0, f"GoodJob throttle failures in 12 hours: {storms} (expected 0)")
+    return [new_rows, throttle]
+
+
 def run_checks(session: Session, flags: Flags) -> list[Check]:
     """Every check, in the order ``speedtier kb check`` prints them."""
-    return [recovery_backlog(session), failing_sources(session), pause_flag_off(flags)]
+    return [
+        recovery_backlog(session),
+        failing_sources(session),
+        pause_flag_off(flags),
+        *good_job_checks(session, flags),
+    ]

@@ -5,6 +5,7 @@ check``."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from click.testing import CliRunner
@@ -235,6 +236,61 @@ def test_kb_check_passes_on_a_clean_state_and_fails_on_backlog_and_failing_sourc
     paused = cli_env.invoke(main, ["kb", "check"])
     assert paused.exit_code == 1
     assert f"[fail] {PAUSE_FLAG} is on (expected off)" in paused.output
+
+
+def test_kb_check_runs_the_seeds_good_job_queries(
+    platform: Platform, db_session_factory: sessionmaker[Session], cli_env: CliRunner
+) -> None:
+    import uuid
+
+    from shared.db.models import GoodJob
+
+    def good_job(job_class: str, hours_ago: float, **fields: object) -> GoodJob:
+        created = datetime.now(UTC) - timedelta(hours=hours_ago)
+        return GoodJob(
+            job_class=job_class, active_job_id=uuid.uuid4(), created_at=created, **fields
+        )
+
+    rows = [
+        good_job("SyncKnowledgeBaseDocumentJob", 13),  # outside GoodJob's 12-hour window
+        good_job("CompleteConversationSyncJob", 1),  # another pipeline's class
+    ]
+    with db_session_factory() as session:
+        session.add_all(rows)
+        session.commit()
+    try:
+        clean = cli_env.invoke(main, ["kb", "check"])
+        assert "[pass] new GoodJob rows of the knowledge base classes in 12 hours: 0" in (
+            clean.output
+        )
+        assert "[pass] GoodJob throttle failures in 12 hours: 0 (expected 0)" in clean.output
+
+        fresh = [
+            good_job("SyncKnowledgeBaseDocumentJob", 1, executions_count=3, error="throttled"),
+            good_job("SyncKnowledgeBaseDocumentJob", 2, executions_count=1),
+            good_job("CrawlKnowledgeBaseUrlJob", 1),
+        ]
+        rows += fresh
+        with db_session_factory() as session:
+            session.add_all(fresh)
+            session.commit()
+        dirty = cli_env.invoke(main, ["kb", "check"])
+        assert dirty.exit_code == 1
+        out = dirty.output
+        assert "[fail] new GoodJob rows of the knowledge base classes in 12 hours: 3" in out
+        assert "SyncKnowledgeBaseDocumentJob: 2 jobs, 4 executions, 1 throttle failures" in out
+        assert "[fail] GoodJob throttle failures in 12 hours: 1 (expected 0)" in out
+
+        platform.flags.set(PAUSE_FLAG, True)  # the fallback enqueues GoodJob on purpose
+        paused = cli_env.invoke(main, ["kb", "check"])
+        assert "[pass] new GoodJob rows of the knowledge base classes in 12 hours: 3" in (
+            paused.output
+        )
+    finally:
+        with db_session_factory() as session:
+            for row in rows:
+                session.delete(session.merge(row))
+            session.commit()
 
 
 # -- manual re-drive ------------------------------------------------------------------------
