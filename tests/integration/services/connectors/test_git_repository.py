@@ -3,6 +3,7 @@ smart HTTP."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -171,3 +172,37 @@ def test_list_roots(tmp_path: Path) -> None:
     assert connector.SOURCE.list_roots(conn) == [
         NodeRef("GitRepository", "https://example.com/a.git")
     ]
+
+
+def test_fetches_and_walks_share_the_mirror_across_threads(tmp_path: Path, origin: Path) -> None:
+    conn = connection(tmp_path)
+    url = f"file://{origin}"
+    root = NodeRef("GitRepository", url)
+    refs, _, _ = walk_all(conn, root)
+    errors: list[BaseException] = []
+    texts: list[str] = []
+
+    def fetch_some(offset: int) -> None:
+        try:
+            for ref in refs[offset::4][:40]:
+                node = connector.SOURCE.fetch(conn, ref)
+                assert node is not None
+                texts.append(node.text)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    def walk_again() -> None:
+        try:
+            commit(origin, {"docs/extra.md": b"# Extra"})
+            walk_all(conn, root)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=fetch_some, args=(n,)) for n in range(4)]
+    threads.append(threading.Thread(target=walk_again))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert errors == []
+    assert len(texts) == 160 and all(t.startswith("# Page") for t in texts)

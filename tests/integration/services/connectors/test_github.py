@@ -15,6 +15,7 @@ import redis
 from services.connectors import github as connector
 from services.connectors.nodes import Connection, MalformedWebhook, NodeRef, RateLimitState
 from shared.errors import Delay, JobError, Unrecoverable
+from shared.http import NotFound
 from testkit.fakes.github_server import GithubServer, issue_payload, signed_delivery
 from testkit.fakes.protocol_server import TRANSIENT_FAILURES
 
@@ -309,3 +310,8 @@ def test_webhook_parse() -> None:
         connector.parse(headers, b"{not json")
     with pytest.raises(MalformedWebhook):
         connector.parse({}, body)
+
+
+def test_a_missing_repository_is_not_found(server: GithubServer, conn: Connection) -> None:
+    with pytest.raises(NotFound):
+        connector.SOURCE.walk(conn, NodeRef("GithubRepo", "octo/absent"), None)

@@ -16,6 +16,7 @@ import redis
 from services.connectors import gitlab as connector
 from services.connectors.nodes import Connection, MalformedWebhook, NodeRef, RateLimitState
 from shared.errors import Delay, JobError, Unrecoverable
+from shared.http import NotFound
 from testkit.fakes.gitlab_server import GitlabServer, item_payload, signed_delivery
 from testkit.fakes.protocol_server import TRANSIENT_FAILURES
 
@@ -242,3 +243,8 @@ def test_webhook_parse() -> None:
         connector.parse(headers, b"{}")
     with pytest.raises(MalformedWebhook):
         connector.parse({}, body)
+
+
+def test_a_missing_project_is_not_found(server: GitlabServer, conn: Connection) -> None:
+    with pytest.raises(NotFound):
+        connector.SOURCE.walk(conn, NodeRef("GitlabProject", "404"), None)
