@@ -16,6 +16,7 @@ Node ids are normalised URLs: ``WebsiteRoot`` and ``WebsitePage``. Settings:
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -99,8 +100,15 @@ SOURCE: NodeSource = WebsiteSource()
 
 def _fetcher(conn: Connection) -> PageFetch:
     allow_private = bool(conn.settings.get("allow_private_networks"))
-    robots = RobotsCache(allow_private=allow_private, timeout=conn.timeout)
+    robots = _robots(allow_private, conn.timeout)
     return page_fetcher(allow_private=allow_private, timeout=conn.timeout, robots=robots)
+
+
+@functools.lru_cache(maxsize=8)
+def _robots(allow_private: bool, timeout: float) -> RobotsCache:
+    """One robots.txt cache per process and configuration (thread-safe, an hour per host),
+    so the index jobs of a site do not fetch its robots.txt once per page."""
+    return RobotsCache(allow_private=allow_private, timeout=timeout)
 
 
 def _crawl(fetch: PageFetch, url: str, *, is_root: bool) -> CrawledPage | None:
