@@ -7,6 +7,8 @@ Protocol (REST, ``Authorization: Bearer <token>``, ``X-GitHub-Api-Version: 2022-
   100 a page; pull requests come in the same listing (they carry ``pull_request``). Pages
   restart from the last ``updated_at`` seen (see :class:`.node_http.UpdatedCursor`), so an
   issue edited during the walk is not skipped; the watermark is the last ``updated_at``.
+  This relies on ``since`` being inclusive (updated at or after, as GitHub answers; the
+  reference's wording is "updated after").
 * fetch: ``GET /repos/{owner}/{repo}/issues/{number}`` and its ``/comments`` (``link``
   pagination); the text is the body, then each comment.
 * rate limits: every answer's ``x-ratelimit-remaining`` / ``x-ratelimit-reset`` is recorded
