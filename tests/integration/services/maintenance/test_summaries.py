@@ -3,11 +3,15 @@ dedupe, 503 so Rails falls back) and the job calling Rails' summarize endpoint."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from flask.testing import FlaskClient
 
+from services.app.api import create_app
 from services.app.bootstrap import Platform
 from testkit.fakes.rails_server import RailsServer
-from tests.fixtures_platform import AUTH
+from tests.fixtures_platform import AUTH, MakePlatform
+from tests.integration.services.knowledge_sync.test_route import RedisServer
 from tests.integration.services.maintenance.factories import running_workers
 from tests.platform_harness import wait_until
 
@@ -56,3 +60,27 @@ def test_accepted_then_deduplicated_then_summarized_by_rails(
         )
     (call,) = rails.calls("/internal/conversations/42/summarize")
     assert call.body == {"organization_id": 7}
+
+
+def test_while_redis_is_down_rails_gets_a_503_and_falls_back(
+    tmp_path: Path, make_platform: MakePlatform
+) -> None:
+    # Given the API on a Redis that then goes away
+    server = RedisServer(tmp_path)
+    try:
+        platform = make_platform(redis_url=server.url)
+        client = create_app(platform).test_client()
+        assert client.post(ROUTE, json=body(conversation_id=5), headers=AUTH).status_code == 202
+        server.kill()
+        # When Rails' enqueuers call: a non-2xx, its proven delivery error (summary: fall back
+        # to SummarizeConversationJob; merge_into!: log and report, the merge goes on)
+        summary = client.post(ROUTE, json=body(conversation_id=6), headers=AUTH)
+        repair = client.post(
+            "/internal/counter_caches/enqueue",
+            json={"requests": [{"kind": "fix_counter_caches", "organization_id": None}]},
+            headers=AUTH,
+        )
+    finally:
+        server.kill()
+    assert summary.status_code == repair.status_code == 503
+    assert summary.get_json()["error"] == "queue_unavailable"
