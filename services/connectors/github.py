@@ -15,7 +15,7 @@ Protocol (REST, ``Authorization: Bearer <token>``, ``X-GitHub-Api-Version: 2022-
   on the connection; 403/429 with ``retry-after`` (secondary limit) or with remaining 0
   (primary limit) is a ``Delay`` until then; another 403 is ``Unrecoverable`` (permissions).
 * webhooks: ``X-Hub-Signature-256`` (HMAC-SHA256 of the raw body), ``X-GitHub-Delivery``;
-  ``issues``, ``issue_comment`` and ``pull_request`` events.
+  ``issues``, ``issue_comment``, ``pull_request`` and pull request review events.
 
 Node ids: ``GithubRepo`` ``owner/name``; ``GithubIssue`` / ``GithubPullRequest``
 ``owner/name#12``.
@@ -63,6 +63,8 @@ API_VERSION = "2022-11-28"
 PER_PAGE = 100
 #: Secondary limit without retry-after: GitHub asks for at least a minute.
 SECONDARY_WAIT = 60.0
+#: Webhook events whose payload names a pull request under ``pull_request``.
+PULL_EVENTS = ("pull_request", "pull_request_review", "pull_request_review_comment")
 
 REPO = "GithubRepo"
 ISSUE = "GithubIssue"
@@ -234,13 +236,14 @@ def parse(headers: Mapping[str, str], body: bytes) -> WebhookEvent:
     except (ValueError, KeyError, TypeError) as exc:
         raise MalformedWebhook(f"github webhook {delivery}: unreadable payload ({exc})") from exc
     root = NodeRef(REPO, full_name)
-    item = payload.get("pull_request") if event == "pull_request" else payload.get("issue")
-    if event not in ("issues", "issue_comment", "pull_request") or not isinstance(item, dict):
+    on_pull = event in PULL_EVENTS
+    item = payload.get("pull_request") if on_pull else payload.get("issue")
+    if event not in ("issues", "issue_comment", *PULL_EVENTS) or not isinstance(item, dict):
         return WebhookEvent(delivery, [], root=root, kind=event)
     number = item.get("number") or payload.get("number")
     if not isinstance(number, int):
         raise MalformedWebhook(f"github webhook {delivery}: no issue number")
-    pull = event == "pull_request" or "pull_request" in item
+    pull = on_pull or "pull_request" in item
     ref = NodeRef(PULL if pull else ISSUE, f"{full_name}#{number}")
     if event == "issues" and payload.get("action") == "deleted":
         return WebhookEvent(delivery, [], root=root, removed=[ref], kind=event)

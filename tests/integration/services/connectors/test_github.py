@@ -299,6 +299,14 @@ def test_webhook_parse() -> None:
     headers, body = signed_delivery("issue_comment", comment, "s")
     assert connector.parse(headers, body).refs == [NodeRef("GithubPullRequest", f"{REPO}#6")]
 
+    review = {
+        "action": "submitted",
+        "pull_request": {"number": 8},
+        "repository": {"full_name": REPO},
+    }
+    headers, body = signed_delivery("pull_request_review", review, "s")
+    assert connector.parse(headers, body).refs == [NodeRef("GithubPullRequest", f"{REPO}#8")]
+
     headers, body = signed_delivery("issues", issue_payload(REPO, 4, action="deleted"), "s")
     gone = connector.parse(headers, body)
     assert gone.refs == [] and gone.removed == [NodeRef("GithubIssue", f"{REPO}#4")]
