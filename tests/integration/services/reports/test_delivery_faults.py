@@ -58,7 +58,7 @@ def _state(platform: Platform, job_id: str) -> str | None:
     return record["state"] if record else None
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_a_worker_killed_after_slack_and_before_email_retries_only_the_email(
     platform: Platform, rails: RailsServer, slack: SlackServer
 ) -> None:
@@ -72,16 +72,16 @@ def test_a_worker_killed_after_slack_and_before_email_retries_only_the_email(
     # "collect", the second after "slack" (collect is already done when it starts).
     first = start_worker(values, fault="step.after")
     try:
-        first.join(timeout=40)
+        first.join(timeout=90)
         assert first.exitcode == -9 and list(state.completed_steps()) == ["collect"]
         second = start_worker(values, fault="step.after")
-        second.join(timeout=40)
+        second.join(timeout=90)
         assert second.exitcode == -9
         assert list(state.completed_steps()) == ["collect", "slack"]
         assert len(slack.messages) == 1 and rails.calls(EMAIL) == []
         third = start_worker(values)
         try:
-            wait_until(lambda: _state(platform, job_id) == "completed", timeout=40)
+            wait_until(lambda: _state(platform, job_id) == "completed", timeout=90)
         finally:
             stop(third)
     finally:
@@ -93,7 +93,7 @@ def test_a_worker_killed_after_slack_and_before_email_retries_only_the_email(
     assert len(rails.calls(EMAIL)) == 1 and len(rails.sent_delivery_keys) == 1
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_workers_and_enqueues_racing_one_report_send_it_once(
     platform: Platform, rails: RailsServer, slack: SlackServer
 ) -> None:

@@ -24,6 +24,7 @@ from testkit.fakes.slack_server import POST_MESSAGE, SlackServer
 from tests.integration.services.reports.factories import evaluated_agent, new_org, running_workers
 from tests.platform_harness import wait_until
 from tiers.job_state import JobState
+from tiers.policies import RetryPolicy
 
 DAY = date(2026, 11, 30)
 COLLECT = "/internal/daily_agent_evaluation_reports/collect"
@@ -187,8 +188,15 @@ def _clean_claims(platform: Platform) -> Any:
 
 
 def test_an_email_timeout_is_retried_with_the_same_key_and_rails_sends_it_once(
-    platform: Platform, rails: RailsServer, slack: SlackServer
+    make_platform: Any, rails: RailsServer, slack: SlackServer
 ) -> None:
+    from tests.integration.services.reports.conftest import reports_settings
+
+    # the retry (2 s backoff) comes after the slow answer was recorded by the fake
+    platform = make_platform(
+        retries={"daily_agent_eval_report": RetryPolicy(max_attempts=3, base_seconds=2.0)},
+        **reports_settings(rails, slack),
+    )
     org = _org(platform)
     rails.fail(EMAIL, "slow", delay=1.5)  # Rails sends it, the answer comes too late
     job_id = _enqueue(platform, org, send_email=True, queue_backfill=False, source="admin")
