@@ -112,6 +112,12 @@ def not_found(_exc: Exception) -> ResponseReturnValue:
     return problem(404, "No such page", f"Nothing at {request.path}.")
 
 
+@blueprint.route("/<path:_unknown>", methods=["GET", "POST"])
+def unknown_page(_unknown: str) -> ResponseReturnValue:
+    """Any other path under /dashboard: a page that says so (not the API's JSON 404)."""
+    return problem(404, "No such page", f"Nothing at {request.path}.")
+
+
 @blueprint.errorhandler(405)
 def wrong_method(_exc: Exception) -> ResponseReturnValue:
     return problem(405, "Method not allowed", f"{request.method} {request.path} is not served.")

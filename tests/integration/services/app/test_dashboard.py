@@ -110,6 +110,9 @@ def test_state_changes_need_the_pages_csrf_token(app: Flask, platform: Platform)
 
 def test_bad_input_gets_a_page_that_says_so(app: Flask) -> None:
     client = signed_in(app)
+    nowhere = client.get("/dashboard/no/such/page")
+    assert nowhere.status_code == 404 and b"No such page" in nowhere.data
+    assert b"--fg" in client.get("/dashboard/static/dashboard.css").data  # still served
     missing = client.get("/dashboard/jobs/no-such-job")
     assert missing.status_code == 404 and b"No job" in missing.data
     assert client.get("/dashboard/jobs?id=no-such-job").status_code == 302
