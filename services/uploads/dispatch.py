@@ -149,6 +149,14 @@ class UploadJobs:
             scope.set_tag("conversation_upload_id", upload_id)
             sentry_sdk.capture_exception(exc)
         try:
+            with session_scope(self.sessions) as session:
+                ledger.mark_failed(
+                    session, organization_id, upload_id, "process", str(exc)[:2000], utcnow()
+                )
+                session.commit()
+        except Exception:
+            log.warning("upload %s: could not mark its ledger row", upload_id, exc_info=True)
+        try:
             if native:
                 with session_scope(self.sessions) as session:
                     store.mark_failed(

@@ -4,6 +4,7 @@
 | --- | --- | --- |
 | :func:`mark_accepted` | pending/sent/uncertain -> accepted | the process job is in Redis |
 | :func:`mark_completed` | open -> completed | the upload completed |
+| :func:`mark_failed` | open -> failed, ``last_error`` | the upload failed for good |
 | :func:`complete_row` | open -> completed | the reconciler saw the outcome |
 | :func:`claim_replay` | open -> accepted, ``replay_count + 1`` | the reconciler re-adds |
 | :func:`fail_row` | open -> failed, ``last_error`` | file/conversation gone, budget spent |
@@ -72,6 +73,22 @@ def mark_completed(
             _D.state.in_(OPEN_STATES),
         )
         .values(state="completed", completed_at=now, updated_at=now)
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def mark_failed(
+    session: Session, organization_id: int, upload_id: int, kind: str, error: str, now: datetime
+) -> int:
+    result = session.execute(
+        update(_D)
+        .where(
+            _D.organization_id == organization_id,
+            _D.conversation_upload_id == upload_id,
+            _D.kind == kind,
+            _D.state.in_(OPEN_STATES),
+        )
+        .values(state="failed", failed_at=now, last_error=error, updated_at=now)
     )
     return int(result.rowcount)  # type: ignore[attr-defined]
 

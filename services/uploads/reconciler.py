@@ -5,8 +5,9 @@ the 30-minute tick. Per row, in the seed's order:
    ``sync_completion`` row whose conversation has ``last_synced_at``: completed (no Redis);
 2. a live deterministic job (``conversation-upload-process-<id>`` waiting, parked, delayed or
    active): wait;
-3. the file (process) or the conversation (sync_completion) is gone, or ``replay_count >= 3``:
-   failed with ``last_error``;
+3. the file (process) or the conversation (sync_completion) is gone, the upload failed or
+   expired (the periodic retry may reprocess it; Rails' ``record!`` reopens the row), or
+   ``replay_count >= 3``: failed with ``last_error``;
 4. otherwise the optimistic claim and the job re-added (a finished job of the same id is
    replaced). A ``sync_completion`` row waits while its upload is pending/processing (Rails'
    processor owns it) and fails when the upload failed or expired.
@@ -57,6 +58,8 @@ def _decide(session: Session, row: ledger.OpenRow, job_state: Callable[[str], st
             return "wait"
         if status is None or stored_file(session, row.conversation_upload_id) is None:
             return "failed:the upload's file is gone"
+        if status in ("failed", "expired"):
+            return f"failed:the upload {status}"
     else:
         synced = session.execute(
             select(Conversation.last_synced_at).where(
