@@ -97,9 +97,12 @@ def test_a_worker_killed_after_slack_and_before_email_retries_only_the_email(
 def test_workers_and_enqueues_racing_one_report_send_it_once(
     platform: Platform, rails: RailsServer, slack: SlackServer
 ) -> None:
+    """Two worker processes consume the queue; while one of them is posting the report
+    (Slack takes 3 s to answer), 40 more enqueues of it arrive from 4 threads: all are
+    deduplicated against the running job, and one message lands."""
     org = _org(platform)
-    slack.fail(POST_MESSAGE, "slow", delay=0.5, times=1000)  # every post takes a while
-    values = _values(platform, rails, slack)
+    slack.fail(POST_MESSAGE, "slow", delay=3.0)
+    values = {**_values(platform, rails, slack), "http_timeout_seconds": 20.0}
     workers = [start_worker(values), start_worker(values)]
     answers: list[str] = []
     lock = threading.Lock()
@@ -111,17 +114,21 @@ def test_workers_and_enqueues_racing_one_report_send_it_once(
                 answers.append(outcome)
 
     try:
+        first = platform.router.enqueue(report_request(org, DAY))
+        assert first.outcome == "added"
+        wait_until(lambda: len(slack.requests_to(POST_MESSAGE)) == 1, timeout=90)
         threads = [threading.Thread(target=enqueue_many) for _ in range(4)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-        job_id = f"daily-agent-eval-report-{org}-2026-11-30-no-email-bf"
-        wait_until(lambda: _state(platform, job_id) == "completed", timeout=60)
+        assert _state(platform, first.job_id) == "active"  # still posting: a real race
+        wait_until(lambda: _state(platform, first.job_id) == "completed", timeout=60)
     finally:
         stop(*workers)
-    assert answers.count("added") == 1 and answers.count("deduplicated") == 39
-    assert len(slack.messages) == 1 and len(rails.calls(COLLECT)) == 1
+    assert answers == ["deduplicated"] * 40
+    assert len(slack.messages) == 1 and len(slack.requests_to(POST_MESSAGE)) == 1
+    assert len(rails.calls(COLLECT)) == 1
 
 
 def test_a_copy_meeting_another_copys_claim_never_posts(
