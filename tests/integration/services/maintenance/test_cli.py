@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import pytest
 from click.testing import CliRunner
+from sqlalchemy import text
 
+from router.requests import JobRequest
 from services.app.bootstrap import Platform
 from services.app.cli import main
 from services.maintenance.families import (
@@ -15,9 +18,18 @@ from services.maintenance.families import (
     PAUSE_UNIT21,
     counter_cache_request,
 )
+from services.maintenance.ticks import EXPIRED_EVALUATIONS_TICK
 from services.rails import delivery_claims
+from shared.db.base import utcnow
 from testkit.fakes.rails_server import RailsServer
-from tests.integration.services.maintenance.factories import RAILS_TOKEN
+from tests.integration.services.maintenance.factories import (
+    RAILS_TOKEN,
+    clear_unit21_sources,
+    organization,
+    organization_data_source,
+    running_workers,
+)
+from tests.platform_harness import wait_until
 from tiers.job_state import JobState
 
 
@@ -96,3 +108,42 @@ def test_jobs_show_prints_the_durable_state(cli: CliRunner, platform: Platform) 
     assert shown.exit_code == 0, shown.output
     assert 'data:engine "rails"' in shown.output
     assert "step:assignment_queue_memberships" in shown.output
+
+
+def test_maintenance_check_passes_after_every_family_ran(
+    cli: CliRunner, platform: Platform, rails: RailsServer
+) -> None:
+    # Given one Unit21 source, no claim left open by earlier tests
+    clear_unit21_sources(platform.sessions)
+    with platform.sessions() as session:
+        org = organization(session)
+        organization_data_source(session, org, "unit21")
+        session.execute(text("DELETE FROM outbound_delivery_claims WHERE delivered_at IS NULL"))
+        session.commit()
+    # When this hour's sweep, a Unit21 round and a counter-cache run have completed
+    sweep = platform.tick(EXPIRED_EVALUATIONS_TICK)
+    now = utcnow()
+    fire = now.replace(minute=5, second=0, microsecond=0)
+    if fire > now:
+        fire -= timedelta(hours=1)
+    platform.router.enqueue(JobRequest(sweep.kind, None, {"slot": sweep.slot(fire)}))
+    platform.tick("unit21-sync").run("manual")
+    platform.router.enqueue(counter_cache_request())
+    jobs = platform.broker.jobs
+    with running_workers(platform):
+        wait_until(
+            lambda: all(
+                (jobs.record(job_id) or {}).get("state") == "completed"
+                for job_id in (sweep.job_id(sweep.slot(fire)), COUNTER_CACHE_FIX_JOB_ID)
+            ),
+            timeout=30,
+        )
+        wait_until(lambda: "[pass] Unit21" in cli.invoke(main, ["maintenance", "check"]).output)
+    # Then every check passes
+    result = cli.invoke(main, ["maintenance", "check"])
+    assert result.exit_code == 0, result.output
+    assert "[fail]" not in result.output
+    assert (
+        "steps that called Internal::CounterCachesController#fix: assignment_queue_memberships"
+        in (result.output)
+    )
