@@ -4,6 +4,8 @@ is refused; and the measured rates count the runs."""
 
 from __future__ import annotations
 
+import threading
+
 import redis
 
 from router.enqueue import Router
@@ -82,3 +84,30 @@ def test_actions_on_unknown_or_live_jobs_are_refused(router: Router, broker: Tie
     job_id = router.enqueue(request("live")).job_id
     assert letters.retry(job_id, "ann") == "not_failed"
     assert letters.discard(job_id, "ann") == "not_failed"
+
+
+def test_concurrent_retries_send_the_job_back_once(
+    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
+) -> None:
+    # Given a failed job, and sixteen operators (or a hammered button) retrying it at once
+    job_id = fail_for_good(router, broker, "race")
+    letters = DeadLetters(broker.jobs)
+    answers: list[str] = []
+    start = threading.Barrier(16)
+
+    def retry() -> None:
+        start.wait()
+        answers.append(letters.retry(job_id, "many"))
+
+    threads = [threading.Thread(target=retry) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # Then exactly one retry placed a message, and the job runs exactly once more
+    assert answers.count("waiting") == 1
+    assert set(answers) <= {"waiting", "not_failed", "changed", "gone"}
+    assert redis_client.llen(f"{namespace}:t_plain.fast") == 1
+    with h.running_worker(broker):
+        h.wait_until(lambda: h.state(broker, job_id) == "completed")
+    assert redis_client.get(f"{namespace}:runs:race") == b"4"
