@@ -121,6 +121,7 @@ class Burst:
         self.client, self.github, self.linear, self.targets = client, github, linear, targets
         self.posted: list[dict[str, Any]] = []
         self.statuses: dict[int, int] = {}
+        self.answer_seconds: list[float] = []
 
     def run(self, seconds: float) -> None:
         from testkit.fakes import github_server, linear_server
@@ -146,6 +147,7 @@ class Burst:
                 data=body,
                 headers=headers,
             )
+            self.answer_seconds.append(time.time() - posted)
             self.statuses[response.status_code] = self.statuses.get(response.status_code, 0) + 1
             self.posted.append({**target, "posted": posted, "updated": updated})
             time.sleep(gap)
@@ -325,6 +327,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                 "nodes_per_second": round(expected / wall, 1),
                 "webhooks_posted": len(burst.posted),
                 "webhook_answers": burst.statuses,
+                "webhook_answer_seconds": _spread(burst.answer_seconds, percentile),
                 "webhook_to_indexed_seconds": {
                     "p50": round(percentile(latencies, 50), 3) if latencies else None,
                     "p95": round(percentile(latencies, 95), 3) if latencies else None,
