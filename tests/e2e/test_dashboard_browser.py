@@ -342,6 +342,9 @@ def test_resolve_an_uncertain_delivery_claim(
         claim = delivery_claims.find(platform.sessions, key)
         assert claim is not None and claim.resolved
         assert not browser.find_elements(By.CSS_SELECTOR, row)
+        click(browser, By.LINK_TEXT, "Ledger")
+        assert see(browser, "h1") == "Upload delivery ledger: rows in flight"
+        shot(browser, "ledger")
     finally:
         with platform.engine.begin() as connection:
             connection.execute(

@@ -15,6 +15,8 @@ page                               what it shows / does
 ``/dashboard/schedule``            each tick's last and next slot and how they ended
 ``/dashboard/claims``              unresolved outbound delivery claims (Rails' ledger), with
                                    mark delivered / release (``services.rails``)
+``/dashboard/ledger``              upload delivery ledger rows in flight (read-only: the
+                                   uploads reconciler moves them)
 ``/dashboard/audit``               the operator actions taken (``api2.operator_actions``)
 =================================  ===========================================================
 

@@ -17,6 +17,7 @@ from services.apikit.context import current_platform
 from services.app.api import api_token
 from services.app.bootstrap import Platform
 from services.app.dashboard import actions, auth
+from services.app.dashboard import ledger as delivery_ledger
 from services.app.dashboard.prediction import RATE_MINUTES, Rates, positions, predict
 from services.app.dashboard.snapshot import take_snapshot
 from services.app.dashboard.views_model import job_window, tick_rows, window_uses
@@ -327,6 +328,12 @@ def resolve_claim() -> ResponseReturnValue:
         detail = f"No unresolved claim {key!r}: it was resolved or released meanwhile."
         raise PageProblem(409, "Nothing to resolve", detail)
     return redirect(url_for("dashboard.claims", done=f"{key}: {outcome}"))
+
+
+@blueprint.get("/ledger")
+def ledger() -> ResponseReturnValue:
+    groups, rows = delivery_ledger.in_flight(_platform().sessions)
+    return page("ledger.html", groups=groups, rows=rows, grace=delivery_ledger.GRACE_SECONDS)
 
 
 @blueprint.get("/schedule")

@@ -9,6 +9,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from flask import Flask
@@ -23,7 +24,9 @@ from services.app.dashboard.prediction import Rates, predict
 from services.app.dashboard.snapshot import Group
 from services.app.scheduler import TickScheduler
 from services.rails import delivery_claims
+from shared.db.base import utcnow
 from shared.db.engine import session_scope
+from shared.db.models import ConversationUpload, ConversationUploadDelivery, Organization
 from shared.db.models.operator import OperatorAction
 from tests import platform_harness as h
 from tests.fixtures_platform import AUTH, TOKEN, MakePlatform
@@ -297,3 +300,41 @@ def test_a_prefetched_waiting_job_starts_when_a_thread_frees() -> None:
     counts = steady({"q:q.fast": 45})  # 3 runs a minute end in the queue
     prediction = predict(group, counts, None, queue_length=0)
     assert prediction.seconds == pytest.approx(20.0) and "prefetched" in prediction.basis
+
+
+def test_the_ledger_page_shows_rows_in_flight(app: Flask, platform: Platform) -> None:
+    # Given an upload with two ledger rows: one open and long unmoved, one completed
+    org_id = 900_000 + int(uuid.uuid4().int % 99_999)
+    with session_scope(platform.sessions) as session:
+        session.add(Organization(id=org_id, name="ledger org"))
+        session.flush()
+        upload = ConversationUpload(organization_id=org_id, upload_type="audio")
+        session.add(upload)
+        session.flush()
+        upload_id = upload.id
+        for kind, state in (("process", "uncertain"), ("sync_completion", "completed")):
+            row = ConversationUploadDelivery(
+                organization_id=org_id,
+                conversation_upload_id=upload_id,
+                kind=kind,
+                state=state,
+                delivery_key=f"conversation-upload/{kind}/{upload_id}",
+                last_error="Rails did not answer" if state == "uncertain" else None,
+            )
+            session.add(row)
+            session.flush()
+            row.updated_at = utcnow() - timedelta(minutes=30)
+        session.commit()
+    try:
+        page = signed_in(app).get("/dashboard/ledger").text
+        rows = page.split('id="ledger-rows"')[1]
+        assert "uncertain" in rows and "past grace" in rows and "Rails did not answer" in rows
+        assert "sync_completion" not in rows  # completed: not in flight
+    finally:
+        with platform.engine.begin() as connection:
+            for table, column in (
+                ("conversation_upload_deliveries", "organization_id"),
+                ("conversation_uploads", "organization_id"),
+                ("organizations", "id"),
+            ):
+                connection.execute(text(f"DELETE FROM {table} WHERE {column} = :o"), {"o": org_id})
