@@ -8,7 +8,7 @@ from typing import Any
 
 import av
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.uploads.errors import UploadProcessingFailed, UploadProcessingRetryable
@@ -127,8 +127,12 @@ def test_a_wav_recording_shares_the_uploads_blob(uploads: Uploads) -> None:
         blob_ids = (
             session.execute(
                 select(ActiveStorageAttachment.blob_id).where(
-                    ActiveStorageAttachment.record_id.in_([upload_id, outcome.call_detail_id]),
-                    ActiveStorageAttachment.record_type.in_(["ConversationUpload", "CallDetail"]),
+                    or_(
+                        (ActiveStorageAttachment.record_type == "ConversationUpload")
+                        & (ActiveStorageAttachment.record_id == upload_id),
+                        (ActiveStorageAttachment.record_type == "CallDetail")
+                        & (ActiveStorageAttachment.record_id == outcome.call_detail_id),
+                    )
                 )
             )
             .scalars()
