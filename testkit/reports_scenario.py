@@ -273,6 +273,10 @@ def _drive(
             config.timeout,
         )
         wall = time.monotonic() - started
+        # A worker killed between a Slack claim and its mark leaves the claim unresolved
+        # and the job failed (uncertain, never resent): resolve it as the seed's procedure
+        # says, by looking at the channel, then retry the job.
+        resolved_by_hand = _resolve_uncertain(platform, slack, report_jobs, config.timeout)
         states = Counter(_state(jobs, j) for j in report_jobs)
         claims_open = [c.delivery_key for c in unresolved(platform.sessions)]
     finally:
@@ -305,6 +309,7 @@ def _drive(
         "combined_emails": sum(1 for k in rails.sent_delivery_keys if k.startswith("combined/")),
         "rails_collect_calls": len(rails.calls(COLLECT)),
         "workers_killed": killed,
+        "uncertain_resolved_by_hand": resolved_by_hand,
         "problems": problems,
     }
 
@@ -361,6 +366,34 @@ def _check(
     if claims_open:
         problems.append(f"unresolved claims: {claims_open}")
     return problems
+
+
+def _resolve_uncertain(platform: Any, slack: Any, report_jobs: list[str], timeout: float) -> int:
+    """Mark each unresolved Slack claim delivered when its message is in the channel,
+    release it otherwise, and retry its failed job (``speedtier reports retry``)."""
+    from services.rails.delivery_claims import mark_delivered, release, unresolved
+    from tiers.dead_letters import DeadLetters
+
+    posted = set()
+    for message in slack.messages:
+        found = _HEADER.search(message["blocks"][0]["text"]["text"])
+        if found:
+            posted.add(found.groups())
+    retried = []
+    for claim in unresolved(platform.sessions):
+        channel, job_id, _enqueued = claim.delivery_key.split("/", 2)
+        if channel != "slack" or job_id not in report_jobs:
+            continue
+        parts = job_id.split("-")
+        if (parts[4], "-".join(parts[5:8])) in posted:
+            mark_delivered(platform.sessions, claim.delivery_key)
+        else:
+            release(platform.sessions, claim.delivery_key)
+        DeadLetters(platform.broker.jobs).retry(job_id, "reports-day:operator")
+        retried.append(job_id)
+    jobs = platform.broker.jobs
+    _wait(lambda: all(_state(jobs, j) == "completed" for j in retried), timeout)
+    return len(retried)
 
 
 def _state(jobs: Any, job_id: str) -> str | None:
