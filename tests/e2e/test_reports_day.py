@@ -12,7 +12,7 @@ from testkit.reports_scenario import DayConfig, run_day
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)
 def test_a_day_of_reports_for_50_organizations_in_12_zones_sends_each_once(
     redis_url: str,
 ) -> None:
