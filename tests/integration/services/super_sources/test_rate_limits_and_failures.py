@@ -11,7 +11,7 @@ import redis
 
 from services.app.bootstrap import Platform
 from services.connectors.nodes import Connection, NodeRef, RateLimitState
-from services.super_sources.families import RETENTION_SECONDS, index_request
+from services.super_sources.families import RETENTION_SECONDS, import_request, index_request
 from tests import platform_harness as h
 from tests.fixtures_platform import MakePlatform
 from tests.integration.services.super_sources import tracker
@@ -168,3 +168,29 @@ def test_the_quota_check_paces_instead_of_counting_as_the_providers_refusal(
     # the platform does not count toward the delays that end an attempt
     assert raised.value.source == "pacing"
     assert reset.timestamp() <= raised.value.until <= reset.timestamp() + QUOTA_JITTER_SECONDS
+
+
+def test_an_import_rate_limited_at_every_page_finishes_without_spending_attempts(
+    super_platform: Platform,
+    redis_client: redis.Redis,
+    namespace: str,
+    organization: Callable[[], int],
+) -> None:
+    # Given a walk of 26 pages, each answering 429 once before it answers: more provider
+    # delays than a job may take in a row (RetryPolicy.max_consecutive_delays, 20)
+    org = organization()
+    settings = {"page_size": 1, "walk_retry_after": 0.02}
+    conn = make_connection(super_platform, org, "gitlab", settings=settings)
+    root = NodeRef(tracker.ROOT_TYPE, f"w{org}")
+    for n in range(26):
+        _node(redis_client, namespace, root.node_id, n)
+    policy = super_platform.registry.by_name()["super_import"].retry
+    assert policy.max_consecutive_delays < 26
+    answer = super_platform.router.enqueue(import_request(org, "gitlab", conn, root))
+    with workers(super_platform):
+        h.wait_until(lambda: h.state(super_platform.broker, answer.job_id) == "completed", 60)
+    # Then each delay carried the walk's progress, so none counted against the attempt
+    record = super_platform.broker.jobs.record(answer.job_id) or {}
+    assert record["failures"] == "0" and "retry-after" in record["last_delay"]
+    refused = redis_client.scard(f"{namespace}:tracker:refused:{root.node_id}")
+    assert refused == 26

@@ -11,7 +11,8 @@ Redis keys (``<ns>:tracker:...``): ``nodes:<root>`` (node id -> JSON title/text/
 / ``max:<scope>`` (concurrency seen per source and organization, and per source for
 webhooks), ``retry_after`` (the next fetch answers 429 with that Retry-After),
 ``exhaust`` (the next fetch reports its quota spent for that many seconds), ``fail:<node>``
-(that many 5xx before the node answers).
+(that many 5xx before the node answers), ``refused:<root>`` (with the connection setting
+``walk_retry_after``, each walk page answers 429 once).
 """
 
 from __future__ import annotations
@@ -121,6 +122,9 @@ class Tracker:
         client = _client()
         client.rpush(key("walked", root.node_id), checkpoint or "start")
         client.rpush(key("since", root.node_id), since or "-")
+        retry_after = conn.settings.get("walk_retry_after")
+        if retry_after and client.sadd(key("refused", root.node_id), checkpoint or "start"):
+            raise Delay.after(float(retry_after), reason="retry-after")  # once per page
         with _active(f"import:{self.source}:{conn.organization_id}"):
             time.sleep(float(conn.settings.get("page_sleep", 0)))
         size = int(conn.settings.get("page_size", 10))
