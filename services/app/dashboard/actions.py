@@ -3,19 +3,24 @@
 The change goes through the platform's own door (the job store's retry and discard scripts,
 ``shared.flags``, the delivery-claim ledger's own functions); the audit row
 (``api2.operator_actions``) is written after it, with what the platform answered. Were
-PostgreSQL down at that moment, a retried or discarded job's record still names its
-operator (``retried_by``, ``discarded_by``).
+PostgreSQL down at that moment, a retry or discard still stands (logged, not an error page)
+and the job's record names its operator (``retried_by``, ``discarded_by``).
 """
 
 from __future__ import annotations
 
+import logging
+
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 
 from services.app.bootstrap import Platform
 from services.rails import delivery_claims
 from shared.db.engine import session_scope
 from shared.db.models.operator import OperatorAction
 from tiers.dead_letters import DeadLetters
+
+log = logging.getLogger(__name__)
 
 
 def record(
@@ -34,15 +39,26 @@ def record(
         session.commit()
 
 
+def _record_after_redis(
+    platform: Platform, operator: str, action: str, job_id: str, outcome: str
+) -> None:
+    """The audit row of a job action already done in Redis: PostgreSQL being down must not
+    turn it into an error page (the operator would try again); the job record names them."""
+    try:
+        record(platform, operator, action, job_id, outcome)
+    except SQLAlchemyError as exc:
+        log.warning("audit of %s %s by %s not written (%s)", action, job_id, operator, exc)
+
+
 def retry_job(platform: Platform, operator: str, job_id: str) -> str:
     outcome = DeadLetters(platform.broker.jobs).retry(job_id, operator)
-    record(platform, operator, "retry", job_id, outcome)
+    _record_after_redis(platform, operator, "retry", job_id, outcome)
     return outcome
 
 
 def discard_job(platform: Platform, operator: str, job_id: str) -> str:
     outcome = DeadLetters(platform.broker.jobs).discard(job_id, operator)
-    record(platform, operator, "discard", job_id, outcome)
+    _record_after_redis(platform, operator, "discard", job_id, outcome)
     return outcome
 
 

@@ -338,3 +338,22 @@ def test_the_ledger_page_shows_rows_in_flight(app: Flask, platform: Platform) ->
                 ("organizations", "id"),
             ):
                 connection.execute(text(f"DELETE FROM {table} WHERE {column} = :o"), {"o": org_id})
+
+
+def test_postgresql_down_a_retry_still_stands_and_switches_say_so(
+    make_platform: MakePlatform,
+) -> None:
+    # Given a platform whose PostgreSQL does not answer, and a failed job in Redis
+    platform = make_platform(services=HARNESS, database_url="postgresql://postgres@127.0.0.1:1/x")
+    job_id = enqueue(platform, "pg-down", mode="unrecoverable")
+    with h.running_worker(platform.broker):
+        h.wait_until(lambda: h.state(platform.broker, job_id) == "failed")
+    client = signed_in(create_app(platform), "dee")
+    token = csrf_of(client.get(f"/dashboard/jobs/{job_id}").text)
+    # When it is retried, Then the retry stands (the audit row could not be written)
+    answer = client.post(f"/dashboard/jobs/{job_id}/retry", data={"csrf_token": token})
+    assert answer.status_code == 302
+    assert (platform.broker.jobs.record(job_id) or {})["retried_by"] == "dee"
+    # And the pages that need PostgreSQL say so
+    switches = client.get("/dashboard/switches")
+    assert switches.status_code == 503 and b"PostgreSQL is unreachable" in switches.data
