@@ -3,17 +3,21 @@ enqueue, the completed mark after processing, and the reconciler's order, budget
 
 from __future__ import annotations
 
+import subprocess
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from flask import Flask
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from services.app.api import create_app
 from services.app.bootstrap import Platform
 from services.uploads.families import process_request
 from services.uploads.reconciler import reconcile
@@ -27,6 +31,7 @@ from shared.db.models import (
 )
 from testkit.fakes.rails_server import RailsServer
 from tests.fixtures_platform import AUTH, MakePlatform
+from tests.integration.services.knowledge_sync.test_route import RedisServer
 from tests.integration.services.maintenance.factories import running_workers
 from tests.integration.services.uploads.conftest import Uploads
 from tests.platform_harness import wait_until
@@ -304,3 +309,72 @@ def test_the_same_idempotency_key_cannot_make_two_uploads(
             select(ConversationUpload.id).where(ConversationUpload.idempotency_key == key)
         ).all()
     assert len(count) == 1
+
+
+def _restart(server: RedisServer) -> None:
+    """The same Redis coming back (empty) on the same port."""
+    command = [
+        server.process.args[0],
+        "--port",
+        str(server.port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ]
+    server.process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    probe = redis.Redis.from_url(server.url)
+    try:
+        wait_until(lambda: _pings(probe), timeout=10)
+    finally:
+        probe.close()
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+def test_redis_down_at_the_hand_off_then_the_reconciler_re_adds_the_job(
+    tmp_path: Path, make_platform: MakePlatform, rails: RailsServer, uploads: Uploads
+) -> None:
+    # Given Rails' ledger row committed with the upload, and the API on a Redis that dies
+    server = RedisServer(tmp_path)
+    try:
+        platform = make_platform(
+            redis_url=server.url,
+            rails_internal_url=rails.base_url,
+            rails_internal_token=RAILS_TOKEN,
+        )
+        client = create_app(platform).test_client()
+        upload = uploads.upload({}, source="five9")
+        row = _delivery(uploads.sessions, uploads.org_id, upload, state="pending", age_minutes=0)
+        server.kill()
+
+        # When Rails hands the upload off: a 503, its proven rejection, parks the row
+        answer = client.post(ROUTE, json=_body(uploads.org_id, upload), headers=AUTH)
+        assert answer.status_code == 503
+        assert _row(uploads.sessions, row).state == "pending"
+        with session_scope(uploads.sessions) as session:
+            session.execute(
+                update(ConversationUploadDelivery)
+                .where(ConversationUploadDelivery.id == row)
+                .values(attempts=1, next_attempt_at=utcnow() - timedelta(seconds=1))
+            )
+            session.commit()
+
+        # And Redis comes back; the next tick's reconciler takes the parked row
+        _restart(server)
+        summary = platform.tick("conversation-upload-checks").run("2026-12-01T13:00Z")
+
+        # Then the job is in Redis again and the row is API2's, accepted, one replay spent
+        assert summary["ledger_replay"] >= 1
+        assert _job_state(platform, f"conversation-upload-process-{upload}") == "waiting"
+        claimed = _row(uploads.sessions, row)
+        assert (claimed.state, claimed.owner, claimed.replay_count) == ("accepted", "api2", 1)
+    finally:
+        server.kill()
