@@ -488,8 +488,9 @@ def test_every_public_route_needs_a_live_key(
     app: Flask, client: FlaskClient, tenant: Tenant, platform: Platform
 ) -> None:
     routes = public_routes(app)
-    assert len(routes) == 14
+    assert len(routes) == 15
     assert ("POST", "/knowledge-bases/1/documents") in routes
+    assert ("GET", "/usage") in routes
     revoked = provision(client, tenant.organization_id, INTERNAL, "old").json
     assert revoked is not None
     with platform.sessions() as session:
