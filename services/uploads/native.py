@@ -149,7 +149,7 @@ def _run(
         key = recording_key(claimed.upload_id, ids.call_detail_id)
         content_type = "audio/x-wav" if stored_name.endswith(".wav") else "application/octet-stream"
         objects.write(key, media.wav, content_type)
-        blob = NewBlob.of(key, stored_name, media.wav, media.duration_ms)
+        blob = NewBlob.of(key, stored_name, media.wav, media.duration_ms, content_type)
     attached = attach_recording(sessions, objects, organization_id, ids.call_detail_id, blob)
     with session_scope(sessions) as session:
         store.complete(session, organization_id, claimed.upload_id, ids.conversation_id, now())

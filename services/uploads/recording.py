@@ -59,13 +59,16 @@ class NewBlob:
     byte_size: int
     checksum: str
     duration_ms: int
+    content_type: str = "audio/x-wav"
 
     @classmethod
-    def of(cls, key: str, filename: str, data: bytes, duration_ms: int) -> NewBlob:
+    def of(
+        cls, key: str, filename: str, data: bytes, duration_ms: int, content_type: str
+    ) -> NewBlob:
         checksum = base64.b64encode(
             hashlib.md5(data).digest()
         ).decode()  # Active Storage's checksum
-        return cls(key, filename, len(data), checksum, duration_ms)
+        return cls(key, filename, len(data), checksum, duration_ms, content_type)
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,7 @@ def _insert_blob(session: Session, store: ObjectStore, blob: NewBlob) -> int:
     row = ActiveStorageBlob(
         key=blob.key,
         filename=blob.filename,
-        content_type="audio/x-wav",
+        content_type=blob.content_type,
         metadata_=json.dumps(
             {"identified": True, "analyzed": True, "duration": blob.duration_ms / 1000}
         ),

@@ -85,7 +85,7 @@ def test_a_second_processor_waits_on_the_lock_and_attaches_nothing(uploads: Uplo
                 uploads.objects,
                 uploads.org_id,
                 detail_id,
-                NewBlob.of(late_key, "late.wav", b"RIFF-late", 1000),
+                NewBlob.of(late_key, "late.wav", b"RIFF-late", 1000, "audio/x-wav"),
             )
         )
     )
