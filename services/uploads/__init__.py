@@ -32,7 +32,7 @@ def register(platform: ServiceContext) -> None:
 
     def objects() -> ObjectStore:
         if not stores:
-            stores.append(object_store())
+            stores.append(object_store(settings.data_dir))
         return stores[0]
 
     def native_enabled(organization_id: int) -> bool:

@@ -13,7 +13,7 @@ the storage does wrong (transport error, 5xx, throttling) is ``StorageUnavailabl
 | ``SPEEDTIER_UPLOADS_BUCKET`` | the S3 bucket (``s3``) |
 | ``SPEEDTIER_UPLOADS_ENDPOINT_URL`` | an S3-compatible endpoint; unset: AWS |
 | ``SPEEDTIER_UPLOADS_REGION`` | the bucket's region |
-| ``SPEEDTIER_UPLOADS_ROOT`` | the directory of ``local`` (Active Storage's Disk layout) |
+| ``SPEEDTIER_UPLOADS_ROOT`` | ``local``'s directory; default ``<SPEEDTIER_DATA_DIR>/storage`` |
 
 Credentials come from boto3's usual chain (environment, profile, instance role).
 """
@@ -48,7 +48,8 @@ class StorageSettings(BaseSettings):
     bucket: str = ""
     endpoint_url: str | None = None
     region: str | None = None
-    root: Path = Path("var/storage")
+    #: unset: ``<SPEEDTIER_DATA_DIR>/storage`` (the embedded services' directory)
+    root: Path | None = None
 
 
 class S3ObjectStore:
@@ -128,11 +129,12 @@ class LocalObjectStore:
             raise storage_unavailable(f"deleting {key}: {exc}") from exc
 
 
-def object_store(settings: StorageSettings | None = None) -> ObjectStore:
-    """The store the environment configures."""
+def object_store(data_dir: str, settings: StorageSettings | None = None) -> ObjectStore:
+    """The store the environment configures (``data_dir``: the platform's data directory)."""
     settings = settings or StorageSettings()
     if settings.storage == "local":
-        return LocalObjectStore(settings.root, settings.service_name)
+        root = settings.root or Path(data_dir) / "storage"
+        return LocalObjectStore(root, settings.service_name)
     import boto3
 
     client = boto3.client("s3", endpoint_url=settings.endpoint_url, region_name=settings.region)
