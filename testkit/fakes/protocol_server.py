@@ -64,7 +64,7 @@ class Request:
 
 @dataclass(frozen=True)
 class Reply:
-    """A JSON answer."""
+    """A JSON answer (``body`` as bytes: sent as is, with the ``Content-Type`` header given)."""
 
     status: int
     body: Any
@@ -255,9 +255,13 @@ def _handler_for(fake: ProtocolServer) -> type[BaseHTTPRequestHandler]:
             )
 
         def _send(self, reply: Reply) -> None:
-            data = json.dumps(reply.body).encode()
+            raw = isinstance(reply.body, bytes)  # file content: sent as is
+            data = reply.body if raw else json.dumps(reply.body).encode()
             self.send_response(reply.status)
-            self.send_header("Content-Type", "application/json")
+            if not raw or "Content-Type" not in reply.headers:
+                self.send_header(
+                    "Content-Type", "application/octet-stream" if raw else "application/json"
+                )
             self.send_header("Content-Length", str(len(data)))
             for name, value in reply.headers.items():
                 self.send_header(name, value)

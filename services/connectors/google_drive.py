@@ -1,0 +1,252 @@
+"""Google Drive: the files of a drive (My Drive or a shared drive), Google Docs exported as text.
+
+Protocol (Drive API v3 under ``/drive/v3``, ``Authorization: Bearer <access token>``):
+
+* roots: ``GoogleDrive`` ``my-drive`` (the user's My Drive) plus the shared drives of
+  ``GET /drives`` (``pageToken`` / ``nextPageToken``), or ``settings.drives``.
+* complete walk: ``GET /changes/startPageToken`` first (changes made while the walk runs are
+  listed by the next walk), then ``GET /files?q=trashed=false&fields=nextPageToken,files(...)``
+  page by page (``pageToken`` / ``nextPageToken``; shared drives with ``corpora=drive&
+  driveId=&includeItemsFromAllDrives=true&supportsAllDrives=true``). Folders and shortcuts are
+  left out. The watermark is the start page token.
+* incremental walk (``since`` = that token): ``GET /changes?pageToken=`` until a page carries
+  ``newStartPageToken`` (the next watermark); removed or trashed files are listed too and
+  ``fetch`` answers None for them.
+* fetch: ``GET /files/{id}?fields=...``; a Google Doc is ``GET /files/{id}/export?mimeType=
+  text/plain`` (``settings.export_format: html``: ``text/html``), a Sheet ``text/csv``, a
+  Slides deck ``text/plain``; any other file ``GET /files/{id}?alt=media`` (text types only,
+  others keep their name as text). Trashed or 404: None.
+* rate limits: Drive sends no quota headers. Its limit answers are 429 and 403 with reason
+  ``userRateLimitExceeded`` / ``rateLimitExceeded``: a ``Delay`` until ``Retry-After`` when
+  given (a 403 limit without it: ``DEFAULT_WAIT`` seconds), recorded on the connection; a 429
+  without Retry-After is ``Retryable`` (the platform's backoff, as Google asks). 5xx:
+  ``Retryable``; 401/other 403: ``Unrecoverable``.
+
+Node ids: ``GoogleDrive`` the drive id (``my-drive``); ``GoogleDriveFile`` ``<drive>/<file id>``.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import closing
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import requests
+
+from services.connectors.node_http import NodeClient, blocked, parse_time, retry_after
+from services.connectors.nodes import Connection, Node, NodeRef, NodeSource, WalkPage
+from shared.errors import Retryable, Unrecoverable
+from shared.http import NotFound
+
+DEFAULT_BASE_URL = "https://www.googleapis.com"
+PAGE_SIZE = 1000
+DEFAULT_WAIT = 30.0
+MY_DRIVE = "my-drive"
+
+DRIVE = "GoogleDrive"
+FILE = "GoogleDriveFile"
+
+FOLDER = "application/vnd.google-apps.folder"
+#: Google Workspace types and the format each is exported in (text or HTML for Docs).
+EXPORTS = {
+    "application/vnd.google-apps.document": "text/plain",
+    "application/vnd.google-apps.spreadsheet": "text/csv",
+    "application/vnd.google-apps.presentation": "text/plain",
+}
+TEXT_TYPES = ("text/", "application/json", "application/xml", "application/x-yaml")
+FILE_FIELDS = "id,name,mimeType,modifiedTime,webViewLink,trashed"
+LIST_FIELDS = f"nextPageToken,files({FILE_FIELDS})"
+CHANGE_FIELDS = f"nextPageToken,newStartPageToken,changes(fileId,removed,time,file({FILE_FIELDS}))"
+RATE_REASONS = ("userRateLimitExceeded", "rateLimitExceeded")
+
+
+class GoogleDriveSource:
+    """The files of the connection's drives; Google Docs read through their export."""
+
+    source = "google_drive"
+    root_node_types: tuple[str, ...] = (DRIVE,)
+    indexable_node_types: tuple[str, ...] = (FILE,)
+
+    def list_roots(self, conn: Connection) -> list[NodeRef]:
+        named = conn.settings.get("drives")
+        if named:
+            return [NodeRef(DRIVE, str(ident)) for ident in named]
+        roots = [NodeRef(DRIVE, MY_DRIVE)]
+        with closing(_client(conn)) as client:
+            token: str | None = ""
+            while token is not None:
+                query = {"pageSize": 100, "fields": "nextPageToken,drives(id,name)"}
+                if token:
+                    query["pageToken"] = token
+                body = client.get(f"/drives?{urlencode(query)}")
+                roots += [NodeRef(DRIVE, str(d["id"])) for d in body.get("drives") or []]
+                token = body.get("nextPageToken") or None
+        return roots
+
+    def walk(
+        self, conn: Connection, root: NodeRef, checkpoint: str | None, since: str | None = None
+    ) -> WalkPage:
+        state = _state(checkpoint)
+        drive = root.node_id
+        with closing(_client(conn)) as client:
+            if state.get("changes") or (since and not state):
+                return _changes_page(client, drive, str(state.get("changes") or since))
+            start = state.get("start") or _start_token(client, drive)
+            query: dict[str, Any] = {
+                "q": "trashed = false",
+                "fields": LIST_FIELDS,
+                "pageSize": int(conn.settings.get("page_size") or PAGE_SIZE),
+                **_drive_params(drive),
+            }
+            if state.get("page"):
+                query["pageToken"] = state["page"]
+            body = client.get(f"/files?{urlencode(query)}")
+        refs, dates = _refs(drive, body.get("files"), "files")
+        following = body.get("nextPageToken")
+        if not following:
+            return WalkPage(refs, None, watermark=start, dates=dates)
+        return WalkPage(refs, json.dumps({"start": start, "page": following}), dates=dates)
+
+    def fetch(self, conn: Connection, ref: NodeRef) -> Node | None:
+        drive, _, file_id = ref.node_id.rpartition("/")
+        if not drive or not file_id:
+            raise Unrecoverable(f"google_drive: bad node id {ref.node_id!r}")
+        path = f"/files/{quote(file_id, safe='')}"
+        with closing(_client(conn)) as client:
+            try:
+                meta = client.get(f"{path}?{urlencode({'fields': FILE_FIELDS, **_all()})}")
+                if meta.get("trashed"):
+                    return None
+                text = _content(client, path, str(meta.get("mimeType") or ""), conn)
+            except NotFound:
+                return None
+        return Node(
+            ref=ref,
+            title=str(meta.get("name") or file_id),
+            text=text if text is not None else str(meta.get("name") or ""),
+            url=meta.get("webViewLink"),
+            synchronization_date=parse_time(meta.get("modifiedTime")) or datetime.now(UTC),
+        )
+
+
+SOURCE: NodeSource = GoogleDriveSource()
+
+
+def _state(checkpoint: str | None) -> dict[str, Any]:
+    if not checkpoint:
+        return {}
+    try:
+        raw = json.loads(checkpoint)
+    except ValueError:
+        return {}  # a checkpoint from another version: start over
+    return raw if isinstance(raw, dict) else {}
+
+
+def _all() -> dict[str, str]:
+    return {"supportsAllDrives": "true"}
+
+
+def _drive_params(drive: str) -> dict[str, str]:
+    if drive == MY_DRIVE:
+        return {"corpora": "user"}
+    return {
+        "corpora": "drive",
+        "driveId": drive,
+        "includeItemsFromAllDrives": "true",
+        **_all(),
+    }
+
+
+def _start_token(client: NodeClient, drive: str) -> str:
+    query = {} if drive == MY_DRIVE else {"driveId": drive, **_all()}
+    body = client.get(f"/changes/startPageToken?{urlencode(query)}")
+    token = body.get("startPageToken")
+    if not isinstance(token, str) or not token:
+        raise Retryable("google_drive: changes.getStartPageToken answered no token")
+    return token
+
+
+def _changes_page(client: NodeClient, drive: str, token: str) -> WalkPage:
+    query: dict[str, Any] = {"pageToken": token, "pageSize": PAGE_SIZE, "fields": CHANGE_FIELDS}
+    if drive != MY_DRIVE:
+        query.update(driveId=drive, includeItemsFromAllDrives="true", **_all())
+    body = client.get(f"/changes?{urlencode(query)}")
+    files: list[dict[str, Any]] = []
+    for change in body.get("changes") or []:
+        file = change.get("file") or {}
+        if change.get("removed") or not file:
+            files.append({"id": change.get("fileId"), "modifiedTime": change.get("time")})
+        else:
+            files.append(file)
+    refs, dates = _refs(drive, files, "changes")
+    if body.get("newStartPageToken"):
+        return WalkPage(refs, None, watermark=str(body["newStartPageToken"]), dates=dates)
+    following = body.get("nextPageToken")
+    if not following:
+        raise Retryable("google_drive: a changes page with neither nextPageToken nor newStart")
+    return WalkPage(refs, json.dumps({"changes": following}), dates=dates)
+
+
+def _refs(drive: str, files: Any, what: str) -> tuple[list[NodeRef], dict[NodeRef, datetime]]:
+    if not isinstance(files, list):
+        raise Retryable(f"google_drive: {what} page without a list")
+    refs: list[NodeRef] = []
+    dates: dict[NodeRef, datetime] = {}
+    for file in files:
+        if not file.get("id") or file.get("mimeType") in (
+            FOLDER,
+            "application/vnd.google-apps.shortcut",
+        ):
+            continue
+        ref = NodeRef(FILE, f"{drive}/{file['id']}")
+        refs.append(ref)
+        when = parse_time(file.get("modifiedTime"))
+        if when is not None and not file.get("trashed"):
+            dates[ref] = when
+    return refs, dates
+
+
+def _content(client: NodeClient, path: str, mime: str, conn: Connection) -> str | None:
+    export = EXPORTS.get(mime)
+    if (
+        mime == "application/vnd.google-apps.document"
+        and conn.settings.get("export_format") == "html"
+    ):
+        export = "text/html"
+    if export is not None:
+        response = client.request("GET", f"{path}/export?{urlencode({'mimeType': export})}")
+    elif mime.startswith(TEXT_TYPES):
+        response = client.request("GET", f"{path}?{urlencode({'alt': 'media', **_all()})}")
+    else:
+        return None  # binary (PDF, images): indexed by name only
+    return response.content.decode("utf-8", errors="replace")
+
+
+def _client(conn: Connection) -> NodeClient:
+    token = conn.credentials.get("access_token") or conn.credentials.get("token")
+    if not token:
+        raise Unrecoverable(f"google_drive connection {conn.connection_id}: no access_token")
+
+    def inspect(response: requests.Response, what: str) -> None:
+        until = retry_after(response)
+        if response.status_code in (429, 503) and until is not None:
+            raise blocked(conn, until, f"google_drive, {what}")
+        if response.status_code == 403 and _reason(response) in RATE_REASONS:
+            until = until or datetime.now(UTC) + timedelta(seconds=DEFAULT_WAIT)
+            raise blocked(conn, until, f"google_drive, {what}")
+
+    base = (conn.base_url or DEFAULT_BASE_URL).rstrip("/") + "/drive/v3"
+    return NodeClient(
+        base, inspect=inspect, headers={"Authorization": f"Bearer {token}"}, timeout=conn.timeout
+    )
+
+
+def _reason(response: requests.Response) -> str:
+    """The first ``error.errors[].reason`` of a Google error body."""
+    try:
+        errors = response.json()["error"]["errors"]
+        return str(errors[0]["reason"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return ""
