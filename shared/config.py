@@ -83,6 +83,10 @@ class Settings(BaseSettings):
     ingestion_tick_limit: int = Field(200, ge=1)
     ingestion_tenant_slice: int = Field(20, ge=1)
     recrawl_interval_seconds: float = Field(86_400.0, ge=3600.0)
+    # OCR of scanned PDF pages (services.indexing.ocr): pages per document (0 = off), and
+    # no page is started after this many seconds on one document.
+    ocr_max_pages: int = Field(20, ge=0, le=1000)
+    ocr_timeout_seconds: float = Field(120.0, gt=0)
 
     api_host: str = "127.0.0.1"
     api_port: int = Field(8080, ge=1, le=65535)

@@ -1,6 +1,7 @@
 """Turn an uploaded document's bytes into text, or fail with a short reason a user can act on.
 
-:func:`extract` reads PDF (pypdf), DOCX (python-docx, as markdown), HTML (the web kernel's
+:func:`extract` reads PDF (pypdf; a page without a text layer is OCRed, see
+:mod:`services.indexing.ocr`), DOCX (python-docx, as markdown), HTML (the web kernel's
 extractor, as markdown), Markdown and plain text. The type comes from the bytes first (a PDF
 header, a ZIP holding ``word/document.xml``), then the declared content type, then the file
 name's extension; a declared type the bytes contradict is unsupported.
@@ -31,6 +32,7 @@ from docx.table import Table
 from docx.text.paragraph import Paragraph
 from pypdf import PasswordType, PdfReader
 
+from services.indexing.ocr import DEFAULT_OCR_LIMITS, OcrLimits, ocr_pdf_pages
 from services.indexing.text_decoding import NotText, decode_text
 from services.web.html import extract_html
 from shared.errors import Unrecoverable
@@ -49,6 +51,8 @@ UNREADABLE = "truncated or unreadable file"
 PASSWORD_PROTECTED = "truncated or unreadable file (password-protected PDF)"
 NO_TEXT = "no extractable text"
 NO_PDF_TEXT = "no extractable text (scanned PDF? OCR found nothing)"
+NO_PDF_TEXT_OCR_OFF = "no extractable text (scanned PDF? OCR is off)"
+NO_PDF_TEXT_OCR_TIMEOUT = "no extractable text (scanned PDF? OCR ran out of time)"
 
 _DECLARED = {
     "application/pdf": PDF,
@@ -118,6 +122,7 @@ def extract(
     content_type: str | None,
     filename: str | None,
     max_bytes: int = MAX_BYTES,
+    ocr: OcrLimits = DEFAULT_OCR_LIMITS,
 ) -> Extracted:
     """The text of an uploaded document.
 
@@ -126,6 +131,8 @@ def extract(
       content_type: the declared media type, parameters allowed (``text/plain; charset=...``).
       filename: the uploaded file's name; its extension is used when the type is unknown.
       max_bytes: a larger input, or a longer text, is refused.
+      ocr: how many PDF pages without a text layer may be OCRed, and for how long
+        (:mod:`services.indexing.ocr`).
 
     Returns:
       The normalised text, the title and the detected media type.
@@ -140,8 +147,9 @@ def extract(
     media_type, charset = _parse_content_type(content_type)
     kind = _detect(data, media_type, filename)
     title: str | None
+    empty_reason = NO_PDF_TEXT if kind == PDF else NO_TEXT
     if kind == PDF:
-        title, text = _read_pdf(data)
+        title, text, empty_reason = _read_pdf(data, ocr)
     elif kind == DOCX:
         title, text = _read_docx(data)
     elif kind == HTML:
@@ -151,7 +159,7 @@ def extract(
         title = _first_heading(text) if kind == MARKDOWN else None
     text = _normalise(text)
     if not text:
-        raise ExtractionFailed(NO_PDF_TEXT if kind == PDF else NO_TEXT)
+        raise ExtractionFailed(empty_reason)
     if len(text) > max_bytes:
         raise ExtractionFailed(_over_limit(max_bytes))
     return Extracted(text, title, kind)
@@ -247,7 +255,9 @@ def _reading() -> Iterator[None]:
         raise ExtractionFailed(UNREADABLE) from exc
 
 
-def _read_pdf(data: bytes) -> tuple[str | None, str]:
+def _read_pdf(data: bytes, ocr: OcrLimits) -> tuple[str | None, str, str]:
+    """The PDF's title, its text (a page without a text layer OCRed, within ``ocr``) and
+    the reason to give if that text is empty."""
     if data.rfind(b"%%EOF", max(0, len(data) - _HEAD_BYTES)) < 0:
         raise ExtractionFailed(UNREADABLE)
     with _reading():
@@ -255,10 +265,21 @@ def _read_pdf(data: bytes) -> tuple[str | None, str]:
         reader = PdfReader(BytesIO(data))
         if reader.is_encrypted and reader.decrypt("") == PasswordType.NOT_DECRYPTED:
             raise ExtractionFailed(PASSWORD_PROTECTED)
-        text = "\n\n".join(page.extract_text() for page in reader.pages)
+        pages = list(reader.pages)
+        texts = [page.extract_text() for page in pages]
         metadata = reader.metadata
         title = _clean(metadata.title if metadata is not None else None)
-    return title, text
+    blank = [index for index, text in enumerate(texts) if not text.strip()]
+    reason = NO_PDF_TEXT
+    if blank and ocr.max_pages <= 0:
+        reason = NO_PDF_TEXT_OCR_OFF
+    elif blank:
+        result = ocr_pdf_pages([pages[index] for index in blank], ocr)
+        for position, text in result.texts.items():
+            texts[blank[position]] = text
+        if result.timed_out:
+            reason = NO_PDF_TEXT_OCR_TIMEOUT
+    return title, "\n\n".join(texts), reason
 
 
 def _read_docx(data: bytes) -> tuple[str | None, str]:

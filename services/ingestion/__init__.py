@@ -14,6 +14,7 @@ def register(platform: ServiceContext) -> None:
     from services.connectors.url_crawl import url_fetcher
     from services.indexing.chunking import Chunker
     from services.indexing.embedders import embedder_from_settings
+    from services.indexing.ocr import OcrLimits
     from services.ingestion.actors import IngestionContext, build_handlers
     from services.ingestion.families import families
     from services.ingestion.routes import blueprint
@@ -30,6 +31,9 @@ def register(platform: ServiceContext) -> None:
         # and a window's Delay would restart a multi-page document from its first page.
         fetch=url_fetcher(settings),
         recrawl_interval_seconds=recrawl,
+        ocr=OcrLimits(
+            max_pages=settings.ocr_max_pages, timeout_seconds=settings.ocr_timeout_seconds
+        ),
     )
     bounds = SweepBounds(
         limit=settings.ingestion_tick_limit, tenant_slice=settings.ingestion_tenant_slice

@@ -13,6 +13,7 @@ from router.enqueue import Router
 from router.unit_of_work import unit_of_work
 from services.indexing.embedders import Embedder
 from services.indexing.index_writer import DocumentChunker
+from services.indexing.ocr import DEFAULT_OCR_LIMITS, OcrLimits
 from services.ingestion import ingestion_job, url_refresh
 from services.ingestion.families import INGEST_KIND, INGEST_RETRY, REFRESH_KIND, ingest_request
 from services.web.fetch import PageFetch
@@ -23,12 +24,13 @@ from tiers.attempts import current_attempt
 @dataclass(frozen=True)
 class IngestionContext:
     """What the jobs need besides a session: the chunk/embed component, a page fetcher
-    (SSRF-guarded) and the recrawl interval."""
+    (SSRF-guarded), the recrawl interval and the OCR bounds."""
 
     chunker: DocumentChunker
     embedder: Embedder
     fetch: PageFetch
     recrawl_interval_seconds: float
+    ocr: OcrLimits = DEFAULT_OCR_LIMITS
 
 
 def build_handlers(
@@ -48,6 +50,7 @@ def build_handlers(
             now=utcnow(),
             fetch=ctx.fetch,
             recrawl_interval_seconds=ctx.recrawl_interval_seconds,
+            ocr=ctx.ocr,
             delay_ends_job=attempt.delay_ends_job,
         )
 

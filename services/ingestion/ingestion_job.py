@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from services.indexing.embedders import Embedder
 from services.indexing.index_writer import DocumentChunker
+from services.indexing.ocr import DEFAULT_OCR_LIMITS, OcrLimits
 from services.ingestion import store
 from services.ingestion.pipeline import REASON_LENGTH, IngestOutcome, ingest_document, mark_failed
 from services.ingestion.url_sources import DEFAULT_RECRAWL_INTERVAL_SECONDS
@@ -115,6 +116,7 @@ def run_ingestion(
     now: datetime,
     fetch: PageFetch | None = None,
     recrawl_interval_seconds: float = DEFAULT_RECRAWL_INTERVAL_SECONDS,
+    ocr: OcrLimits = DEFAULT_OCR_LIMITS,
     delay_ends_job: Callable[[Delay], bool] = lambda _delay: False,
 ) -> IngestOutcome:
     """:func:`~services.ingestion.pipeline.ingest_document` in its own committed unit of
@@ -152,6 +154,7 @@ def run_ingestion(
                     now=now,
                     fetch=fetch,
                     recrawl_interval_seconds=recrawl_interval_seconds,
+                    ocr=ocr,
                 )
                 session.commit()
         except RecordMissing:

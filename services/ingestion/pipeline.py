@@ -41,6 +41,7 @@ from services.indexing.digests import text_hash
 from services.indexing.embedders import Embedder
 from services.indexing.index_writer import DocumentChunker, index_fingerprint
 from services.indexing.kb_chunks import check_embedding_dimensions, replace_kb_chunks
+from services.indexing.ocr import DEFAULT_OCR_LIMITS, OcrLimits
 from services.ingestion import store
 from services.ingestion.url_sources import (
     DEFAULT_RECRAWL_INTERVAL_SECONDS,
@@ -92,6 +93,7 @@ def ingest_document(
     now: datetime,
     fetch: PageFetch | None = None,
     recrawl_interval_seconds: float = DEFAULT_RECRAWL_INTERVAL_SECONDS,
+    ocr: OcrLimits = DEFAULT_OCR_LIMITS,
 ) -> IngestOutcome:
     """Run one ingestion pass over a document in ``processing``, in the caller's transaction
     (the caller commits). A document in another status is left as it is.
@@ -103,6 +105,7 @@ def ingest_document(
         whose page has not been stored yet.
       recrawl_interval_seconds: a fetched URL document's next refresh is due after this
         (or its base's schedule, when sooner).
+      ocr: the OCR bounds for a PDF's pages without a text layer (a scan).
 
     Returns:
       the :class:`IngestOutcome`; a terminal failure is an outcome, not an exception.
@@ -117,7 +120,7 @@ def ingest_document(
     document = store.get_document(session, organization_id=organization_id, document_id=document_id)
     if document.status != "processing":
         return _settled(session, document, unchanged=True)
-    this = _Pass(session, document, now, recrawl_interval_seconds)
+    this = _Pass(session, document, now, recrawl_interval_seconds, ocr)
     try:
         text = this.extract_text(fetch)
     except (FetchFailed, ExtractionFailed) as exc:
@@ -152,13 +155,19 @@ class _Pass:
     the submission it started on is still the document's."""
 
     def __init__(
-        self, session: Session, document: KbDocument, now: datetime, recrawl_interval: float
+        self,
+        session: Session,
+        document: KbDocument,
+        now: datetime,
+        recrawl_interval: float,
+        ocr: OcrLimits = DEFAULT_OCR_LIMITS,
     ) -> None:
         self.session = session
         self.document = document
         self.submitted_at = document.submitted_at
         self.now = now
         self.recrawl_interval = recrawl_interval
+        self.ocr = ocr
         self.fetched: bytes | None = None
 
     def extract_text(self, fetch: PageFetch | None) -> str:
@@ -181,7 +190,9 @@ class _Pass:
             )
         content_type = MARKDOWN_CONTENT_TYPE if document.kind == "url" else document.content_type
         # The bytes go with this frame: the text is what follows; they stay in the database.
-        return extract(source or b"", content_type=content_type, filename=document.filename).text
+        return extract(
+            source or b"", content_type=content_type, filename=document.filename, ocr=self.ocr
+        ).text
 
     def _locked(self) -> KbDocument | IngestOutcome:
         """Take the document's lock and read it again, storing the fetched page: the

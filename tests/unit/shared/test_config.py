@@ -62,6 +62,8 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     "SPEEDTIER_INGESTION_TICK_LIMIT": ("ingestion_tick_limit", "50", 50),
     "SPEEDTIER_INGESTION_TENANT_SLICE": ("ingestion_tenant_slice", "5", 5),
     "SPEEDTIER_RECRAWL_INTERVAL_SECONDS": ("recrawl_interval_seconds", "7200", 7200.0),
+    "SPEEDTIER_OCR_MAX_PAGES": ("ocr_max_pages", "5", 5),
+    "SPEEDTIER_OCR_TIMEOUT_SECONDS": ("ocr_timeout_seconds", "30", 30.0),
     "SPEEDTIER_API_HOST": ("api_host", "0.0.0.0", "0.0.0.0"),
     "SPEEDTIER_API_PORT": ("api_port", "9090", 9090),
     "SPEEDTIER_API_WORKERS": ("api_workers", "4", 4),
