@@ -40,7 +40,8 @@ import redis
 
 from shared.errors import SpeedtierError
 
-#: A quota left at or under this many calls blocks the connection until its reset.
+#: A quota left at or under this many calls blocks the connection's bulk (import and index)
+#: work until its reset; webhook work may spend it (see :class:`RateLimitState`).
 DEFAULT_RESERVE = 0
 
 
@@ -181,10 +182,12 @@ def header(headers: Mapping[str, str], name: str) -> str | None:
 
 
 _RECORD = """
-local current = tonumber(redis.call('GET', KEYS[1]) or '0')
 local reset_ms = tonumber(ARGV[1])
-if reset_ms > current then
-  redis.call('SET', KEYS[1], ARGV[1], 'PXAT', reset_ms)
+for _, key in ipairs(KEYS) do
+  local current = tonumber(redis.call('GET', key) or '0')
+  if reset_ms > current then
+    redis.call('SET', key, ARGV[1], 'PXAT', reset_ms)
+  end
 end
 return 1
 """
@@ -193,37 +196,73 @@ return 1
 class RateLimitState:
     """Provider quota per connection, in Redis, shared by every worker.
 
-    ``record`` is called with each response's quota headers (remaining calls, reset time);
-    when the quota left is at or under ``reserve`` (or a 429 gave a Retry-After), the
-    connection is blocked until the reset. Blocks only grow: of two budgets (Linear's
-    requests and complexity) the later reset wins, and a key expires at its reset.
+    ``record`` is called with each response's quota headers (remaining calls, reset time).
+    Two blocks per connection, each until the reset:
+
+    - the **bulk** block (import and index work): the quota left is at or under the
+      connection's reserve;
+    - the **hard** block (everything, webhook work included): the quota is spent (0 left),
+      or a 429 / secondary limit gave a Retry-After (``remaining`` None).
+
+    The calls between the reserve and 0 are kept for webhook work, so a webhook's fetch does
+    not wait for the reset behind an import that spent the quota. The reserve is a
+    connection's ``settings.webhook_reserve`` when set, else its source's (``reserves``, the
+    product's registry), else ``reserve``. Blocks only grow:
+    of two budgets (Linear's requests and complexity) the later reset wins, and a key
+    expires at its reset. Several workers calling at once can overshoot a reserve by the
+    calls already in flight, so a reserve should exceed the workers' concurrency.
     """
 
     def __init__(
-        self, client: redis.Redis, namespace: str, *, reserve: int = DEFAULT_RESERVE
+        self,
+        client: redis.Redis,
+        namespace: str,
+        *,
+        reserve: int = DEFAULT_RESERVE,
+        reserves: Mapping[str, int] | None = None,
     ) -> None:
         self.namespace = namespace
         self.reserve = reserve
+        self.reserves = dict(reserves or {})
         self._client = client
         self._record = client.register_script(_RECORD)
 
+    def reserve_for(self, conn: Connection) -> int:
+        """The calls kept back for webhook work on ``conn``."""
+        own = conn.settings.get("webhook_reserve")
+        if isinstance(own, int) and not isinstance(own, bool) and own >= 0:
+            return own
+        return self.reserves.get(conn.source, self.reserve)
+
     def key(self, conn: Connection) -> str:
+        """The hard block's key (the bulk block's is this plus ``:bulk``)."""
         return ":".join((self.namespace, "super", "quota", conn.source, str(conn.connection_id)))
 
     def record(self, conn: Connection, remaining: int | None, reset_at: datetime | None) -> None:
-        """Block ``conn`` until ``reset_at`` when ``remaining`` is at or under the reserve
-        (``remaining`` None with a ``reset_at``: blocked regardless, e.g. a Retry-After)."""
-        if reset_at is None or (remaining is not None and remaining > self.reserve):
+        """Block ``conn``'s bulk work until ``reset_at`` when ``remaining`` is at or under the
+        reserve, and all its work when it is 0 (``remaining`` None with a ``reset_at``: all
+        blocked regardless, e.g. a Retry-After)."""
+        if reset_at is None:
+            return
+        if remaining is None or remaining <= 0:
+            keys = [self.key(conn), self.key(conn) + ":bulk"]
+        elif remaining <= self.reserve_for(conn):
+            keys = [self.key(conn) + ":bulk"]
+        else:
             return
         reset_ms = int(reset_at.timestamp() * 1000)
         if reset_ms <= int(datetime.now(UTC).timestamp() * 1000):
             return
-        self._record(keys=[self.key(conn)], args=[reset_ms])
+        self._record(keys=keys, args=[reset_ms])
 
-    def blocked_until(self, conn: Connection, now: datetime | None = None) -> datetime | None:
-        """When ``conn`` may call the provider again; None: now."""
-        raw = self._client.get(self.key(conn))
-        if raw is None:
+    def blocked_until(
+        self, conn: Connection, now: datetime | None = None, *, reserved: bool = False
+    ) -> datetime | None:
+        """When ``conn`` may call the provider again; None: now. ``reserved``: for webhook
+        work, which may spend the reserve (blocked only by the hard block)."""
+        keys = [self.key(conn)] if reserved else [self.key(conn), self.key(conn) + ":bulk"]
+        raws = [raw for raw in self._client.mget(keys) if raw is not None]
+        if not raws:
             return None
-        until = datetime.fromtimestamp(int(raw) / 1000, UTC)
+        until = datetime.fromtimestamp(max(int(raw) for raw in raws) / 1000, UTC)
         return until if until > (now or datetime.now(UTC)) else None

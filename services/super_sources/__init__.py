@@ -34,7 +34,7 @@ def install(platform: ServiceContext, registry: SourceRegistry) -> None:
     namespace = settings.redis_namespace
     ctx = SuperContext(
         registry=registry,
-        rate_limits=RateLimitState(client, namespace),
+        rate_limits=RateLimitState(client, namespace, reserves=registry.webhook_reserves()),
         chunker=Chunker(),
         embedder=embedder_from_settings(settings, windows=RateWindows(client, namespace)),
         client=client,

@@ -68,10 +68,12 @@ class SuperContext:
             rate_limits=self.rate_limits,
         )
 
-    def wait_for_quota(self, conn: Connection) -> None:
+    def wait_for_quota(self, conn: Connection, *, webhook: bool = False) -> None:
         """Before a provider call: when the connection is blocked until a reset, raise a
-        Delay to it (no attempt spent, and not counted toward the family's delay limit)."""
-        until = self.entry(conn.source).rate_limit(self.rate_limits, conn)
+        Delay to it (no attempt spent, and not counted toward the family's delay limit).
+        ``webhook``: webhook work, which may spend the source's ``webhook_reserve`` (import
+        and index work wait when the quota left is at or under it)."""
+        until = self.entry(conn.source).rate_limit(self.rate_limits, conn, reserved=webhook)
         if until is not None and until > datetime.now(UTC):
             # Pacing, not the provider's refusal: no call was made, and the quota reopens at
             # its reset. Counted as a provider delay, a job losing the race at a few resets

@@ -50,9 +50,11 @@ def index_node(
     connection_id: int,
     ref: NodeRef,
     listed_date: datetime | None = None,
+    webhook: bool = False,
 ) -> str:
     """Index ``ref`` when it changed; returns :data:`INDEXED`, :data:`ALREADY_INDEXED` or
-    :data:`REMOVED` (and counts it as ``super.<source>.<outcome>``).
+    :data:`REMOVED` (and counts it as ``super.<source>.<outcome>``). ``webhook``: run by a
+    webhook job, which may spend the quota its source keeps back for webhooks.
 
     Raises:
       RecordMissing: the connection is gone (or another organization's).
@@ -67,7 +69,7 @@ def index_node(
     if listed_date is not None and indexed is not None and listed_date <= indexed:
         return _counted(ctx, conn.source, ALREADY_INDEXED)
 
-    ctx.wait_for_quota(conn)
+    ctx.wait_for_quota(conn, webhook=webhook)
     node = ctx.entry(conn.source).connector.fetch(conn, ref)
     if node is not None and indexed is not None and node.synchronization_date <= indexed:
         return _counted(ctx, conn.source, ALREADY_INDEXED)

@@ -12,6 +12,9 @@ an entry declares       used by
 ``rate_limit``          the check before every provider call: when the connection is
                         blocked until a reset, the job is delayed to it (no attempt
                         spent)
+``webhook_reserve``     the provider calls per quota window kept back for webhook work:
+                        import and index jobs wait for the reset when the quota left is
+                        at or under it, webhook jobs only when it is spent
 ``webhooks``            ``POST /webhooks/<source>/<path>``: signature scheme
                         (``verify``), reading (``parse``) and the job's processor
 =====================  ================================================================
@@ -27,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Protocol
 
 from services.connectors.nodes import (
     Connection,
@@ -39,9 +43,15 @@ from services.connectors.nodes import (
 )
 from tiers.table import tier_for_provider
 
-#: ``check(rate_limits, connection)``: when the connection may call its provider again
-#: (None: now).
-RateLimitCheck = Callable[[RateLimitState, Connection], datetime | None]
+
+class RateLimitCheck(Protocol):
+    """``check(rate_limits, connection, reserved=...)``: when the connection may call its
+    provider again (None: now); ``reserved`` is True for webhook work, which may spend the
+    calls the source keeps back (``SourceEntry.webhook_reserve``)."""
+
+    def __call__(
+        self, rate_limits: RateLimitState, conn: Connection, *, reserved: bool
+    ) -> datetime | None: ...
 
 
 @dataclass(frozen=True)
@@ -57,9 +67,11 @@ class WebhookWork:
 WebhookProcessor = Callable[[Connection, WebhookEvent], WebhookWork]
 
 
-def quota_check(rate_limits: RateLimitState, conn: Connection) -> datetime | None:
+def quota_check(
+    rate_limits: RateLimitState, conn: Connection, *, reserved: bool
+) -> datetime | None:
     """The default check: the quota the connector recorded from the provider's headers."""
-    return rate_limits.blocked_until(conn)
+    return rate_limits.blocked_until(conn, reserved=reserved)
 
 
 def index_touched(_conn: Connection, event: WebhookEvent) -> WebhookWork:
@@ -95,6 +107,8 @@ class SourceEntry:
     default_base_url: str = ""
     rate_limit: RateLimitCheck = quota_check
     webhooks: tuple[WebhookSpec, ...] = ()
+    #: calls per quota window kept back for webhook work (0: none; see the table above)
+    webhook_reserve: int = 0
 
     @property
     def source(self) -> str:
@@ -140,6 +154,10 @@ class SourceRegistry:
 
     def __iter__(self) -> Iterator[SourceEntry]:
         return iter(self.entries.values())
+
+    def webhook_reserves(self) -> dict[str, int]:
+        """Each source's ``webhook_reserve`` (for :class:`RateLimitState`)."""
+        return {entry.source: entry.webhook_reserve for entry in self}
 
     def with_entry(self, entry: SourceEntry) -> SourceRegistry:
         """This registry plus ``entry`` (a test's or a plug-in's source)."""

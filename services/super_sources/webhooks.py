@@ -175,12 +175,17 @@ def handle_delivery(
         log.warning("webhook job for %s/%s: the path is no longer registered", source, path)
         return 0
     if hook.processor is not index_touched:
-        ctx.wait_for_quota(conn)
+        ctx.wait_for_quota(conn, webhook=True)
     work = hook.processor(conn, event)
     if len(work.refs) <= INLINE_NODES:
         for ref in work.refs:
             index_node(
-                sessions, ctx, organization_id=organization_id, connection_id=connection_id, ref=ref
+                sessions,
+                ctx,
+                organization_id=organization_id,
+                connection_id=connection_id,
+                ref=ref,
+                webhook=True,
             )
         return len(work.refs)
     root = work.root or event.root or UNKNOWN_ROOT

@@ -56,6 +56,32 @@ def test_reserve_retry_after_and_stale_readings(redis_client: redis.Redis, names
     assert fresh.blocked_until(conn(7)) is None and fresh.blocked_until(conn(8)) is None
 
 
+def test_the_reserve_is_kept_for_webhook_work_per_source_and_connection(
+    redis_client: redis.Redis, namespace: str
+) -> None:
+    state = RateLimitState(redis_client, namespace, reserves={"github": 10})
+    reset = datetime.now(UTC) + timedelta(minutes=1)
+    # 10 left of GitHub's quota: bulk work waits for the reset, webhook work goes on
+    state.record(conn(), 10, reset)
+    assert state.blocked_until(conn()) is not None
+    assert state.blocked_until(conn(), reserved=True) is None
+    # the same reading on a source without a reserve blocks nothing
+    state.record(conn(1, "linear"), 10, reset)
+    assert state.blocked_until(conn(1, "linear")) is None
+    # a connection's own settings.webhook_reserve wins over its source's
+    own = Connection("github", 2, 3, "", {}, {"webhook_reserve": 3})
+    state.record(own, 10, reset)
+    assert state.blocked_until(own) is None
+    state.record(own, 3, reset)
+    assert state.blocked_until(own) is not None
+    assert state.blocked_until(own, reserved=True) is None
+    # spent, or a Retry-After: webhook work waits too
+    state.record(conn(), 0, reset)
+    assert state.blocked_until(conn(), reserved=True) is not None
+    state.record(own, None, reset)
+    assert state.blocked_until(own, reserved=True) is not None
+
+
 def test_header_lookup_ignores_case() -> None:
     headers = {"X-GitHub-Delivery": "abc"}
     assert header(headers, "x-github-delivery") == "abc"

@@ -3,6 +3,8 @@ five attempts and the failed job is kept."""
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -194,3 +196,67 @@ def test_an_import_rate_limited_at_every_page_finishes_without_spending_attempts
     assert record["failures"] == "0" and "retry-after" in record["last_delay"]
     refused = redis_client.scard(f"{namespace}:tracker:refused:{root.node_id}")
     assert refused == 26
+
+
+def test_an_import_waits_at_the_webhook_reserve_while_a_webhook_still_proceeds(
+    super_platform: Platform,
+    redis_client: redis.Redis,
+    namespace: str,
+    organization: Callable[[], int],
+) -> None:
+    from services.app.api import create_app
+
+    client = create_app(super_platform).test_client()
+    org = organization()
+    secret = "s3cret"
+    conn_id = make_connection(super_platform, org, "gitlab", webhook_secret=secret)
+    root = NodeRef(tracker.ROOT_TYPE, f"v{org}")
+    walked = _node(redis_client, namespace, root.node_id, 1)
+    hooked = _node(redis_client, namespace, root.node_id, 2)
+    # Given the provider said 3 calls are left until 15 s from now: under the source's
+    # webhook reserve (tracker.WEBHOOK_RESERVE, 5) but not spent
+    conn = Connection("gitlab", conn_id, org, "", {}, {})
+    reset = datetime.now(UTC) + timedelta(seconds=15)
+    super_platform_rate_limits(super_platform).record(conn, 3, reset)
+    assert tracker.WEBHOOK_RESERVE > 3
+    # When an import and a webhook delivery for that connection arrive
+    answer = super_platform.router.enqueue(import_request(org, "gitlab", conn_id, root))
+    body = json.dumps({"delivery": f"r-{org}", "root": root.node_id, "nodes": [hooked.node_id]})
+    stamp = int(time.time())
+    posted = client.post(
+        f"/webhooks/gitlab/events?connection={conn_id}",
+        data=body.encode(),
+        headers={
+            "Content-Type": "application/json",
+            "X-Tracker-Timestamp": str(stamp),
+            "X-Tracker-Signature": tracker.sign(secret, body.encode(), stamp),
+        },
+    )
+    assert posted.status_code == 202
+    assert posted.get_json()["queue"] == "super_webhook.fast"
+    hook_job = str(posted.get_json()["job_id"])
+    with workers(super_platform):
+        # Then the import waits for the reset, and the webhook's node is fetched and indexed
+        h.wait_until(lambda: h.state(super_platform.broker, answer.job_id) == "delayed")
+        h.wait_until(lambda: h.state(super_platform.broker, hook_job) == "completed")
+        assert _fetches(redis_client, namespace, hooked) == 1
+        # before the reset, while the import still waits without walking
+        assert datetime.now(UTC) < reset, "the machine was too slow to observe the order"
+        assert h.state(super_platform.broker, answer.job_id) == "delayed"
+        assert redis_client.llen(f"{namespace}:tracker:walked:{root.node_id}") == 0
+        record = super_platform.broker.jobs.record(answer.job_id) or {}
+        assert "rate-limit" in record["last_delay"]
+        # and after the reset the import walks and its node is indexed
+        h.wait_until(lambda: _fetches(redis_client, namespace, walked) == 1, 60)
+        h.wait_until(lambda: h.state(super_platform.broker, answer.job_id) == "completed", 60)
+    record = super_platform.broker.jobs.record(answer.job_id) or {}
+    assert record["failures"] == "0"
+
+
+def super_platform_rate_limits(platform: Platform) -> RateLimitState:
+    """A RateLimitState over the platform's Redis with the tracker registry's reserves."""
+    return RateLimitState(
+        platform.broker.client,
+        platform.settings.redis_namespace,
+        reserves=tracker.tracker_registry().webhook_reserves(),
+    )

@@ -202,10 +202,15 @@ def slow_processor(conn: Connection, event: WebhookEvent) -> WebhookWork:
     return index_touched(conn, event)
 
 
+#: Calls each tracker connection keeps back for webhook work.
+WEBHOOK_RESERVE = 5
+
+
 def entry(source: str) -> SourceEntry:
     return SourceEntry(
         connector=Tracker(source),
         default_base_url="https://tracker.test",
+        webhook_reserve=WEBHOOK_RESERVE,
         webhooks=(
             WebhookSpec("events", "X-Tracker-Signature: HMAC-SHA256", verify, parse),
             WebhookSpec("slow", "X-Tracker-Signature: HMAC-SHA256", verify, parse, slow_processor),
