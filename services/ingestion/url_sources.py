@@ -10,8 +10,10 @@ or transient (``TransientFailure``, retried; on the last attempt it fails the do
 ``unreachable or redirecting URL``).
 
 :func:`refresh_interval_seconds` and :func:`next_refresh_time` are the freshness clock's
-arithmetic: the recrawl interval (daily by default, hourly at the soonest) or the base's
-refresh schedule when sooner, doubled per consecutive failure, capped at a week.
+arithmetic: the base's refresh schedule when it has one (hourly, daily or weekly: a weekly
+base is fetched weekly, not at the platform's daily recrawl), else the recrawl interval
+(daily by default, hourly at the soonest), doubled per consecutive failure, capped at a
+week.
 """
 
 from __future__ import annotations
@@ -89,11 +91,12 @@ def fetch_url_source(
 def refresh_interval_seconds(
     refresh_schedule: str | None, recrawl_interval_seconds: float
 ) -> float:
-    """How often a URL document is re-fetched: the platform's recrawl interval, or its base's
-    schedule when that is sooner; never sooner than :data:`MIN_RECRAWL_INTERVAL_SECONDS`
+    """How often a URL document is re-fetched: its base's schedule when it has one (the
+    schedule is the base's own policy and wins over the platform's recrawl interval either
+    way), else the recrawl interval; never sooner than :data:`MIN_RECRAWL_INTERVAL_SECONDS`
     (seed 003's hourly floor, whatever the caller passes)."""
     scheduled = REFRESH_INTERVALS.get(refresh_schedule or "")
-    interval = min(recrawl_interval_seconds, scheduled) if scheduled else recrawl_interval_seconds
+    interval = scheduled if scheduled else recrawl_interval_seconds
     return max(interval, MIN_RECRAWL_INTERVAL_SECONDS)
 
 

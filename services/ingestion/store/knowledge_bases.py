@@ -114,8 +114,8 @@ def set_refresh_schedule(
 
 
 def refresh_interval_of(session: Session, document: KbDocument, recrawl_interval: float) -> float:
-    """Seconds between two fetches of a URL document: the recrawl interval, or its base's
-    refresh schedule when sooner."""
+    """Seconds between two fetches of a URL document: its base's refresh schedule, or the
+    recrawl interval when the base has none."""
     base = get_knowledge_base(
         session,
         organization_id=document.organization_id,

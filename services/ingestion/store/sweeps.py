@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from shared.db.models.ingestion import KbDocument
+from shared.db.models.ingestion import KbDocument, KnowledgeBase
 
 
 @dataclass(frozen=True)
@@ -70,10 +70,21 @@ def documents_to_refresh(
     """Ready URL documents due for a re-fetch, most overdue first, fairly sliced.
 
     Due: their ``next_refresh_at`` has come (the base's schedule, or the backoff after a
-    failure), or, while they have no failure pending, their last fetch is older than the
-    recrawl interval (this also applies a recrawl interval shortened since).
+    failure), or, while they have no failure pending and their base has no refresh
+    schedule, their last fetch is older than the recrawl interval (this also applies a
+    recrawl interval shortened since). A base's schedule alone decides for its documents:
+    the daily recrawl does not make a weekly base's documents due daily.
     """
     stale_before = now - timedelta(seconds=recrawl_interval_seconds)
+    unscheduled = (
+        select(KnowledgeBase.id)
+        .where(
+            KnowledgeBase.organization_id == KbDocument.organization_id,
+            KnowledgeBase.id == KbDocument.knowledge_base_id,
+            KnowledgeBase.refresh_schedule.is_(None),
+        )
+        .exists()
+    )
     return _fair_slice(
         session,
         [
@@ -85,7 +96,8 @@ def documents_to_refresh(
                 (KbDocument.refresh_failures == 0)
                 & or_(
                     KbDocument.last_fetched_at.is_(None),
-                    KbDocument.last_fetched_at <= stale_before,
+                    KbDocument.next_refresh_at.is_(None),
+                    unscheduled & (KbDocument.last_fetched_at <= stale_before),
                 ),
             ),
         ],
