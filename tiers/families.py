@@ -45,6 +45,9 @@ class Family:
       run_tiers: the tiers a provider-routed family runs in (empty: every tier); a provider
         the table puts elsewhere runs in the table's default tier.
       tenant_scoped: requests carry a positive ``organization_id`` (platform ticks do not).
+      priority: the actor's priority inside a worker: of the messages a worker has fetched
+        (its queues' prefetch), a lower number runs first (Dramatiq's; default 0), so a
+        latency-bound family is not queued in the worker behind another's backlog.
     """
 
     name: str
@@ -65,6 +68,7 @@ class Family:
     tenant_scoped: bool = True
     group_caps: Mapping[str, int] | None = None
     run_tiers: tuple[str, ...] = ()
+    priority: int = 0
 
     def provider_of(self, params: Any) -> str | None:
         return self.provider(params) if self.provider else None

@@ -64,7 +64,7 @@ class Platform:
             broker=self.broker,
             actor_name=family.name,
             queue_name=family.queues()[0],
-            priority=0,
+            priority=family.priority,
             options={
                 "time_limit": int(family.time_limit_seconds * 1000),
                 "throws": ACTOR_THROWS,

@@ -46,6 +46,9 @@ RUN_TIERS = ("fast", "slow")
 IMPORT_CAPS = {"fast": 1, "slow": 1}
 INDEX_CAPS = {"fast": 5, "slow": 2}
 WEBHOOK_CAPS = {"fast": 5, "slow": 2}
+#: Webhook messages run before the other messages a worker has fetched (Dramatiq priority:
+#: lower first; the others are 0).
+WEBHOOK_PRIORITY = -10
 #: An import walks a whole root in one job (its checkpoint survives a kill).
 IMPORT_TIME_LIMIT_SECONDS = 3 * 3600.0
 
@@ -196,6 +199,9 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
             job_id=webhook_job_id,
             group_by="global",
             group_caps=WEBHOOK_CAPS,
+            # ahead of the index messages a worker has fetched (an import's thousands pass
+            # through the workers to be parked at their organization's cap)
+            priority=WEBHOOK_PRIORITY,
             **common,
         ),
     ]

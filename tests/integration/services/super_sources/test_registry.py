@@ -99,3 +99,16 @@ def test_adding_a_source_is_one_entry(
                 == 3
             )
         )
+
+
+def test_the_webhook_actor_runs_ahead_and_the_registry_keeps_quota_for_webhooks(
+    super_platform: Platform,
+) -> None:
+    from services.super_sources.families import WEBHOOK_PRIORITY
+
+    broker = super_platform.broker
+    assert broker.get_actor("super_webhook").priority == WEBHOOK_PRIORITY
+    assert broker.get_actor("super_index").priority > WEBHOOK_PRIORITY
+    reserves = default_registry().webhook_reserves()
+    assert reserves["github"] > 0 and reserves["gitlab"] > 0
+    assert reserves["git"] == 0  # no webhooks, nothing to keep

@@ -77,3 +77,10 @@ def test_a_family_confined_to_run_tiers_sends_other_tiers_to_the_default(
         )
         == "fast"
     )
+
+
+def test_webhook_messages_run_before_the_index_backlog_a_worker_has_fetched() -> None:
+    fams = _families()
+    # Dramatiq runs a worker's fetched messages lowest priority first
+    assert fams["super_webhook"].priority < fams["super_index"].priority
+    assert fams["super_webhook"].priority < fams["super_import"].priority
