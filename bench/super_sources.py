@@ -2,19 +2,25 @@
 
 ``python -m bench.super_sources`` builds, for each of ``--orgs`` organizations, a GitHub
 repository of ``--github`` issues and pull requests (60/40) and a Linear team of ``--linear``
-issues on the local protocol servers (``testkit/fakes``) and a Git repository of ``--git``
-text files (built with dulwich, cloned from disk), starts fast-tier worker processes
-(``python -m bench.super_sources worker``, the production platform from the environment),
-enqueues every root's first import and, while the imports run, posts a burst of
+issues on the local protocol servers (``testkit/fakes``), a Git repository of ``--git``
+text files (built with dulwich, cloned from disk) and, on the slow tier, a website of
+``--website`` pages (``testkit.fakes.website``, each page answering after
+``--website-page-seconds``, one site crawled by every organization). It starts fast-tier
+and slow-tier worker processes (``python -m bench.super_sources worker --tier T``, the
+production platform from the environment), enqueues every root's first import and, while
+the imports run (the slow tier's website imports included), posts a burst of
 ``--webhooks`` signed deliveries (GitHub ``issues``/``pull_request``, Linear ``Issue``; each
-one edits a distinct node first) to ``POST /webhooks/<source>/events`` through the API's
-Flask app. GitHub's fake enforces a primary rate limit (``--github-limit`` calls per
-``--github-window`` seconds) so quota blocks happen.
+one edits a distinct node first) over HTTP to ``POST /webhooks/<source>/events`` of the
+API's app served by a threaded werkzeug server on 127.0.0.1. GitHub's fake enforces a
+primary rate limit (``--github-limit`` calls per ``--github-window`` seconds for the whole
+server, reported to each connection) so quota blocks happen; the registry's GitHub
+``webhook_reserve`` keeps part of it for webhooks.
 
 Reported: wall time, nodes per second, every node indexed once (node rows, documents and
-the ``indexation`` counter against the node count), webhook-to-indexed p50/p95/max (the
-post to the edited node's index commit), jobs failed and attempts spent (both must be 0),
-jobs delayed by rate limits, provider calls.
+the ``indexation`` counter against the node count), webhook-to-indexed p50/p95/max per
+source (the post to the edited node's index commit), the website pages indexed when the
+burst started and ended (the slow tier busy throughout), jobs failed and attempts spent
+(both must be 0), jobs delayed by rate limits, provider calls, the load average.
 
 Quick: ``python -m bench.super_sources --orgs 3 --github 100 --linear 50 --webhooks 50``.
 """
@@ -44,12 +50,16 @@ def _options(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--github", type=int, default=2000, help="issues + pulls per repo")
     parser.add_argument("--linear", type=int, default=1000, help="issues per team")
     parser.add_argument("--git", type=int, default=500, help="text files per Git repository")
+    parser.add_argument("--website", type=int, default=500, help="pages of the slow-tier site")
+    parser.add_argument("--website-page-seconds", type=float, default=0.25)
     parser.add_argument("--webhooks", type=int, default=1000)
     parser.add_argument("--burst-seconds", type=float, default=120.0)
     parser.add_argument("--github-limit", type=int, default=400)
     parser.add_argument("--github-window", type=float, default=10.0)
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--threads", type=int, default=12)
+    parser.add_argument("--slow-processes", type=int, default=1)
+    parser.add_argument("--slow-threads", type=int, default=8)
     parser.add_argument("--timeout", type=float, default=1200.0)
     parser.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL"))
     return parser.parse_args(argv)
@@ -86,13 +96,14 @@ def worker_main(tier: str, threads: int) -> None:
 
 
 def _start_workers(
-    env: dict[str, str], processes: int, threads: int, log_dir: Path
+    env: dict[str, str], processes: int, threads: int, log_dir: Path, tier: str = "fast"
 ) -> list[tuple[subprocess.Popen[bytes], Any]]:
     child_env = {**os.environ, **env, "PYTHONPATH": str(ROOT)}
     started = []
     for n in range(processes):
-        log = (log_dir / f"worker-fast-{n}.log").open("wb")
-        command = [sys.executable, "-m", "bench.super_sources", "worker", "--threads", str(threads)]
+        log = (log_dir / f"worker-{tier}-{n}.log").open("wb")
+        command = [sys.executable, "-m", "bench.super_sources", "worker", "--tier", tier]
+        command += ["--threads", str(threads)]
         started.append(
             (subprocess.Popen(command, env=child_env, stdout=log, stderr=log, cwd=ROOT), log)
         )
@@ -117,8 +128,11 @@ def _stop_workers(workers: list[tuple[subprocess.Popen[bytes], Any]]) -> list[in
 class Burst:
     """Posts signed webhooks for distinct nodes, each right after editing it in the fake."""
 
-    def __init__(self, client: Any, github: Any, linear: Any, targets: list[dict[str, Any]]):
-        self.client, self.github, self.linear, self.targets = client, github, linear, targets
+    def __init__(self, api_url: str, github: Any, linear: Any, targets: list[dict[str, Any]]):
+        import requests
+
+        self.session = requests.Session()
+        self.api_url, self.github, self.linear, self.targets = api_url, github, linear, targets
         self.posted: list[dict[str, Any]] = []
         self.statuses: dict[int, int] = {}
         self.answer_seconds: list[float] = []
@@ -142,10 +156,12 @@ class Burst:
                 headers, body = linear_server.signed_delivery("Issue", "update", data, SECRET)
                 updated = issue.updated_at
             posted = time.time()
-            response = self.client.post(
-                f"/webhooks/{target['source']}/events?connection={target['connection']}",
+            response = self.session.post(
+                f"{self.api_url}/webhooks/{target['source']}/events",
+                params={"connection": target["connection"]},
                 data=body,
                 headers=headers,
+                timeout=30,
             )
             self.answer_seconds.append(time.time() - posted)
             self.statuses[response.status_code] = self.statuses.get(response.status_code, 0) + 1
@@ -165,6 +181,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
     from testkit.fakes import git_repository
     from testkit.fakes.github_server import GithubServer
     from testkit.fakes.linear_server import LinearServer
+    from testkit.fakes.website import FakeWebsite
     from testkit.kb_scenario import (
         create_database,
         drop_database,
@@ -181,12 +198,24 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
     log_dir = Path(tempfile.mkdtemp(prefix="bench-super-"))
     github = GithubServer(TOKEN, rate_limit=options.github_limit, rate_window=options.github_window)
     linear = LinearServer(API_KEY)
+    site = FakeWebsite(pages=max(1, options.website))
+    site_settings = {
+        "urls": [],
+        "max_pages": options.website,
+        "max_depth": 64,
+        "allow_private_networks": True,  # the fake site is on 127.0.0.1
+    }
     workers: list[tuple[subprocess.Popen[bytes], Any]] = []
-    platform = None
+    platform = api = None
+    loads = LoadSampler()
     try:
-        with github as github_url, linear as linear_url:
+        with github as github_url, linear as linear_url, site:
+            site_root = NodeRef("WebsiteRoot", site.url("/page/0"))
+            site_pages = _crawl_count(site_root, site_settings) if options.website else 0
+            site.page_seconds = options.website_page_seconds
             values = _values(redis_url, database_url, namespace)
             platform = bootstrap(load_settings(**values), component="bench")
+            api = ApiThread(create_app(platform))
             roots, targets = [], []
             for n in range(options.orgs):
                 org = 7000 + n
@@ -244,6 +273,14 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                             first_run=True,
                         )
                     )
+                if options.website:
+                    with session_scope(platform.sessions) as session:
+                        web = store.create_connection(
+                            session, org, "website", settings=site_settings
+                        )
+                        session.commit()
+                        web_id = web.id
+                    roots.append(import_request(org, "website", web_id, site_root, first_run=True))
                 targets += [
                     {"source": "github", "org": org, "connection": gh_id, "repo": repo, "number": k}
                     for k in range(1, options.github + 1)
@@ -254,14 +291,21 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                     if i.team_id == team.id
                 ]
             random.Random(13).shuffle(targets)
-            burst = Burst(
-                create_app(platform).test_client(), github, linear, targets[: options.webhooks]
-            )
-            expected = options.orgs * (options.github + options.linear + options.git)
+            burst = Burst(api.url, github, linear, targets[: options.webhooks])
+            expected = options.orgs * (options.github + options.linear + options.git + site_pages)
 
             workers = _start_workers(
                 environment_of(values), options.processes, options.threads, log_dir
             )
+            if options.website:
+                workers += _start_workers(
+                    environment_of(values),
+                    options.slow_processes,
+                    options.slow_threads,
+                    log_dir,
+                    tier="slow",
+                )
+            loads.start()
             started = time.time()
             answers = platform.router.enqueue_many(roots)
             # the burst starts once the workers run the imports (not while they boot)
@@ -273,8 +317,12 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                 time.sleep(0.2)
             time.sleep(2.0)
             sender = threading.Thread(target=burst.run, args=(options.burst_seconds,), daemon=True)
+            website_at_start = _website_indexed(client, namespace)
+            burst_started = time.time() - started
             sender.start()
             sender.join()
+            website_at_end = _website_indexed(client, namespace)
+            burst_ended = time.time() - started
             import_ids = [a.job_id for a in answers]
             deadline = started + options.timeout
             while time.time() < deadline:
@@ -302,6 +350,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                 )
                 for source in ("github", "linear")
             }
+            website_finished = _imports_finished_after(client, namespace, "WebsiteRoot", started)
             records = job_records(client, namespace)
             counters = {
                 (k.decode() if isinstance(k, bytes) else k): int(v)
@@ -335,6 +384,10 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                     "measured": len(latencies),
                 },
                 "webhook_to_indexed_by_source": by_source,
+                "burst_seconds_after_start": [round(burst_started, 1), round(burst_ended, 1)],
+                "website_pages_expected": options.orgs * site_pages,
+                "website_indexed_at_burst_start_end": [website_at_start, website_at_end],
+                "website_imports_finished_after_seconds": website_finished,
                 "webhook_job_claimed_after_seconds": _spread(waits, percentile),
                 "webhook_job_claimed_to_settled_seconds": _spread(runs, percentile),
                 "jobs": len(records),
@@ -343,17 +396,104 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                 "jobs_delayed_by_rate_limits": delays,
                 "github_requests": len(github.requests),
                 "linear_requests": len(linear.requests),
+                "website_requests": len(site.requests),
                 "stalled": stalled,
+                "load_average": loads.summary(),
                 "log_dir": str(log_dir),
             }
     finally:
+        loads.stop()
         codes = _stop_workers(workers)
+        if api is not None:
+            api.stop()
         if platform is not None:
             platform.close()
         drop_database(server_url, database_url)
         delete_namespace(client, namespace)
     result["worker_exit_codes"] = codes
     return result
+
+
+class ApiThread:
+    """The API's Flask app behind a threaded werkzeug server on 127.0.0.1 (real HTTP)."""
+
+    def __init__(self, app: Any) -> None:
+        from werkzeug.serving import make_server
+
+        self._server = make_server("127.0.0.1", 0, app, threaded=True)
+        self.url = f"http://127.0.0.1:{self._server.server_port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+
+class LoadSampler:
+    """The 1-minute load average every 5 s while the run goes."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(os.getloadavg()[0])
+            self._stop.wait(5.0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+    def summary(self) -> dict[str, float | None]:
+        if not self.samples:
+            return {"min": None, "mean": None, "max": None}
+        return {
+            "min": round(min(self.samples), 1),
+            "mean": round(sum(self.samples) / len(self.samples), 1),
+            "max": round(max(self.samples), 1),
+        }
+
+
+def _crawl_count(root: Any, settings: dict[str, Any]) -> int:
+    """How many pages a website import of ``root`` lists (the site is deterministic)."""
+    from services.connectors import website
+    from services.connectors.nodes import Connection
+
+    conn = Connection("website", 0, 0, "", {}, settings, timeout=15.0)
+    checkpoint: str | None = None
+    found: set[str] = set()
+    while True:
+        page = website.SOURCE.walk(conn, root, checkpoint)
+        found.update(ref.node_id for ref in page.refs)
+        if page.checkpoint is None:
+            return len(found)
+        checkpoint = page.checkpoint
+
+
+def _website_indexed(client: Any, namespace: str) -> int:
+    raw = client.hget(f"{namespace}:super:counters", "super.website.indexation")
+    return int(raw or 0)
+
+
+def _imports_finished_after(
+    client: Any, namespace: str, root_type: str, started: float
+) -> list[float]:
+    """Seconds from the run's start to each import of a ``root_type`` root finishing."""
+    done = []
+    pattern = f"{namespace}:job:super-import-*-{root_type}:*"
+    for key in client.scan_iter(match=pattern, count=2000):
+        finished = client.hget(key, "finished_at")
+        if finished:
+            done.append(round(int(finished) / 1000 - started, 1))
+    return sorted(done)
 
 
 def _webhook_job_times(client: Any, namespace: str) -> tuple[list[float], list[float]]:

@@ -81,6 +81,8 @@ class FakeWebsite:
       robots: the robots.txt text served with 200.
       robots_status: when not 200, robots.txt answers this status with an empty body.
       slow_seconds: how long ``/slow`` waits before answering.
+      page_seconds: how long each ``/page/<i>`` waits before answering (a real site's
+        latency, for benchmarks); may be changed while the site serves.
     """
 
     def __init__(
@@ -90,8 +92,10 @@ class FakeWebsite:
         robots: str = DEFAULT_ROBOTS,
         robots_status: int = 200,
         slow_seconds: float = 2.0,
+        page_seconds: float = 0.0,
     ) -> None:
         self.pages = pages
+        self.page_seconds = page_seconds
         self.robots = robots
         self.robots_status = robots_status
         self.slow_seconds = slow_seconds
@@ -152,6 +156,8 @@ def _handler(site: FakeWebsite) -> type[BaseHTTPRequestHandler]:
                 else:
                     self._send(200, "text/plain", site.robots.encode())
             elif path.startswith("/page/") and path[6:].isdigit() and int(path[6:]) < site.pages:
+                if site.page_seconds > 0:
+                    time.sleep(site.page_seconds)
                 self._send(200, "text/html; charset=utf-8", page_html(int(path[6:]), site.pages))
             elif path.startswith("/private/"):
                 self._send(200, "text/html", b"<title>secret</title><p>secret</p>")
