@@ -35,6 +35,7 @@ PROVIDER_TIERS: dict[str, str] = {
     "confluence": "fast",
     "notion": "slow",
     "google_drive": "slow",
+    "sharepoint": "slow",
     "attio": "slow",
     "hubspot": "slow",
     "asana": "slow",
