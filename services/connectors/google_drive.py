@@ -18,9 +18,9 @@ Protocol (Drive API v3 under ``/drive/v3``, ``Authorization: Bearer <access toke
   others keep their name as text). Trashed or 404: None.
 * rate limits: Drive sends no quota headers. Its limit answers are 429 and 403 with reason
   ``userRateLimitExceeded`` / ``rateLimitExceeded``: a ``Delay`` until ``Retry-After`` when
-  given (a 403 limit without it: ``DEFAULT_WAIT`` seconds), recorded on the connection; a 429
-  without Retry-After is ``Retryable`` (the platform's backoff, as Google asks). 5xx:
-  ``Retryable``; 401/other 403: ``Unrecoverable``.
+  given (a 403 limit without it: ``settings.rate_limit_wait``, default ``DEFAULT_WAIT`` s),
+  recorded on the connection; a 429 without Retry-After is ``Retryable`` (the platform's
+  backoff, as Google asks). 5xx: ``Retryable``; 401/other 403: ``Unrecoverable``.
 
 Node ids: ``GoogleDrive`` the drive id (``my-drive``); ``GoogleDriveFile`` ``<drive>/<file id>``.
 """
@@ -234,7 +234,8 @@ def _client(conn: Connection) -> NodeClient:
         if response.status_code in (429, 503) and until is not None:
             raise blocked(conn, until, f"google_drive, {what}")
         if response.status_code == 403 and _reason(response) in RATE_REASONS:
-            until = until or datetime.now(UTC) + timedelta(seconds=DEFAULT_WAIT)
+            wait = float(conn.settings.get("rate_limit_wait") or DEFAULT_WAIT)
+            until = until or datetime.now(UTC) + timedelta(seconds=wait)
             raise blocked(conn, until, f"google_drive, {what}")
 
     base = (conn.base_url or DEFAULT_BASE_URL).rstrip("/") + "/drive/v3"

@@ -12,6 +12,7 @@ from services.super_sources.registry import SourceEntry, SourceRegistry, Webhook
 
 def default_registry() -> SourceRegistry:
     from services.connectors import (
+        asana,
         git_repository,
         github,
         gitlab,
@@ -82,5 +83,6 @@ def default_registry() -> SourceRegistry:
                 connector=google_drive.SOURCE, default_base_url=google_drive.DEFAULT_BASE_URL
             ),
             SourceEntry(connector=sharepoint.SOURCE, default_base_url=sharepoint.DEFAULT_BASE_URL),
+            SourceEntry(connector=asana.SOURCE, default_base_url=asana.DEFAULT_BASE_URL),
         ]
     )
