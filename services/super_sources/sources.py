@@ -17,6 +17,7 @@ def default_registry() -> SourceRegistry:
         github,
         gitlab,
         google_drive,
+        hubspot,
         linear,
         notion,
         notion_nodes,
@@ -84,5 +85,6 @@ def default_registry() -> SourceRegistry:
             ),
             SourceEntry(connector=sharepoint.SOURCE, default_base_url=sharepoint.DEFAULT_BASE_URL),
             SourceEntry(connector=asana.SOURCE, default_base_url=asana.DEFAULT_BASE_URL),
+            SourceEntry(connector=hubspot.SOURCE, default_base_url=hubspot.DEFAULT_BASE_URL),
         ]
     )
