@@ -13,6 +13,7 @@ from services.super_sources.registry import SourceEntry, SourceRegistry, Webhook
 def default_registry() -> SourceRegistry:
     from services.connectors import (
         asana,
+        attio,
         git_repository,
         github,
         gitlab,
@@ -86,5 +87,6 @@ def default_registry() -> SourceRegistry:
             SourceEntry(connector=sharepoint.SOURCE, default_base_url=sharepoint.DEFAULT_BASE_URL),
             SourceEntry(connector=asana.SOURCE, default_base_url=asana.DEFAULT_BASE_URL),
             SourceEntry(connector=hubspot.SOURCE, default_base_url=hubspot.DEFAULT_BASE_URL),
+            SourceEntry(connector=attio.SOURCE, default_base_url=attio.DEFAULT_BASE_URL),
         ]
     )
