@@ -161,10 +161,20 @@ def _version() -> str:
         return "0.0.0+source"
 
 
+#: Blueprints whose routes are pages for people, not API operations.
+_NOT_API_BLUEPRINTS = frozenset({"dashboard"})
+
+
 def build_document(app: Flask) -> dict[str, Any]:
-    """The OpenAPI 3.1 document of every route registered on ``app``."""
+    """The OpenAPI 3.1 document of every API route registered on ``app``.
+
+    The operators' dashboard (HTML pages for people, its own sign-in and CSRF) is not part of
+    the machine API and is left out; the README documents it.
+    """
     operations: list[_Operation] = []
     for rule in sorted(app.url_map.iter_rules(), key=lambda r: (r.rule, r.endpoint)):
+        if rule.endpoint.split(".", 1)[0] in _NOT_API_BLUEPRINTS:
+            continue
         view = app.view_functions[rule.endpoint]
         doc = route_doc(view) or RouteDoc(summary=rule.endpoint)
         body = doc.body
