@@ -1,6 +1,7 @@
 """Conversation uploads (seed 001): the 30-minute scan, the check and process families
-(Rails or native processing of XCALLY / Outreach Kaia direct uploads), the direct-upload
-enqueue route, and the validation checks."""
+(Rails or native processing of XCALLY / Outreach Kaia direct uploads), the XCALLY
+completion family, their enqueue routes, the delivery-ledger reconciler and the validation
+checks."""
 
 from __future__ import annotations
 
@@ -14,11 +15,15 @@ def register(platform: ServiceContext) -> None:
     from services.rails.client import RailsClient
     from services.uploads import routes
     from services.uploads.actors import build_handlers
+    from services.uploads.completion import SyncCompletions
     from services.uploads.dispatch import UploadJobs
     from services.uploads.families import families
     from services.uploads.object_store import ObjectStore, object_store
     from services.uploads.ticks import upload_scan_tick
-    from shared.rollouts import CONVERSATION_UPLOAD_NATIVE_PROCESSING
+    from shared.rollouts import (
+        CONVERSATION_UPLOAD_NATIVE_PROCESSING,
+        CONVERSATION_UPLOAD_SYNC_COMPLETION,
+    )
 
     settings = platform.settings
     clients: list[RailsClient] = []
@@ -40,8 +45,14 @@ def register(platform: ServiceContext) -> None:
             CONVERSATION_UPLOAD_NATIVE_PROCESSING, organization_id=organization_id
         )
 
+    def completion_enabled(organization_id: int) -> bool:
+        return platform.flags.rollout(
+            CONVERSATION_UPLOAD_SYNC_COMPLETION, organization_id=organization_id
+        )
+
     jobs = UploadJobs(rails, platform.sessions, objects, native_enabled)
-    for family in families(build_handlers(jobs)):
+    completions = SyncCompletions(rails, platform.sessions, completion_enabled)
+    for family in families(build_handlers(jobs, completions)):
         platform.add_family(family)
     jobs_store = platform.broker.jobs
 
@@ -50,3 +61,4 @@ def register(platform: ServiceContext) -> None:
 
     platform.add_tick(upload_scan_tick(platform.sessions, platform.router, job_state))
     platform.add_blueprint(routes.blueprint())
+    platform.add_blueprint(routes.completion_blueprint())

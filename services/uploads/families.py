@@ -9,6 +9,10 @@
   (``process_direct``, or ``retry_direct`` for the periodic retry) or natively
   (``api2_conversation_upload_native_processing``). The controller's hand-off and the
   tick's re-drive share the id, so one collapses onto the other while it is queued.
+- ``provider_conversation_sync_completion``: kind ``complete_provider_conversation_sync``,
+  job ``provider_conversation_sync_completion_<sync_run_id>`` with ``sync_run_id =
+  xcally-upload-<upload id>``: the XCALLY completion hand-off (ENG-2948), kept 7 days after it
+  finishes so the pinned id still dedupes a late retry (:mod:`services.uploads.completion`).
 """
 
 from __future__ import annotations
@@ -16,16 +20,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from router.requests import JobRequest
-from shared.inputs import Id
+from shared.inputs import Id, Text
 from tiers.families import Family
 from tiers.policies import UPLOAD_RETRY
 
 PAUSE_FLAG = "pause_api2_conversation_upload_checks"
 CHECK_KIND = "check_conversation_upload"
 PROCESS_KIND = "process_conversation_upload"
+COMPLETION_KIND = "complete_provider_conversation_sync"
+#: The completed job's record dedupes a late retry for this long (the seed's 7-day window).
+COMPLETION_RETENTION_SECONDS = 7 * 86_400.0
+
+
+def sync_run_id(upload_id: int) -> str:
+    return f"xcally-upload-{upload_id}"
+
+
+def completion_job_id(upload_id: int) -> str:
+    return f"provider_conversation_sync_completion_{sync_run_id(upload_id)}"
 
 
 class _Strict(BaseModel):
@@ -40,6 +55,34 @@ class ProcessParams(_Strict):
     conversation_upload_id: Id
     #: The periodic-retry scan's re-drive (Rails' ``retry_direct_upload!`` path).
     periodic: bool = False
+
+
+class CompletionParams(_Strict):
+    conversation_upload_id: Id
+    #: The conversation the XCALLY processor created or reused (the ledger row's target).
+    conversation_id: Id
+    #: Pinned: ``xcally-upload-<conversation_upload_id>``; anything else is refused.
+    sync_run_id: Text
+
+    @field_validator("sync_run_id")
+    @classmethod
+    def _pinned(cls, value: str, info: ValidationInfo) -> str:
+        upload_id = info.data.get("conversation_upload_id")
+        if upload_id is not None and value != sync_run_id(upload_id):
+            raise ValueError(f"must be {sync_run_id(upload_id)!r} (pinned to the upload)")
+        return value
+
+
+def completion_request(organization_id: int, upload_id: int, conversation_id: int) -> JobRequest:
+    return JobRequest(
+        COMPLETION_KIND,
+        organization_id,
+        {
+            "conversation_upload_id": upload_id,
+            "conversation_id": conversation_id,
+            "sync_run_id": sync_run_id(upload_id),
+        },
+    )
 
 
 def check_request(organization_id: int, upload_id: int) -> JobRequest:
@@ -74,5 +117,18 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
             pause_flag=PAUSE_FLAG,
             retry=UPLOAD_RETRY,
             time_limit_seconds=900.0,
+        ),
+        Family(
+            name="provider_conversation_sync_completion",
+            kind=COMPLETION_KIND,
+            handler=handlers[COMPLETION_KIND],
+            params=CompletionParams,
+            job_id=lambda _org, p: f"provider_conversation_sync_completion_{p.sync_run_id}",
+            fixed_tier="maintenance",
+            # No kill switch of its own: its revert is api2_conversation_upload_sync_completion
+            # (checked by the route and again when the job runs).
+            retry=UPLOAD_RETRY,
+            retention_seconds=COMPLETION_RETENTION_SECONDS,
+            keep_finished=True,
         ),
     ]

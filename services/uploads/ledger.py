@@ -2,7 +2,7 @@
 
 | call | moves | when |
 | --- | --- | --- |
-| :func:`mark_accepted` | pending/sent/uncertain -> accepted | the process job is in Redis |
+| :func:`mark_accepted` | pending/sent/uncertain -> accepted | the job is in Redis |
 | :func:`mark_completed` | open -> completed | the upload completed |
 | :func:`mark_failed` | open -> failed, ``last_error`` | the upload failed for good |
 | :func:`complete_row` | open -> completed | the reconciler saw the outcome |
@@ -46,14 +46,17 @@ class OpenRow:
     conversation_id: int | None
 
 
-def mark_accepted(session: Session, organization_id: int, upload_id: int, now: datetime) -> int:
-    """The process hand-off is in Redis: its row is accepted (API2 owns it now)."""
+def mark_accepted(
+    session: Session, organization_id: int, upload_id: int, now: datetime, kind: str = "process"
+) -> int:
+    """The hand-off (``process`` or ``sync_completion``) is in Redis: its row is accepted
+    (API2 owns it now)."""
     result = session.execute(
         update(_D)
         .where(
             _D.organization_id == organization_id,
             _D.conversation_upload_id == upload_id,
-            _D.kind == "process",
+            _D.kind == kind,
             _D.state.in_(("pending", "sent", "uncertain")),
         )
         .values(state="accepted", owner="api2", accepted_at=now, updated_at=now)

@@ -10,11 +10,11 @@ the 30-minute tick. Per row, in the seed's order:
    ``replay_count >= 3``: failed with ``last_error``;
 4. otherwise the optimistic claim and the job re-added (a finished job of the same id is
    replaced). A ``sync_completion`` row waits while its upload is pending/processing (Rails'
-   processor owns it) and fails when the upload failed or expired.
-
-Replaying a ``sync_completion`` row needs the provider-conversation-sync-completion family,
-which is not built yet: such rows are settled by steps 1-3 only and otherwise wait
-(``unreplayable`` in the summary).
+   processor owns it), fails when the upload failed or expired, and is replayed only once
+   its upload completed: ``provider_conversation_sync_completion_xcally-upload-<id>`` is
+   re-added replacing its finished record (the family keeps finished ids for 7 days, so the
+   replay drops that option for this one message). A replay whose claim was left uncertain
+   sends nothing again (the claim stays for an operator) and spends the budget.
 """
 
 from __future__ import annotations
@@ -28,13 +28,16 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from router.enqueue import Router
+from router.requests import route_all
 from services.uploads import ledger
-from services.uploads.families import process_request
+from services.uploads.families import completion_job_id, completion_request, process_request
 from services.uploads.store import stored_file
 from shared.db.engine import session_scope
 from shared.db.models import Conversation, ConversationUpload
 from shared.errors import QueueUnavailable, ValidationFailed
 from tiers.job_store import LIVE_STATES
+from tiers.options import KEEP_FINISHED
+from tiers.redis_retry import REDIS_DOWN
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +76,15 @@ def _decide(session: Session, row: ledger.OpenRow, job_state: Callable[[str], st
             return "completed"
         if status in ("pending", "processing"):
             return "wait"
+        if job_state(completion_job_id(row.conversation_upload_id)) in LIVE_STATES:
+            return "wait"
         if status != "completed":
             return f"failed:the upload is {status or 'gone'}"
     if row.replay_count >= ledger.REPLAY_BUDGET:
         return f"failed:replay budget of {ledger.REPLAY_BUDGET} exhausted"
-    return "replay" if row.kind == "process" else "unreplayable"
+    if row.kind == "sync_completion" and row.conversation_id is None:
+        return "unreplayable"
+    return "replay"
 
 
 def reconcile(
@@ -120,7 +127,10 @@ def _readd(
     counts: Counter[str],
 ) -> None:
     try:
-        router.enqueue(process_request(row.organization_id, row.conversation_upload_id))
+        if row.kind == "process":
+            router.enqueue(process_request(row.organization_id, row.conversation_upload_id))
+        else:
+            _replace_completion(router, row)
     except (QueueUnavailable, ValidationFailed) as exc:
         # The claim stands (the budget is spent); the row stays accepted and the next
         # tick, ten minutes of grace later, finds it again.
@@ -129,3 +139,17 @@ def _readd(
         with session_scope(sessions) as session:
             ledger.note_error(session, row.id, f"re-add failed: {exc}", now)
             session.commit()
+
+
+def _replace_completion(router: Router, row: ledger.OpenRow) -> None:
+    """Re-add the completion job, replacing a finished record of the same id (the family
+    keeps finished ids to dedupe Rails' late retries; the reconciler's replay is not one)."""
+    request = completion_request(
+        row.organization_id, row.conversation_upload_id, int(row.conversation_id or 0)
+    )
+    (job,) = route_all(router.registry, [request])
+    message = router.message_for(job).copy(options={KEEP_FINISHED: False})
+    try:
+        router.broker.enqueue_identified([message])
+    except REDIS_DOWN as exc:
+        raise QueueUnavailable(f"Redis did not accept the job: {exc}") from exc

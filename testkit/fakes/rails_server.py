@@ -20,6 +20,10 @@ endpoint                                                               success b
 ``POST /internal/conversation_uploads/:id/retry_direct``               upload status
 ``POST /internal/conversation_uploads/:id/mark_failed``                upload status
 ``POST /internal/provider_conversation_sync_completions/enqueue``      ``{"accepted": true}``
+``POST /internal/conversations/:id/complete_conversation_sync``        ``{"status":
+  (``{"organization_id", "conversation_upload_id", "sync_run_id"}``:     "completed"}``
+  what ``CompleteConversationSyncJob`` did, called by API2's XCALLY
+  completion job; ``on_complete_sync`` lets a test apply its effect)
 ``POST /internal/daily_agent_evaluation_reports/collect``              report rows
 ``POST /internal/daily_agent_evaluation_reports/backfill_preview``     the backfill run
 ``POST /internal/daily_agent_evaluation_reports/email``                ``sent`` /
@@ -46,6 +50,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import defaultdict, deque
+from collections.abc import Callable
 from typing import Any
 
 from testkit.fakes.protocol_server import ProtocolServer, Reply, Request
@@ -61,6 +66,7 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("upload_retry_direct", rf"/internal/conversation_uploads/{_ID}/retry_direct"),
     ("upload_mark_failed", rf"/internal/conversation_uploads/{_ID}/mark_failed"),
     ("sync_completion", r"/internal/provider_conversation_sync_completions/enqueue"),
+    ("complete_conversation_sync", rf"/internal/conversations/{_ID}/complete_conversation_sync"),
     ("report_collect", r"/internal/daily_agent_evaluation_reports/collect"),
     ("report_backfill_preview", r"/internal/daily_agent_evaluation_reports/backfill_preview"),
     ("report_email", r"/internal/daily_agent_evaluation_reports/email"),
@@ -98,6 +104,9 @@ class RailsServer(ProtocolServer):
         self.results: dict[str, Any] = {}
         #: delivery keys the email endpoint has sent (Rails' claim on its side).
         self.sent_delivery_keys: list[str] = []
+        #: called with (conversation id, body) on each successful complete_conversation_sync
+        #: (a test applies Rails' effect, e.g. ``conversations.last_synced_at``).
+        self.on_complete_sync: Callable[[int, dict[str, Any]], None] | None = None
         self._queued: dict[str, deque[Reply]] = defaultdict(deque)
         self._script_lock = threading.Lock()
 
@@ -201,6 +210,19 @@ class RailsServer(ProtocolServer):
 
     def _sync_completion(self, request: Request, _id: int | None) -> Reply:
         return Reply(202, {"accepted": True})
+
+    def _complete_conversation_sync(self, request: Request, record_id: int | None) -> Reply:
+        body = request.body if isinstance(request.body, dict) else {}
+        if self.on_complete_sync is not None and record_id is not None:
+            self.on_complete_sync(record_id, body)
+        return Reply(
+            200,
+            {
+                "conversation_id": record_id,
+                "status": "completed",
+                "sync_run_id": body.get("sync_run_id"),
+            },
+        )
 
     def _report_collect(self, request: Request, _id: int | None) -> Reply:
         return Reply(200, {"rows": []})
