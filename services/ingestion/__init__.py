@@ -19,6 +19,7 @@ def register(platform: ServiceContext) -> None:
     from services.ingestion.families import families
     from services.ingestion.routes import blueprint
     from services.ingestion.ticks import SweepBounds, ingestion_refresh_tick, ingestion_sweep_tick
+    from services.web.feed_fetch import feed_fetcher
     from tiers.rate_window import RateWindows
 
     settings = platform.settings
@@ -31,6 +32,10 @@ def register(platform: ServiceContext) -> None:
         # and a window's Delay would restart a multi-page document from its first page.
         fetch=url_fetcher(settings),
         recrawl_interval_seconds=recrawl,
+        fetch_feed=feed_fetcher(
+            allow_private=settings.crawl_allow_private_networks,
+            timeout=settings.http_timeout_seconds,
+        ),
         ocr=OcrLimits(
             max_pages=settings.ocr_max_pages, timeout_seconds=settings.ocr_timeout_seconds
         ),

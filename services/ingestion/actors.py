@@ -16,6 +16,7 @@ from services.indexing.index_writer import DocumentChunker
 from services.indexing.ocr import DEFAULT_OCR_LIMITS, OcrLimits
 from services.ingestion import ingestion_job, url_refresh
 from services.ingestion.families import INGEST_KIND, INGEST_RETRY, REFRESH_KIND, ingest_request
+from services.web.feed_fetch import FeedFetch
 from services.web.fetch import PageFetch
 from shared.db.base import utcnow
 from tiers.attempts import current_attempt
@@ -31,6 +32,7 @@ class IngestionContext:
     fetch: PageFetch
     recrawl_interval_seconds: float
     ocr: OcrLimits = DEFAULT_OCR_LIMITS
+    fetch_feed: FeedFetch | None = None
 
 
 def build_handlers(
@@ -51,6 +53,7 @@ def build_handlers(
             fetch=ctx.fetch,
             recrawl_interval_seconds=ctx.recrawl_interval_seconds,
             ocr=ctx.ocr,
+            fetch_feed=ctx.fetch_feed,
             delay_ends_job=attempt.delay_ends_job,
         )
 
@@ -63,6 +66,7 @@ def build_handlers(
                 fetch=ctx.fetch,
                 now=utcnow(),
                 recrawl_interval_seconds=ctx.recrawl_interval_seconds,
+                fetch_feed=ctx.fetch_feed,
             )
             if outcome.result == "changed":  # a failed enqueue is swept later
                 uow.enqueue(ingest_request(organization_id, document_id))

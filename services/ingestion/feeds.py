@@ -18,9 +18,10 @@ Failures: a feed that is not RSS or Atom, or too malformed to yield any entry, r
 :class:`FeedUnreadable` (``Unrecoverable``); the fetcher's ``Delay`` (429 with Retry-After),
 ``Retryable`` (5xx, timeouts) and ``Unrecoverable`` (404, refused address) pass through.
 
-Not wired yet: no API route adds a feed and no tick re-syncs it on the base's
-``refresh_schedule``; the caller (a test today) commits and lets the ingestion sweep pick
-the documents up.
+A feed is subscribed as a URL document with ``connector: "rss"``: the ingestion pass and the
+refresh job call :func:`feed_document_source` for it instead of crawling a page, so the feed
+is re-read on its base's ``refresh_schedule`` (or the platform recrawl) with the same
+backoff as a page, and the feed document itself indexes the list of its entries.
 """
 
 from __future__ import annotations
@@ -35,10 +36,17 @@ from sqlalchemy.orm import Session
 
 from services.indexing.digests import text_hash
 from services.ingestion import store
+from services.web.failures import (
+    OVERSIZE,
+    UNREACHABLE,
+    FetchFailed,
+    TransientFailure,
+)
 from services.web.feed_fetch import FeedFetch
 from services.web.html import extract_html
+from services.web.ssrf_guard import AddressRefused, log_refusal
 from shared.db.models.ingestion import KbDocument
-from shared.errors import Unrecoverable
+from shared.errors import Delay, Retryable, Unrecoverable
 
 #: The connector name feed entries are bound to.
 RSS_CONNECTOR = "rss"
@@ -134,29 +142,50 @@ def _stored_text_hash(text: str) -> str:
     return text_hash(extract(text.encode(), content_type="text/plain", filename=None).text)
 
 
-def sync_feed(
+@dataclass(frozen=True)
+class Feed:
+    """A fetched, parsed feed: its title, entries and the text its own document indexes."""
+
+    url: str
+    title: str | None
+    entries: list[FeedEntry]
+
+    def index_text(self) -> str:
+        """The feed document's own text: its title and one line per entry (title, link)."""
+        lines = [f"# {self.title or self.url}", "", self.url, ""]
+        for entry in self.entries:
+            label = entry.title or entry.identity
+            lines.append(f"- [{label}]({entry.link})" if entry.link else f"- {label}")
+        return "\n".join(lines)
+
+
+def read_feed(feed_url: str, fetch: FeedFetch) -> Feed:
+    """Fetch and parse the feed at ``feed_url``.
+
+    Raises:
+      FeedUnreadable: see :func:`parse_feed`.
+      Delay / Retryable / Unrecoverable: from the fetcher (429, 5xx, 404, refused address).
+    """
+    fetched = fetch(feed_url)
+    parsed: Any = feedparser.parse(
+        fetched.body, response_headers={"content-location": fetched.final_url}
+    )
+    title = " ".join((parsed.get("feed", {}).get("title") or "").split()) or None
+    return Feed(feed_url, title, parse_feed(fetched.body, fetched.final_url))
+
+
+def sync_entries(
     session: Session,
     *,
     organization_id: int,
     knowledge_base_id: int,
-    feed_url: str,
-    fetch: FeedFetch,
+    entries: list[FeedEntry],
     now: datetime,
+    audience: list[str] | None = None,
     max_entries: int = DEFAULT_MAX_ENTRIES,
 ) -> FeedSync:
-    """Fetch the feed and add or refresh one document per entry (the caller commits, then
-    enqueues ingestion of ``added + changed``; the sweep finds them anyway).
-
-    Raises:
-      RecordMissing: the base is missing or another tenant's.
-      FeedUnreadable: see :func:`parse_feed`.
-      Delay / Retryable / Unrecoverable: from the fetcher (429, 5xx, 404, refused address).
-    """
-    store.get_knowledge_base(
-        session, organization_id=organization_id, knowledge_base_id=knowledge_base_id
-    )
-    fetched = fetch(feed_url)
-    entries = parse_feed(fetched.body, fetched.final_url)
+    """Add or refresh one document per entry (the caller commits; the ingestion sweep, or
+    the caller, enqueues ``added + changed``)."""
     result = FeedSync(skipped=max(0, len(entries) - max_entries))
     seen: set[str] = set()
     for entry in entries[:max_entries]:
@@ -178,12 +207,82 @@ def sync_feed(
             knowledge_base_id=knowledge_base_id,
             name=name,
             source=store.TextSource(entry.text),
+            audience=audience or [],
             connector=RSS_CONNECTOR,
             now=now,
         )
         (result.changed if added.replaced else result.added).append(added.document.id)
     session.flush()
     return result
+
+
+def sync_feed(
+    session: Session,
+    *,
+    organization_id: int,
+    knowledge_base_id: int,
+    feed_url: str,
+    fetch: FeedFetch,
+    now: datetime,
+    max_entries: int = DEFAULT_MAX_ENTRIES,
+) -> FeedSync:
+    """Fetch the feed and add or refresh one document per entry (the caller commits, then
+    enqueues ingestion of ``added + changed``; the sweep finds them anyway).
+
+    Raises:
+      RecordMissing: the base is missing or another tenant's.
+      FeedUnreadable: see :func:`parse_feed`.
+      Delay / Retryable / Unrecoverable: from the fetcher (429, 5xx, 404, refused address).
+    """
+    store.get_knowledge_base(
+        session, organization_id=organization_id, knowledge_base_id=knowledge_base_id
+    )
+    feed = read_feed(feed_url, fetch)
+    return sync_entries(
+        session,
+        organization_id=organization_id,
+        knowledge_base_id=knowledge_base_id,
+        entries=feed.entries,
+        now=now,
+        max_entries=max_entries,
+    )
+
+
+def feed_document_source(
+    session: Session, document: KbDocument, fetch: FeedFetch, now: datetime
+) -> bytes:
+    """For a URL document bound to the ``rss`` connector (the feed's subscription): read the
+    feed, add or refresh its entries' documents in the document's base (with the feed
+    document's audience), and return the feed document's own text (its index of entries),
+    which the pipeline stores as its source and compares on refresh."""
+    feed = _read_sorted(document.url or "", fetch, document.organization_id)
+    sync_entries(
+        session,
+        organization_id=document.organization_id,
+        knowledge_base_id=document.knowledge_base_id,
+        entries=feed.entries,
+        now=now,
+        audience=list(document.audience or []),
+    )
+    return feed.index_text().encode()
+
+
+def _read_sorted(url: str, fetch: FeedFetch, organization_id: int) -> Feed:
+    """:func:`read_feed`, its failures sorted as a URL document's are
+    (:func:`services.web.failures.fetch_or_fail`): terminal ones are ``FetchFailed`` with the
+    seed's reasons, transient ones ``TransientFailure``; an unreadable feed stays
+    ``FeedUnreadable``; ``Delay`` passes through."""
+    try:
+        return read_feed(url, fetch)
+    except (Delay, FeedUnreadable, TransientFailure):
+        raise
+    except AddressRefused as exc:
+        log_refusal(exc, organization_id=organization_id, requested=url)
+        raise FetchFailed(exc.reason) from exc
+    except Unrecoverable as exc:
+        raise FetchFailed(OVERSIZE if "content over" in str(exc) else UNREACHABLE) from exc
+    except Retryable as exc:
+        raise TransientFailure(str(exc), reason=UNREACHABLE) from exc
 
 
 def _live_document(

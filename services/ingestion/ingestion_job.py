@@ -22,6 +22,7 @@ from services.ingestion import store
 from services.ingestion.pipeline import REASON_LENGTH, IngestOutcome, ingest_document, mark_failed
 from services.ingestion.url_sources import DEFAULT_RECRAWL_INTERVAL_SECONDS
 from services.web.failures import TransientFailure
+from services.web.feed_fetch import FeedFetch
 from services.web.fetch import PageFetch
 from shared.db.engine import session_scope
 from shared.errors import Delay, DelaysExhausted, RecordMissing, Retryable, Unrecoverable
@@ -117,6 +118,7 @@ def run_ingestion(
     fetch: PageFetch | None = None,
     recrawl_interval_seconds: float = DEFAULT_RECRAWL_INTERVAL_SECONDS,
     ocr: OcrLimits = DEFAULT_OCR_LIMITS,
+    fetch_feed: FeedFetch | None = None,
     delay_ends_job: Callable[[Delay], bool] = lambda _delay: False,
 ) -> IngestOutcome:
     """:func:`~services.ingestion.pipeline.ingest_document` in its own committed unit of
@@ -155,6 +157,7 @@ def run_ingestion(
                     fetch=fetch,
                     recrawl_interval_seconds=recrawl_interval_seconds,
                     ocr=ocr,
+                    fetch_feed=fetch_feed,
                 )
                 session.commit()
         except RecordMissing:

@@ -43,6 +43,7 @@ from services.indexing.index_writer import DocumentChunker, index_fingerprint
 from services.indexing.kb_chunks import check_embedding_dimensions, replace_kb_chunks
 from services.indexing.ocr import DEFAULT_OCR_LIMITS, OcrLimits
 from services.ingestion import store
+from services.ingestion.feeds import RSS_CONNECTOR, FeedUnreadable, feed_document_source
 from services.ingestion.url_sources import (
     DEFAULT_RECRAWL_INTERVAL_SECONDS,
     MARKDOWN_CONTENT_TYPE,
@@ -50,6 +51,7 @@ from services.ingestion.url_sources import (
     next_refresh_time,
 )
 from services.web.failures import FetchFailed
+from services.web.feed_fetch import FeedFetch
 from services.web.fetch import PageFetch
 from shared.db.models.ingestion import KbDocument
 from shared.errors import Unrecoverable
@@ -94,6 +96,7 @@ def ingest_document(
     fetch: PageFetch | None = None,
     recrawl_interval_seconds: float = DEFAULT_RECRAWL_INTERVAL_SECONDS,
     ocr: OcrLimits = DEFAULT_OCR_LIMITS,
+    fetch_feed: FeedFetch | None = None,
 ) -> IngestOutcome:
     """Run one ingestion pass over a document in ``processing``, in the caller's transaction
     (the caller commits). A document in another status is left as it is.
@@ -106,6 +109,8 @@ def ingest_document(
       recrawl_interval_seconds: a fetched URL document's next refresh is due after this
         (or its base's schedule, when sooner).
       ocr: the OCR bounds for a PDF's pages without a text layer (a scan).
+      fetch_feed: fetches a feed (``services.web.feed_fetch.feed_fetcher``); needed for a
+        URL document bound to the ``rss`` connector (:mod:`services.ingestion.feeds`).
 
     Returns:
       the :class:`IngestOutcome`; a terminal failure is an outcome, not an exception.
@@ -122,8 +127,8 @@ def ingest_document(
         return _settled(session, document, unchanged=True)
     this = _Pass(session, document, now, recrawl_interval_seconds, ocr)
     try:
-        text = this.extract_text(fetch)
-    except (FetchFailed, ExtractionFailed) as exc:
+        text = this.extract_text(fetch, fetch_feed)
+    except (FetchFailed, ExtractionFailed, FeedUnreadable) as exc:
         return this.failed(exc.reason)
     digest, fingerprint = text_hash(text), index_fingerprint(chunker, embedder)
     if (
@@ -170,7 +175,7 @@ class _Pass:
         self.ocr = ocr
         self.fetched: bytes | None = None
 
-    def extract_text(self, fetch: PageFetch | None) -> str:
+    def extract_text(self, fetch: PageFetch | None, fetch_feed: FeedFetch | None = None) -> str:
         """The document's text, from its stored source or, for a URL document without one,
         from its page (kept in :attr:`fetched`, stored when the pass ends)."""
         from services.indexing.extract import extract
@@ -179,7 +184,13 @@ class _Pass:
         source = store.read_source(
             self.session, organization_id=document.organization_id, document_id=document.id
         )
-        if document.kind == "url" and source is None:
+        if document.kind == "url" and source is None and document.connector == RSS_CONNECTOR:
+            if fetch_feed is None:
+                raise Unrecoverable(f"document {document.id}: a feed document needs a fetcher")
+            source = self.fetched = feed_document_source(
+                self.session, document, fetch_feed, self.now
+            )
+        elif document.kind == "url" and source is None:
             if fetch is None:
                 raise Unrecoverable(f"document {document.id}: a URL document needs a fetcher")
             source = self.fetched = fetch_url_source(

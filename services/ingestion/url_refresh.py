@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from services.indexing.digests import text_hash
 from services.ingestion import store
+from services.ingestion.feeds import RSS_CONNECTOR, FeedUnreadable, feed_document_source
 from services.ingestion.url_sources import (
     DEFAULT_RECRAWL_INTERVAL_SECONDS,
     MARKDOWN_CONTENT_TYPE,
@@ -31,6 +32,7 @@ from services.ingestion.url_sources import (
     next_refresh_time,
 )
 from services.web.failures import FetchFailed
+from services.web.feed_fetch import FeedFetch
 from services.web.fetch import PageFetch
 from shared.db.models.ingestion import KbDocument
 from shared.errors import Retryable
@@ -73,6 +75,7 @@ def refresh_document(
     fetch: PageFetch,
     now: datetime,
     recrawl_interval_seconds: float = DEFAULT_RECRAWL_INTERVAL_SECONDS,
+    fetch_feed: FeedFetch | None = None,
 ) -> RefreshOutcome:
     """Re-fetch a ready URL document and record the result (the caller commits, then
     enqueues ``ingest-document-<id>`` for a ``changed`` outcome).
@@ -89,11 +92,15 @@ def refresh_document(
     submitted_at = document.submitted_at
     interval = store.refresh_interval_of(session, document, recrawl_interval_seconds)
     try:
-        fetched = fetch_url_source(
-            document.url, document.crawl_depth, fetch, organization_id=organization_id
-        )
+        if document.connector == RSS_CONNECTOR and fetch_feed is not None:
+            # A feed: its entries' documents are added or refreshed in this transaction.
+            fetched = feed_document_source(session, document, fetch_feed, now)
+        else:
+            fetched = fetch_url_source(
+                document.url, document.crawl_depth, fetch, organization_id=organization_id
+            )
         text = extract(fetched, content_type=MARKDOWN_CONTENT_TYPE, filename=None).text
-    except (FetchFailed, ExtractionFailed, Retryable) as exc:
+    except (FetchFailed, ExtractionFailed, FeedUnreadable, Retryable) as exc:
         reason = getattr(exc, "reason", None) or str(exc)
         locked = _locked_if_ready(session, organization_id, document_id, submitted_at)
         if locked is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import datetime
 
 import pytest
 from sqlalchemy.orm import Session
@@ -225,3 +226,98 @@ def test_the_ssrf_guard_refuses_a_loopback_feed(session: Session, site: Site) ->
             feed_fetcher(allow_private=False, timeout=5),
         )
     assert store.list_documents(session, organization_id=org, knowledge_base_id=base) == []
+
+
+# -- a feed subscribed as a URL document bound to the rss connector ---------------------------
+
+
+def test_a_feed_document_ingests_its_entries_and_its_refresh_follows_the_feed(
+    session: Session, site: Site, fetch: FeedFetch
+) -> None:
+    from datetime import timedelta
+
+    from services.ingestion import url_refresh
+    from services.ingestion.store import documents_to_refresh
+    from services.web.fetch import page_fetcher
+
+    org = new_org()
+    base = store.create_knowledge_base(
+        session, organization_id=org, name="Feeds", refresh_schedule="weekly"
+    )
+    site.answer("/subscribed", 200, RSS_TYPE, rss(("s-1", "Launch", "Walrus launch notes.")))
+    feed_doc = store.add_document(
+        session,
+        organization_id=org,
+        knowledge_base_id=base.id,
+        name="Release feed",
+        source=store.UrlSource(site.url("/subscribed")),
+        connector=feeds.RSS_CONNECTOR,
+        audience=["staff"],
+    ).document
+    session.commit()
+    t0 = utcnow()
+
+    outcome = pipeline.ingest_document(
+        session,
+        organization_id=org,
+        document_id=feed_doc.id,
+        chunker=Chunker(),
+        embedder=HashingEmbedder(),
+        now=t0,
+        fetch_feed=fetch,
+    )
+    session.commit()
+
+    assert outcome.status == "ready", outcome.failure_reason
+    listed = store.list_documents(session, organization_id=org, knowledge_base_id=base.id)
+    entry = next(d for d in listed if d.name == "rss:s-1")
+    assert (entry.status, entry.connector, entry.audience) == ("processing", "rss", ["staff"])
+    index = store.read_source(session, organization_id=org, document_id=feed_doc.id) or b""
+    assert b"- [Launch](https://blog.example.com/s-1)" in index
+    ingest_all(session, org, [entry.id])
+
+    def due(now: datetime) -> set[int]:
+        found = documents_to_refresh(
+            session, now=now, recrawl_interval_seconds=86_400.0, limit=100, tenant_slice=100
+        )
+        return {d.document_id for d in found}
+
+    assert feed_doc.id not in due(t0 + timedelta(days=6))  # weekly, not the daily recrawl
+    assert feed_doc.id in due(t0 + timedelta(days=7))
+
+    site.answer(
+        "/subscribed",
+        200,
+        RSS_TYPE,
+        rss(("s-2", "Patch", "Narwhal patch."), ("s-1", "Launch", "Walrus launch notes.")),
+    )
+    refreshed = url_refresh.refresh_document(
+        session,
+        organization_id=org,
+        document_id=feed_doc.id,
+        fetch=page_fetcher(allow_private=True, timeout=5),
+        now=t0 + timedelta(days=7),
+        fetch_feed=fetch,
+    )
+    session.commit()
+
+    assert refreshed.result == "changed"
+    names = {
+        d.name: d.status
+        for d in store.list_documents(session, organization_id=org, knowledge_base_id=base.id)
+    }
+    assert names == {"Release feed": "processing", "rss:s-1": "ready", "rss:s-2": "processing"}
+
+    # A feed that answers 404 later: the refresh fails, backs off, and the entries stay.
+    site.answer("/subscribed", 404, {"Content-Type": "text/plain"}, b"gone")
+    ingest_all(session, org, [feed_doc.id])
+    failed = url_refresh.refresh_document(
+        session,
+        organization_id=org,
+        document_id=feed_doc.id,
+        fetch=page_fetcher(allow_private=True, timeout=5),
+        now=t0 + timedelta(days=14),
+        fetch_feed=fetch,
+    )
+    session.commit()
+    assert failed.result == "failed"
