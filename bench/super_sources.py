@@ -126,47 +126,71 @@ def _stop_workers(workers: list[tuple[subprocess.Popen[bytes], Any]]) -> list[in
 
 
 class Burst:
-    """Posts signed webhooks for distinct nodes, each right after editing it in the fake."""
+    """Posts signed webhooks for distinct nodes, each right after editing it in the fake, on
+    a schedule (delivery i at ``i * seconds / n``) from a few sender threads, so a slow
+    answer does not stretch the burst."""
 
-    def __init__(self, api_url: str, github: Any, linear: Any, targets: list[dict[str, Any]]):
-        import requests
-
-        self.session = requests.Session()
+    def __init__(
+        self,
+        api_url: str,
+        github: Any,
+        linear: Any,
+        targets: list[dict[str, Any]],
+        senders: int = 4,
+    ):
         self.api_url, self.github, self.linear, self.targets = api_url, github, linear, targets
+        self.senders = senders
         self.posted: list[dict[str, Any]] = []
         self.statuses: dict[int, int] = {}
         self.answer_seconds: list[float] = []
+        self._lock = threading.Lock()
+        self._local = threading.local()
 
     def run(self, seconds: float) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
         from testkit.fakes import github_server, linear_server
 
         gap = seconds / max(1, len(self.targets))
-        for target in self.targets:
-            if target["source"] == "github":
-                issue = self.github.touch(target["repo"], target["number"])
-                payload = github_server.issue_payload(
-                    target["repo"], target["number"], pull=issue.is_pull
-                )
-                event = "pull_request" if issue.is_pull else "issues"
-                headers, body = github_server.signed_delivery(event, payload, SECRET)
-                updated = issue.updated_at
-            else:
-                issue = self.linear.touch(target["issue"])
-                data = {"id": issue.id, "teamId": issue.team_id}
-                headers, body = linear_server.signed_delivery("Issue", "update", data, SECRET)
-                updated = issue.updated_at
-            posted = time.time()
-            response = self.session.post(
+        start = time.time()
+        with ThreadPoolExecutor(max_workers=self.senders) as pool:
+            for n, target in enumerate(self.targets):
+                time.sleep(max(0.0, start + n * gap - time.time()))
+                if target["source"] == "github":
+                    issue = self.github.touch(target["repo"], target["number"])
+                    payload = github_server.issue_payload(
+                        target["repo"], target["number"], pull=issue.is_pull
+                    )
+                    event = "pull_request" if issue.is_pull else "issues"
+                    headers, body = github_server.signed_delivery(event, payload, SECRET)
+                else:
+                    issue = self.linear.touch(target["issue"])
+                    data = {"id": issue.id, "teamId": issue.team_id}
+                    headers, body = linear_server.signed_delivery("Issue", "update", data, SECRET)
+                pool.submit(self._post, target, headers, body, issue.updated_at)
+
+    def _post(self, target: dict[str, Any], headers: Any, body: bytes, updated: Any) -> None:
+        import requests
+
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = requests.Session()
+        posted = time.time()
+        try:
+            status = session.post(
                 f"{self.api_url}/webhooks/{target['source']}/events",
                 params={"connection": target["connection"]},
                 data=body,
                 headers=headers,
                 timeout=30,
-            )
+            ).status_code
+        except requests.RequestException:
+            status = 0  # reported under answers as 0: no answer
+        with self._lock:
             self.answer_seconds.append(time.time() - posted)
-            self.statuses[response.status_code] = self.statuses.get(response.status_code, 0) + 1
-            self.posted.append({**target, "posted": posted, "updated": updated})
-            time.sleep(gap)
+            self.statuses[status] = self.statuses.get(status, 0) + 1
+            if status == 202:
+                self.posted.append({**target, "posted": posted, "updated": updated})
 
 
 def run(options: argparse.Namespace) -> dict[str, Any]:
