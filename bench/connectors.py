@@ -17,7 +17,13 @@ edited and an incremental walk (Drive changes API, Graph deltaLink) must list ex
 Reported (JSON): wall time, nodes/s, HTTP calls, delays, retries, failed jobs (must be 0),
 incremental walk results, the load average before/after and its highest one-minute sample.
 
-Quick: ``python -m bench.connectors --drive 200 --sharepoint 200``.
+``--product`` runs the same data sets through the product instead: the super-sources import
+and index families on real slow-tier worker processes (``bench.super_sources worker --tier
+slow``), a fresh database and Redis namespace, every root's first import enqueued at once;
+it reports node rows against the expected count, jobs failed and attempts spent (both must
+be 0), jobs delayed by the rate limits, and the load average.
+
+Quick: ``python -m bench.connectors --drive 200 --sharepoint 200`` (``--product`` too).
 """
 
 from __future__ import annotations
@@ -133,10 +139,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="index threads per root")
     parser.add_argument("--attempts", type=int, default=5)
     parser.add_argument("--changes", type=int, default=10)
+    parser.add_argument("--product", action="store_true", help="through real workers")
+    parser.add_argument("--processes", type=int, default=2, help="slow-tier workers")
+    parser.add_argument("--worker-threads", type=int, default=8)
+    parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument(
         "--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
     )
     options = parser.parse_args(argv)
+    if options.product:
+        report = _product(options)
+        print(json.dumps(report, indent=2))
+        ok = (
+            not report["stalled"]
+            and report["node_rows"] == report["nodes_expected"]
+            and report["jobs_failed"] == 0
+            and report["attempts_spent"] == 0
+        )
+        return 0 if ok else 1
 
     client = redis.Redis.from_url(options.redis_url)
     namespace = f"bench-connectors-{uuid.uuid4().hex[:8]}"
@@ -270,6 +290,157 @@ def main(argv: list[str] | None = None) -> int:
         and all(n == options.changes for n in incremental.values())
     )
     return 0 if ok else 1
+
+
+def _product(options: argparse.Namespace) -> dict[str, Any]:
+    import tempfile
+    from pathlib import Path
+
+    from bench.common import REDIS_URL, connect, delete_namespace, new_namespace
+    from bench.super_sources import (
+        NODE_ROWS,
+        LoadSampler,
+        _count,
+        _live_jobs,
+        _start_workers,
+        _stop_workers,
+        _values,
+    )
+    from services.app.bootstrap import bootstrap
+    from services.super_sources import store
+    from services.super_sources.families import import_request
+    from shared.config import load_settings
+    from shared.db.engine import session_scope
+    from testkit.kb_scenario import (
+        create_database,
+        drop_database,
+        environment_of,
+        job_records,
+        server_database_url,
+    )
+
+    redis_url = options.redis_url or REDIS_URL
+    client = connect(redis_url, "connectors-bench")
+    namespace = new_namespace("connectors")
+    server_url = server_database_url()
+    database_url = create_database(server_url)
+    log_dir = Path(tempfile.mkdtemp(prefix="bench-connectors-"))
+    servers: list[ProtocolServer] = []
+    workers: list[Any] = []
+    platform = None
+    loads = LoadSampler()
+    result: dict[str, Any] = {}
+    try:
+        values = _values(redis_url, database_url, namespace)
+        platform = bootstrap(load_settings(**values), component="bench")
+        roots = []
+        for org in range(1, options.orgs + 1):
+            drive = GoogleDriveServer(
+                f"d{org}", rate_limit=options.limit, rate_window=options.window
+            )
+            graph = SharepointServer(
+                f"g{org}", rate_limit=options.limit, rate_window=options.window
+            )
+            for server in (drive, graph):
+                server.__enter__()
+                servers.append(server)
+            drive.populate(MY_DRIVE, files=options.drive)
+            graph.populate(f"site-{org}", f"b!drive{org}", files=options.sharepoint)
+            with session_scope(platform.sessions) as session:
+                gd = store.create_connection(
+                    session,
+                    8000 + org,
+                    "google_drive",
+                    credentials={"access_token": f"d{org}"},
+                    base_url=drive.base_url,
+                    settings={"rate_limit_wait": options.window},
+                )
+                sp = store.create_connection(
+                    session,
+                    8000 + org,
+                    "sharepoint",
+                    credentials={"access_token": f"g{org}"},
+                    base_url=graph.base_url,
+                )
+                session.commit()
+                gd_id, sp_id = gd.id, sp.id
+            roots.append(
+                import_request(
+                    8000 + org,
+                    "google_drive",
+                    gd_id,
+                    NodeRef(google_drive.DRIVE, MY_DRIVE),
+                    first_run=True,
+                )
+            )
+            roots.append(
+                import_request(
+                    8000 + org,
+                    "sharepoint",
+                    sp_id,
+                    NodeRef(sharepoint.DRIVE, f"b!drive{org}"),
+                    first_run=True,
+                )
+            )
+        expected = options.orgs * (options.drive + options.sharepoint)
+        workers = _start_workers(
+            environment_of(values),
+            options.processes,
+            options.worker_threads,
+            log_dir,
+            tier="slow",
+        )
+        loads.start()
+        started = time.time()
+        answers = platform.router.enqueue_many(roots)
+        deadline = started + options.timeout
+        while time.time() < deadline:
+            done = all(
+                (platform.broker.jobs.record(a.job_id) or {}).get("state") == "completed"
+                for a in answers
+            )
+            if (
+                done
+                and _count(platform, NODE_ROWS) >= expected
+                and not _live_jobs(client, namespace)
+            ):
+                break
+            time.sleep(1.0)
+        wall = time.time() - started
+        records = job_records(client, namespace)
+        delays = sum(
+            1
+            for key in client.scan_iter(match=f"{namespace}:job:*", count=2000)
+            if b"rate-limit" in (client.hget(key, "last_delay") or b"")
+        )
+        result = {
+            "route": "super_import/super_index families on slow-tier worker processes",
+            "organizations": options.orgs,
+            "nodes_expected": expected,
+            "node_rows": _count(platform, NODE_ROWS),
+            "wall_seconds": round(wall, 1),
+            "nodes_per_second": round(expected / wall, 1),
+            "limit": f"{options.limit} calls / {options.window} s per organization and source",
+            "workers": f"{options.processes} processes x {options.worker_threads} threads",
+            "jobs": len(records),
+            "jobs_failed": sum(1 for r in records.values() if r["state"] == "failed"),
+            "attempts_spent": sum(int(r["failures"] or 0) for r in records.values()),
+            "jobs_delayed_by_rate_limits": delays,
+            "http_calls": sum(len(s.requests) for s in servers),
+            "stalled": time.time() >= deadline,
+            "load_average": loads.summary(),
+            "log_dir": str(log_dir),
+        }
+    finally:
+        loads.stop()
+        result["worker_exit_codes"] = _stop_workers(workers)
+        for server in servers:
+            server.__exit__(None, None, None)
+        if platform is not None:
+            platform.close()
+        drop_database(server_url, database_url)
+        delete_namespace(client, namespace)
+    return result
 
 
 if __name__ == "__main__":
