@@ -119,6 +119,20 @@ class Settings(BaseSettings):
     slack_api_url: str = "https://slack.com/api/"
     reports_slack_channel: str | None = None
 
+    # Conversation uploads' object storage (services.uploads, seed 001): Active Storage's
+    # objects through an S3-compatible client (credentials from boto3's chain), or a local
+    # directory in Active Storage's Disk layout for `make run`.
+    uploads_storage: Literal["s3", "local"] = "local"
+    #: ``active_storage_blobs.service_name`` of the blobs native processing writes (Rails'
+    #: storage.yml service, e.g. ``amazon``).
+    uploads_service_name: str = Field("local", min_length=1)
+    uploads_bucket: str | None = None
+    #: An S3-compatible endpoint (MinIO, moto); unset: AWS.
+    uploads_endpoint_url: str | None = None
+    uploads_region: str | None = None
+    #: ``local``'s directory; unset: ``<SPEEDTIER_DATA_DIR>/storage``.
+    uploads_root: str | None = None
+
     @field_validator("crawl_host_rate")
     @classmethod
     def _crawl_host_rate_is_a_rate(cls, value: str) -> str:

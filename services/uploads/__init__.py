@@ -37,7 +37,7 @@ def register(platform: ServiceContext) -> None:
 
     def objects() -> ObjectStore:
         if not stores:
-            stores.append(object_store(settings.data_dir))
+            stores.append(object_store(settings))
         return stores[0]
 
     def native_enabled(organization_id: int) -> bool:

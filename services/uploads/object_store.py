@@ -15,7 +15,8 @@ the storage does wrong (transport error, 5xx, throttling) is ``StorageUnavailabl
 | ``SPEEDTIER_UPLOADS_REGION`` | the bucket's region |
 | ``SPEEDTIER_UPLOADS_ROOT`` | ``local``'s directory; default ``<SPEEDTIER_DATA_DIR>/storage`` |
 
-Credentials come from boto3's usual chain (environment, profile, instance role).
+Credentials come from boto3's usual chain (environment, profile, instance role). The
+settings are fields of :class:`shared.config.Settings` (``uploads_*``).
 """
 
 from __future__ import annotations
@@ -23,11 +24,10 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Literal, Protocol
-
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from typing import Any, Protocol
 
 from services.uploads.errors import source_file_missing, storage_unavailable
+from shared.config import Settings
 
 
 class ObjectStore(Protocol):
@@ -38,18 +38,6 @@ class ObjectStore(Protocol):
     def write(self, key: str, data: bytes, content_type: str) -> None: ...
 
     def delete(self, key: str) -> None: ...
-
-
-class StorageSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SPEEDTIER_UPLOADS_")
-
-    storage: Literal["s3", "local"] = "local"
-    service_name: str = "local"
-    bucket: str = ""
-    endpoint_url: str | None = None
-    region: str | None = None
-    #: unset: ``<SPEEDTIER_DATA_DIR>/storage`` (the embedded services' directory)
-    root: Path | None = None
 
 
 class S3ObjectStore:
@@ -129,13 +117,21 @@ class LocalObjectStore:
             raise storage_unavailable(f"deleting {key}: {exc}") from exc
 
 
-def object_store(data_dir: str, settings: StorageSettings | None = None) -> ObjectStore:
-    """The store the environment configures (``data_dir``: the platform's data directory)."""
-    settings = settings or StorageSettings()
-    if settings.storage == "local":
-        root = settings.root or Path(data_dir) / "storage"
-        return LocalObjectStore(root, settings.service_name)
+def object_store(settings: Settings) -> ObjectStore:
+    """The store ``settings`` configure (``SPEEDTIER_UPLOADS_*``, :mod:`shared.config`).
+
+    Raises:
+      UploadProcessingRetryable: ``s3`` without ``SPEEDTIER_UPLOADS_BUCKET`` (a deployment
+        error an operator fixes; the uploads stay retryable, none is failed for it).
+    """
+    if settings.uploads_storage == "local":
+        root = Path(settings.uploads_root or Path(settings.data_dir) / "storage")
+        return LocalObjectStore(root, settings.uploads_service_name)
+    if not settings.uploads_bucket:
+        raise storage_unavailable("SPEEDTIER_UPLOADS_STORAGE=s3 needs SPEEDTIER_UPLOADS_BUCKET")
     import boto3
 
-    client = boto3.client("s3", endpoint_url=settings.endpoint_url, region_name=settings.region)
-    return S3ObjectStore(client, settings.bucket, settings.service_name)
+    client = boto3.client(
+        "s3", endpoint_url=settings.uploads_endpoint_url, region_name=settings.uploads_region
+    )
+    return S3ObjectStore(client, settings.uploads_bucket, settings.uploads_service_name)

@@ -260,6 +260,20 @@ SPEEDTIER_POSTHOG_POLL_SECONDS: {{ $c.posthogPollSeconds | default 30 | toString
 {{- with $c.region }}
 SPEEDTIER_REGION: {{ . | quote }}
 {{- end }}
+SPEEDTIER_UPLOADS_STORAGE: {{ $c.uploadsStorage | default "s3" | quote }}
+SPEEDTIER_UPLOADS_SERVICE_NAME: {{ $c.uploadsServiceName | default "amazon" | quote }}
+{{- with $c.uploadsBucket }}
+SPEEDTIER_UPLOADS_BUCKET: {{ . | quote }}
+{{- end }}
+{{- with $c.uploadsEndpointUrl }}
+SPEEDTIER_UPLOADS_ENDPOINT_URL: {{ . | quote }}
+{{- end }}
+{{- with $c.uploadsRegion }}
+SPEEDTIER_UPLOADS_REGION: {{ . | quote }}
+{{- end }}
+{{- with $c.uploadsRoot }}
+SPEEDTIER_UPLOADS_ROOT: {{ . | quote }}
+{{- end }}
 {{- range $name, $tier := .Values.tiers }}
 {{- $t := include "speedtier.tier" (dict "root" $ "name" $name "tier" $tier) | fromYaml }}
 {{- if $t.enabled }}

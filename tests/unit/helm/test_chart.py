@@ -524,6 +524,10 @@ def test_config_map_and_secret_cover_every_setting() -> None:
         "POSTHOG_PROJECT_API_KEY",
         "POSTHOG_PERSONAL_API_KEY",
         "SPEEDTIER_REGION",
+        "SPEEDTIER_UPLOADS_BUCKET",
+        "SPEEDTIER_UPLOADS_ENDPOINT_URL",
+        "SPEEDTIER_UPLOADS_REGION",
+        "SPEEDTIER_UPLOADS_ROOT",
     }
     provided = set(config) | set(secret["data"]) | unset
     settings = _setting_env_names()

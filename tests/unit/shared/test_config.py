@@ -78,6 +78,16 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     "POSTHOG_PERSONAL_API_KEY": ("posthog_personal_api_key", "phx_1", "phx_1"),
     "SPEEDTIER_POSTHOG_POLL_SECONDS": ("posthog_poll_seconds", "15", 15.0),
     "SPEEDTIER_REGION": ("region", "eu-central-1", "eu-central-1"),
+    "SPEEDTIER_UPLOADS_STORAGE": ("uploads_storage", "s3", "s3"),
+    "SPEEDTIER_UPLOADS_SERVICE_NAME": ("uploads_service_name", "amazon", "amazon"),
+    "SPEEDTIER_UPLOADS_BUCKET": ("uploads_bucket", "recordings", "recordings"),
+    "SPEEDTIER_UPLOADS_ENDPOINT_URL": (
+        "uploads_endpoint_url",
+        "http://minio:9000",
+        "http://minio:9000",
+    ),
+    "SPEEDTIER_UPLOADS_REGION": ("uploads_region", "eu-central-1", "eu-central-1"),
+    "SPEEDTIER_UPLOADS_ROOT": ("uploads_root", "/var/speedtier/storage", "/var/speedtier/storage"),
 }
 
 

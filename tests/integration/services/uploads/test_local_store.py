@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from services.uploads.errors import UploadProcessingFailed
-from services.uploads.object_store import LocalObjectStore, StorageSettings, object_store
+from services.uploads.errors import UploadProcessingFailed, UploadProcessingRetryable
+from services.uploads.object_store import LocalObjectStore, object_store
+from shared.config import load_settings
 
 
 def test_write_read_delete_in_active_storages_disk_layout(tmp_path: Path) -> None:
@@ -37,6 +38,29 @@ def test_the_default_store_is_local_under_the_data_directory(
     monkeypatch.delenv("SPEEDTIER_UPLOADS_STORAGE", raising=False)
     monkeypatch.delenv("SPEEDTIER_UPLOADS_ROOT", raising=False)
 
-    store = object_store(str(tmp_path), StorageSettings())
+    store = object_store(load_settings(data_dir=str(tmp_path)))
 
     assert isinstance(store, LocalObjectStore) and store.root == tmp_path / "storage"
+
+
+def test_the_storage_settings_come_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SPEEDTIER_UPLOADS_STORAGE", "local")
+    monkeypatch.setenv("SPEEDTIER_UPLOADS_ROOT", str(tmp_path / "elsewhere"))
+    monkeypatch.setenv("SPEEDTIER_UPLOADS_SERVICE_NAME", "local_disk")
+
+    store = object_store(load_settings())
+
+    assert isinstance(store, LocalObjectStore)
+    assert (store.root, store.service_name) == (tmp_path / "elsewhere", "local_disk")
+
+
+def test_s3_without_a_bucket_is_a_retryable_deployment_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SPEEDTIER_UPLOADS_STORAGE", "s3")
+    monkeypatch.delenv("SPEEDTIER_UPLOADS_BUCKET", raising=False)
+
+    with pytest.raises(UploadProcessingRetryable, match="SPEEDTIER_UPLOADS_BUCKET"):
+        object_store(load_settings())
