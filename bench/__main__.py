@@ -1,7 +1,8 @@
 """``python -m bench`` (``make bench``): run the benchmarks, print a markdown summary and write
 ``bench/results/<name>.json``.
 
-  python -m bench                 # throughput (20,000 jobs), fairness (10,000 backlog), storm
+  python -m bench                 # throughput (20,000 jobs), fairness (10,000 backlog), storm,
+                                  # ingestion, the enqueue API under load
   python -m bench --quick         # smoke run: 2,000 jobs, 1,000 backlog, the full storm
   python -m bench --only fairness --only throttle_storm
 
@@ -16,7 +17,7 @@ import argparse
 import sys
 import time
 
-NAMES = ("throughput", "fairness", "throttle_storm", "ingestion")
+NAMES = ("throughput", "fairness", "throttle_storm", "ingestion", "enqueue_api")
 
 
 def main(argv: list[str] | None = None) -> int:
