@@ -117,3 +117,7 @@ class ValidationFailed(SpeedtierError):
 
 class QueueUnavailable(SpeedtierError):
     """The queue store (Redis) could not durably accept the work."""
+
+
+class NotConfigured(SpeedtierError):
+    """A setting the process needs is missing (the message names it); commands print it."""

@@ -20,6 +20,7 @@ from router.ticks import Tick, tick_family
 from shared import runtime_file
 from shared.config import Settings, load_settings, parse_rate
 from shared.db.engine import make_engine, make_session_factory
+from shared.errors import NotConfigured
 from shared.flags import Flags
 from shared.observability import ACTOR_THROWS, configure_logging, init_sentry
 from shared.redis_persistence import verify_redis_persistence
@@ -136,9 +137,9 @@ def bootstrap(
     """
     settings = runtime_file.resolve(settings or load_settings())
     if not settings.redis_url:
-        raise RuntimeError("REDIS_URL is not set (speedtier up starts an embedded Redis)")
+        raise NotConfigured("REDIS_URL is not set (speedtier up starts an embedded Redis)")
     if not settings.database_url:
-        raise RuntimeError("DATABASE_URL is not set (speedtier up starts an embedded PostgreSQL)")
+        raise NotConfigured("DATABASE_URL is not set (speedtier up starts an embedded PostgreSQL)")
     configure_logging(settings.log_level, json_lines=settings.json_logs)
     verify_redis_persistence(settings)  # refuses volatile Redis in production and staging
     init_sentry(settings.sentry_dsn, environment=settings.environment, component=component)

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from router.context import ServiceContext
+from shared.errors import NotConfigured
 from shared.redis_persistence import VolatileRedis
 
 _COMMAND_MODULES = (
@@ -40,7 +41,7 @@ class _Main(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except VolatileRedis as exc:
+        except (VolatileRedis, NotConfigured) as exc:
             raise click.ClickException(str(exc)) from None
 
 

@@ -65,3 +65,14 @@ def test_speedtier_ticks_lists_every_tick(
     for tick in platform.ticks:
         (row,) = [r for r in rows if r.split()[0] == tick.name]
         assert tick.cron in row
+
+
+def test_a_command_without_redis_configured_says_so_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.delenv("SPEEDTIER_REDIS_URL", raising=False)
+    result = CliRunner().invoke(main, ["ticks"], env={"SPEEDTIER_DATA_DIR": "/nonexistent"})
+    assert result.exit_code == 1
+    assert "REDIS_URL is not set" in result.output
+    assert "Traceback" not in result.output
