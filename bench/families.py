@@ -90,6 +90,15 @@ def families() -> dict[str, Family]:
                 fixed_tier="fast",
                 group_caps={"fast": 2},
             ),
+            Family(  # bench.bullmq_compare: no-op jobs of 20 organizations, 5 at a time each
+                name="b_grouped",
+                kind="bench_grouped",
+                handler=noop,
+                params=NoopParams,
+                job_id=lambda o, p: f"grouped-{o}-{p.item}",
+                fixed_tier="fast",
+                group_caps={"fast": 5},
+            ),
             Family(
                 name="b_sync",
                 kind="bench_sync_document",
