@@ -233,6 +233,8 @@ SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS: {{ $c.crawlAllowPrivateNetworks | toStri
 SPEEDTIER_INGESTION_TICK_LIMIT: {{ $c.ingestionTickLimit | int | quote }}
 SPEEDTIER_INGESTION_TENANT_SLICE: {{ $c.ingestionTenantSlice | int | quote }}
 SPEEDTIER_RECRAWL_INTERVAL_SECONDS: {{ $c.recrawlIntervalSeconds | int | quote }}
+SPEEDTIER_OCR_MAX_PAGES: {{ $c.ocrMaxPages | int | quote }}
+SPEEDTIER_OCR_TIMEOUT_SECONDS: {{ $c.ocrTimeoutSeconds | int | quote }}
 SPEEDTIER_EMBEDDER: {{ $c.embedder | quote }}
 SPEEDTIER_EMBEDDING_API_URL: {{ $c.embeddingApiUrl | quote }}
 SPEEDTIER_EMBEDDING_MODEL: {{ $c.embeddingModel | quote }}
