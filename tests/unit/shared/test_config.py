@@ -78,6 +78,13 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     "POSTHOG_PERSONAL_API_KEY": ("posthog_personal_api_key", "phx_1", "phx_1"),
     "SPEEDTIER_POSTHOG_POLL_SECONDS": ("posthog_poll_seconds", "15", 15.0),
     "SPEEDTIER_REGION": ("region", "eu-central-1", "eu-central-1"),
+    "SLACK_BOT_TOKEN": ("slack_bot_token", "xoxb-1", "xoxb-1"),
+    "SPEEDTIER_SLACK_API_URL": (
+        "slack_api_url",
+        "http://slack:8080/api/",
+        "http://slack:8080/api/",
+    ),
+    "SPEEDTIER_REPORTS_SLACK_CHANNEL": ("reports_slack_channel", "C0123", "C0123"),
     "SPEEDTIER_UPLOADS_STORAGE": ("uploads_storage", "s3", "s3"),
     "SPEEDTIER_UPLOADS_SERVICE_NAME": ("uploads_service_name", "amazon", "amazon"),
     "SPEEDTIER_UPLOADS_BUCKET": ("uploads_bucket", "recordings", "recordings"),
