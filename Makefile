@@ -7,7 +7,9 @@ PYTHON ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-PYTEST_ARGS ?=
+# Three processes, a test module per process (module fixtures such as the browser stay whole;
+# each process has its own migrated database and every test its own Redis namespace).
+PYTEST_ARGS ?= -n 3 --dist loadfile
 
 .PHONY: run test lint typecheck pytest bench chaos chaos-quick services install clean
 

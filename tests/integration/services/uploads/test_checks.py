@@ -172,7 +172,10 @@ class _Platform:
         self._session = session
 
     def sessions(self) -> Session:
-        return self._session
+        # A session on the test's connection inside its own savepoint: the command's rollback
+        # undoes only that savepoint, not the ``clean`` truncate, so the second command does
+        # not see rows other tests committed.
+        return Session(bind=self._session.connection(), join_transaction_mode="create_savepoint")
 
 
 def test_cli_prints_pass_and_fail_and_exits_non_zero(clean: Session, org: Organization) -> None:
