@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -449,10 +449,15 @@ class Kb:
 
 
 def wipe_knowledge_tables(sessions: sessionmaker[Session]) -> None:
-    """Empty every knowledge table of this test database (the tick scans all tenants)."""
+    """Empty every knowledge table of this test database (the tick scans all tenants).
+
+    ``CASCADE`` also empties what other products' tests left referencing these rows (an
+    upload's conversation points at its organization data source), whatever ran before.
+    """
+    tables = ", ".join(model.__table__.fullname for model in _TENANT_TABLES)
     with sessions() as session:
-        for model in _TENANT_TABLES:
-            session.execute(delete(model))
+        session.execute(text("SET LOCAL lock_timeout = '10s'"))
+        session.execute(text(f"TRUNCATE {tables} CASCADE"))
         session.commit()
 
 
