@@ -107,7 +107,10 @@ def test_state_changes_need_the_pages_csrf_token(app: Flask, platform: Platform)
     )
     assert done.status_code == 302 and platform.flags.is_enabled(flag)
     with session_scope(platform.sessions) as session:
-        action = session.scalars(select(OperatorAction)).one()
+        # (other modules' dashboard tests share this database: only this operator's rows)
+        action = session.scalars(
+            select(OperatorAction).where(OperatorAction.operator == "ann")
+        ).one()
         assert (action.operator, action.action, action.target) == ("ann", "pause", flag)
 
 
