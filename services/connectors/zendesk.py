@@ -1,5 +1,8 @@
 """Zendesk Help Center: brands, categories and nested sections, articles and their translations.
 
+One unit (just over ~400 lines): the resumable listing's pages and the article/section
+mapping read one another's state; `zendesk_listing.py` already holds the paging machinery.
+
 Settings (``SourceConfig.settings``):
   ``subdomain``, ``email``, ``api_token``: required; requests authenticate with basic auth
   ``{email}/token:{api_token}`` against ``https://{subdomain}.zendesk.com``.

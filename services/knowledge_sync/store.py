@@ -1,4 +1,8 @@
-"""The knowledge sync's SQL: every statement takes and filters on organization_id."""
+"""The knowledge sync's SQL: every statement takes and filters on organization_id.
+
+One unit (a little over ~400 lines): it is the product's whole `store` role, the statements
+share their row shapes, and splitting by table would scatter one source run's queries.
+"""
 
 from __future__ import annotations
 
