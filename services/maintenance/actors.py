@@ -7,10 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import sentry_sdk
-
 from services.maintenance.counter_caches import CounterCacheRun
 from services.rails.client import RailsClient
+from shared.observability import tag_current_scope
 from tiers.job_state import JobState
 from tiers.job_store import JobStore
 
@@ -23,8 +22,10 @@ class MaintenanceActors:
 
     def sync_unit21(self, organization_id: int, organization_data_source_id: int) -> None:
         # Tags the failure Sentry's Dramatiq integration reports for this job.
-        sentry_sdk.set_tag("organization_data_source_id", organization_data_source_id)
-        sentry_sdk.set_tag("organization_id", organization_id)
+        tag_current_scope(
+            organization_data_source_id=organization_data_source_id,
+            organization_id=organization_id,
+        )
         path = f"/internal/organization_data_sources/{organization_data_source_id}/sync_unit21"
         payload = self.rails().post(path, {"organization_id": organization_id})
         JobState.current(self.jobs).set(sync=payload)
