@@ -2,6 +2,7 @@
 
   python -m bench.bullmq_compare            # 10,000 no-op jobs, median of 3 alternating rounds
   python -m bench.bullmq_compare --quick    # 2,000 jobs, 1 round
+  python -m bench.bullmq_compare --drain-only [--jobs N] [--rounds R]   # the drains alone
 
 BullMQ is a pinned dev-only npm dependency of the benchmark (``bench/bullmq/package.json``
 and its lock file); the benchmark installs it into ``bench/bullmq/node_modules`` (git-ignored)
@@ -34,12 +35,16 @@ from typing import Any
 from bench.common import (
     REDIS_URL,
     WorkerPool,
+    command_calls,
+    command_delta,
+    commands_per_job,
     connect,
     delete_namespace,
     interrupt_on_sigterm,
     machine,
     markdown_table,
     new_namespace,
+    redis_cpu_seconds,
     rnd,
     write_result,
 )
@@ -121,15 +126,17 @@ def speedtier_enqueue(mode: str, jobs: int, redis_url: str) -> float:
     return jobs / seconds
 
 
-def speedtier_drain(kind: str, jobs: int, redis_url: str) -> float:
-    """Jobs/s of 2 worker processes draining ``jobs`` enqueued before they start."""
+def speedtier_drain(kind: str, jobs: int, redis_url: str) -> tuple[float, dict[str, float]]:
+    """Jobs/s of 2 worker processes draining ``jobs`` enqueued before they start, and what a
+    job cost: the workers' CPU and Redis's CPU (µs), Redis commands and script calls (Redis's
+    figures are server-wide: other clients of the same server add to them)."""
     from bench.families import families, make_broker, make_router, worker_main
 
     organizations = ORGANIZATIONS if kind == "bench_grouped" else 1
     family = next(f for f in families().values() if f.kind == kind)
     namespace = new_namespace(f"cmp-drain-{kind}")
     client = connect(redis_url)
-    args = (redis_url, namespace, family.queues(), SETTINGS["threads"])
+    args: tuple[Any, ...] = (redis_url, namespace, family.queues(), SETTINGS["threads"])
     args += (SETTINGS["prefetch"], SETTINGS["poll_ms"])
     pool = WorkerPool(worker_main, args, SETTINGS["processes"], name=f"cmp-{kind}")
     try:
@@ -137,18 +144,39 @@ def speedtier_drain(kind: str, jobs: int, redis_url: str) -> float:
         broker, fams = make_broker(redis_url, namespace, name="cmp-drain-enqueue")
         make_router(broker, fams).enqueue_many(_requests(kind, jobs, organizations))
         broker.close()
+        calls_before, redis_before = command_calls(client), redis_cpu_seconds(client)
+        workers_before = pool.cpu_seconds()
         pool.go()
         pool.wait_for(lambda: pool.total("acked") >= jobs, timeout=max(300, jobs / 20))
         seconds = max(pool.values("last_ack_at")) - min(pool.values("started_at"))
+        workers_cpu = pool.cpu_seconds() - workers_before
+        redis_cpu = redis_cpu_seconds(client) - redis_before
+        calls = commands_per_job(command_delta(calls_before, command_calls(client)), jobs)
     finally:
         pool.shutdown()
         delete_namespace(client, namespace)
         client.close()
-    return jobs / seconds
+    cost = {
+        "worker_cpu_us": round(workers_cpu / jobs * 1e6),
+        "redis_cpu_us": round(redis_cpu / jobs * 1e6),
+        "commands": calls["calls_per_job"],
+        "script_calls": calls["script_calls_per_job"],
+    }
+    return jobs / seconds, cost
 
 
-def run(*, quick: bool = False, redis_url: str = REDIS_URL) -> dict[str, Any]:
-    jobs, rounds = (2_000, 1) if quick else (10_000, 3)
+def run(
+    *,
+    quick: bool = False,
+    redis_url: str = REDIS_URL,
+    drain_only: bool = False,
+    jobs: int | None = None,
+    rounds: int | None = None,
+) -> dict[str, Any]:
+    """Measure every measure (or, with ``drain_only``, the two drains and BullMQ's drain)."""
+    default_jobs, default_rounds = (2_000, 1) if quick else (10_000, 3)
+    jobs, rounds = jobs or default_jobs, rounds or default_rounds
+    measures = MEASURES[2:] if drain_only else MEASURES
     client = connect(redis_url)
     info = machine(client)
     client.close()
@@ -157,24 +185,29 @@ def run(*, quick: bool = False, redis_url: str = REDIS_URL) -> dict[str, Any]:
         return {"machine": info, "skipped": missing, "targets": {}}
     ensure_bullmq()
     samples: dict[str, dict[str, list[float]]] = {
-        "bullmq": {m: [] for m in MEASURES},
-        "speedtier": {m: [] for m in MEASURES},
+        "bullmq": {m: [] for m in measures},
+        "speedtier": {m: [] for m in measures},
     }
     loads: list[float] = []
+    costs: dict[str, list[dict[str, float]]] = {"drain": [], "drain_grouped": []}
 
     def bullmq_round() -> None:
-        samples["bullmq"]["single_enqueue"].append(bullmq("single", jobs, redis_url))
-        samples["bullmq"]["bulk_enqueue"].append(bullmq("bulk", jobs, redis_url))
+        if not drain_only:
+            samples["bullmq"]["single_enqueue"].append(bullmq("single", jobs, redis_url))
+            samples["bullmq"]["bulk_enqueue"].append(bullmq("bulk", jobs, redis_url))
         drain = bullmq("drain", jobs, redis_url)
         samples["bullmq"]["drain"].append(drain)
         samples["bullmq"]["drain_grouped"].append(drain)  # BullMQ has no group caps (open source)
 
     def speedtier_round() -> None:
         side = samples["speedtier"]
-        side["single_enqueue"].append(speedtier_enqueue("single", jobs, redis_url))
-        side["bulk_enqueue"].append(speedtier_enqueue("bulk", jobs, redis_url))
-        side["drain"].append(speedtier_drain("bench_noop", jobs, redis_url))
-        side["drain_grouped"].append(speedtier_drain("bench_grouped", jobs, redis_url))
+        if not drain_only:
+            side["single_enqueue"].append(speedtier_enqueue("single", jobs, redis_url))
+            side["bulk_enqueue"].append(speedtier_enqueue("bulk", jobs, redis_url))
+        for measure, kind in (("drain", "bench_noop"), ("drain_grouped", "bench_grouped")):
+            rate, cost = speedtier_drain(kind, jobs, redis_url)
+            side[measure].append(rate)
+            costs[measure].append(cost)
 
     for number in range(rounds):
         order = (
@@ -188,7 +221,11 @@ def run(*, quick: bool = False, redis_url: str = REDIS_URL) -> dict[str, Any]:
         system: {m: round(statistics.median(values)) for m, values in by_measure.items()}
         for system, by_measure in samples.items()
     }
-    ratios = {m: rnd(medians["speedtier"][m] / medians["bullmq"][m], 2) for m in MEASURES}
+    ratios = {m: rnd(medians["speedtier"][m] / medians["bullmq"][m], 2) for m in measures}
+    drain_costs = {
+        measure: {k: statistics.median(c[k] for c in by_round) for k in by_round[0]}
+        for measure, by_round in costs.items()
+    }
     ratios["grouped_to_ungrouped"] = rnd(
         medians["speedtier"]["drain_grouped"] / medians["speedtier"]["drain"], 2
     )
@@ -201,11 +238,12 @@ def run(*, quick: bool = False, redis_url: str = REDIS_URL) -> dict[str, Any]:
         "samples": samples,
         "medians": medians,
         "ratios": ratios,
+        "drain_costs_per_job": drain_costs,
         "load_averages": loads,
         "targets": {
             "drain_met": ratios["drain"] >= 1.0,
             "grouped_met": ratios["grouped_to_ungrouped"] >= 0.8,
-            "bulk_met": ratios["bulk_enqueue"] >= 1.0,
+            **({} if drain_only else {"bulk_met": ratios["bulk_enqueue"] >= 1.0}),
         },
     }
 
@@ -223,6 +261,7 @@ def summary(result: dict[str, Any]) -> str:
     rows = [
         [labels[m], f"{medians['bullmq'][m]:,}", f"{medians['speedtier'][m]:,}", ratios[m]]
         for m in MEASURES
+        if m in medians["speedtier"]
     ]
     settings = result["settings"]
     return "\n".join(
@@ -237,6 +276,22 @@ def summary(result: dict[str, Any]) -> str:
             markdown_table(["measure", "BullMQ", "speedtier", "speedtier / BullMQ"], rows),
             "",
             f"Grouped drain / ungrouped drain: {ratios['grouped_to_ungrouped']} (target >= 0.8).",
+            "",
+            "speedtier's drain, per job (median; Redis figures are server-wide):",
+            "",
+            markdown_table(
+                ["drain", "worker CPU µs", "Redis CPU µs", "Redis commands", "script calls"],
+                [
+                    [
+                        labels[m],
+                        c["worker_cpu_us"],
+                        c["redis_cpu_us"],
+                        c["commands"],
+                        c["script_calls"],
+                    ]
+                    for m, c in result["drain_costs_per_job"].items()
+                ],
+            ),
         ]
     )
 
@@ -244,10 +299,19 @@ def summary(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.bullmq_compare", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="2,000 jobs, one round")
+    parser.add_argument("--drain-only", action="store_true", help="only the drains")
+    parser.add_argument("--jobs", type=int, help="jobs per measure (default 10,000; quick 2,000)")
+    parser.add_argument("--rounds", type=int, help="alternating rounds (default 3; quick 1)")
     parser.add_argument("--redis-url", help="Redis to use (default: BENCH_REDIS_URL or db 14)")
     options = parser.parse_args(argv)
     interrupt_on_sigterm()
-    result = run(quick=options.quick, redis_url=options.redis_url or REDIS_URL)
+    result = run(
+        quick=options.quick,
+        redis_url=options.redis_url or REDIS_URL,
+        drain_only=options.drain_only,
+        jobs=options.jobs,
+        rounds=options.rounds,
+    )
     path = write_result(NAME, result)
     print(summary(result))
     print(f"\n_Results in {path}._")
