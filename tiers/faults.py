@@ -15,6 +15,8 @@ point                  between
 ``promote.before``     a delayed message being due and its move to its queue
 ``promote.after``      the move (and ack) of a delayed message and forgetting it
 ``step.after``         a resumable step marked completed and the job's next step
+``wav.after``          a product's object written to storage and the row that attaches it
+                       (an upload's WAV recording and its attachment insert)
 =====================  ========================================================
 """
 
@@ -33,6 +35,7 @@ POINTS = frozenset(
         "promote.before",
         "promote.after",
         "step.after",
+        "wav.after",
     }
 )
 _ARMED = os.environ.get(FAULT_ENV, "")

@@ -20,10 +20,7 @@ def register(platform: ServiceContext) -> None:
     from services.uploads.families import families
     from services.uploads.object_store import ObjectStore, object_store
     from services.uploads.ticks import upload_scan_tick
-    from shared.rollouts import (
-        CONVERSATION_UPLOAD_NATIVE_PROCESSING,
-        CONVERSATION_UPLOAD_SYNC_COMPLETION,
-    )
+    from shared.rollouts import CONVERSATION_UPLOAD_SYNC_COMPLETION
 
     settings = platform.settings
     clients: list[RailsClient] = []
@@ -40,17 +37,15 @@ def register(platform: ServiceContext) -> None:
             stores.append(object_store(settings))
         return stores[0]
 
-    def native_enabled(organization_id: int) -> bool:
-        return platform.flags.rollout(
-            CONVERSATION_UPLOAD_NATIVE_PROCESSING, organization_id=organization_id
-        )
+    def rollout(flag: str, organization_id: int) -> bool:
+        return platform.flags.rollout(flag, organization_id=organization_id)
 
     def completion_enabled(organization_id: int) -> bool:
         return platform.flags.rollout(
             CONVERSATION_UPLOAD_SYNC_COMPLETION, organization_id=organization_id
         )
 
-    jobs = UploadJobs(rails, platform.sessions, objects, native_enabled)
+    jobs = UploadJobs(rails, platform.sessions, objects, rollout, platform.router)
     completions = SyncCompletions(rails, platform.sessions, completion_enabled)
     for family in families(build_handlers(jobs, completions)):
         platform.add_family(family)

@@ -25,8 +25,10 @@ import sentry_sdk
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from router.enqueue import Router
 from services.rails.client import RailsClient
 from services.uploads import ledger, store
+from services.uploads.handoff import HANDED_OFF_SOURCE, CompletionHandOff
 from services.uploads.native import handled_natively, process_upload
 from services.uploads.object_store import ObjectStore
 from shared.db.base import utcnow
@@ -34,6 +36,7 @@ from shared.db.engine import session_scope
 from shared.db.models import ConversationUpload
 from shared.errors import Delay, RecordMissing, Unrecoverable
 from shared.observability import warn
+from shared.rollouts import CONVERSATION_UPLOAD_DURABLE_DELIVERY
 from tiers.attempts import current_attempt
 from tiers.policies import UPLOAD_RETRY
 
@@ -44,12 +47,14 @@ UPLOADS_PATH = "/internal/conversation_uploads/{id}/{action}"
 
 @dataclass(frozen=True)
 class UploadJobs:
-    """What the two families need: Rails, the database, object storage and the flag."""
+    """What the two families need: Rails, the database, object storage, the rollout flags
+    (``rollout(flag, organization_id)``) and the router (the completion hand-off)."""
 
     rails: Callable[[], RailsClient]
     sessions: sessionmaker[Session]
     objects: Callable[[], ObjectStore]
-    native_enabled: Callable[[int], bool]
+    rollout: Callable[[str, int], bool]
+    router: Router
 
     def check(self, organization_id: int, conversation_upload_id: int) -> None:
         self._guarded(
@@ -62,7 +67,7 @@ class UploadJobs:
 
     def process(self, organization_id: int, conversation_upload_id: int, periodic: bool) -> None:
         source = self._source(organization_id, conversation_upload_id)
-        native = handled_natively(self.native_enabled, organization_id, source)
+        native = handled_natively(self.rollout, organization_id, source)
         if native:
 
             def run() -> None:
@@ -72,6 +77,7 @@ class UploadJobs:
                     organization_id,
                     conversation_upload_id,
                     periodic=periodic,
+                    hand_off=self._hand_off(organization_id, source),
                 )
                 if outcome.status == "completed":
                     self._completed(organization_id, conversation_upload_id)
@@ -86,6 +92,12 @@ class UploadJobs:
         self._guarded(
             "ProcessDirectUploadJob", organization_id, conversation_upload_id, run, native=native
         )
+
+    def _hand_off(self, organization_id: int, source: str | None) -> CompletionHandOff | None:
+        if source != HANDED_OFF_SOURCE:
+            return None
+        durable = self.rollout(CONVERSATION_UPLOAD_DURABLE_DELIVERY, organization_id)
+        return CompletionHandOff(self.router, durable=durable)
 
     def _source(self, organization_id: int, upload_id: int) -> str | None:
         with session_scope(self.sessions) as session:

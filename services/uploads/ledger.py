@@ -2,12 +2,15 @@
 
 | call | moves | when |
 | --- | --- | --- |
+| :func:`record_sync_completion` | new -> pending (owner api2); failed -> pending | a native pass |
 | :func:`mark_accepted` | pending/sent/uncertain -> accepted | the job is in Redis |
+| :func:`mark_uncertain` | pending -> uncertain, ``last_error`` | a hand-off's enqueue failed |
 | :func:`mark_completed` | open -> completed | the upload completed |
 | :func:`mark_failed` | open -> failed, ``last_error`` | the upload failed for good |
 | :func:`complete_row` | open -> completed | the reconciler saw the outcome |
 | :func:`claim_replay` | open -> accepted, ``replay_count + 1`` | the reconciler re-adds |
 | :func:`fail_row` | open -> failed, ``last_error`` | file/conversation gone, budget spent |
+| :func:`resolve` | any but completed -> completed or accepted | an operator resolved a claim |
 
 Every update names the state it expects, so a row another actor moved meanwhile is left
 alone; :func:`claim_replay` also names ``replay_count`` (the seed's optimistic claim,
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy import and_, or_, select, update
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from shared.db.models import ConversationUploadDelivery
@@ -44,6 +48,65 @@ class OpenRow:
     replay_count: int
     conversation_upload_id: int
     conversation_id: int | None
+
+
+def record_sync_completion(
+    session: Session, organization_id: int, upload_id: int, conversation_id: int, now: datetime
+) -> bool:
+    """The native pass's ``sync_completion`` row (``sync_run_id = xcally-upload-<id>``),
+    inserted pending and owned by API2, or reopened when it had failed (Rails'
+    ``ConversationUploadDelivery.record!``); an open or completed row is left alone.
+
+    Returns whether a row was inserted or reopened (the caller's transaction commits it).
+    """
+    statement = insert(_D).values(
+        organization_id=organization_id,
+        conversation_upload_id=upload_id,
+        conversation_id=conversation_id,
+        kind="sync_completion",
+        delivery_key=f"conversation-upload/sync-completion/{upload_id}",
+        sync_run_id=f"xcally-upload-{upload_id}",
+        state="pending",
+        owner="api2",
+        attempts=0,
+        replay_count=0,
+        created_at=now,
+        updated_at=now,
+    )
+    reopen = statement.on_conflict_do_update(
+        index_elements=[_D.conversation_upload_id, _D.kind],
+        set_={
+            "state": "pending",
+            "owner": "api2",
+            "conversation_id": conversation_id,
+            "attempts": 0,
+            "replay_count": 0,
+            "next_attempt_at": None,
+            "last_error": None,
+            "failed_at": None,
+            "updated_at": now,
+        },
+        where=(_D.state == "failed") & (_D.organization_id == organization_id),
+    )
+    return bool(session.execute(reopen).rowcount)  # type: ignore[attr-defined]
+
+
+def mark_uncertain(
+    session: Session, organization_id: int, upload_id: int, kind: str, error: str, now: datetime
+) -> int:
+    """The hand-off's enqueue failed: a ``pending`` row becomes ``uncertain`` (the job may
+    or may not be in Redis; the reconciler settles it)."""
+    result = session.execute(
+        update(_D)
+        .where(
+            _D.organization_id == organization_id,
+            _D.conversation_upload_id == upload_id,
+            _D.kind == kind,
+            _D.state == "pending",
+        )
+        .values(state="uncertain", last_error=error, last_attempted_at=now, updated_at=now)
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]
 
 
 def mark_accepted(
@@ -97,10 +160,16 @@ def mark_failed(
 
 
 def open_rows(session: Session, now: datetime, limit: int = 500) -> list[OpenRow]:
-    """Rows in sent/uncertain/accepted unmoved for the grace window, and pending rows Rails
-    parked whose ``next_attempt_at`` has passed (under Rails' attempt budget)."""
+    """Rows in sent/uncertain/accepted unmoved for the grace window, pending rows API2 owns
+    unmoved as long (a native pass that died between its commit and its enqueue), and
+    pending rows Rails parked whose ``next_attempt_at`` has passed (under Rails' attempt
+    budget)."""
     stale = and_(
-        _D.state.in_(("sent", "uncertain", "accepted")), _D.updated_at < now - RECONCILE_GRACE
+        or_(
+            _D.state.in_(("sent", "uncertain", "accepted")),
+            and_(_D.state == "pending", _D.owner == "api2"),
+        ),
+        _D.updated_at < now - RECONCILE_GRACE,
     )
     parked = and_(
         _D.state == "pending",
@@ -157,3 +226,23 @@ def claim_replay(session: Session, row: OpenRow, now: datetime) -> bool:
 
 def note_error(session: Session, row_id: int, error: str, now: datetime) -> None:
     session.execute(update(_D).where(_D.id == row_id).values(last_error=error, updated_at=now))
+
+
+def resolve(
+    session: Session, organization_id: int, upload_id: int, kind: str, state: str, now: datetime
+) -> int:
+    """An operator's resolution: the row becomes ``completed`` (the delivery landed) or
+    ``accepted`` by API2 (the job was re-added), from any state but ``completed``."""
+    assert state in ("completed", "accepted")
+    stamp = {"completed_at": now} if state == "completed" else {"accepted_at": now}
+    result = session.execute(
+        update(_D)
+        .where(
+            _D.organization_id == organization_id,
+            _D.conversation_upload_id == upload_id,
+            _D.kind == kind,
+            _D.state != "completed",
+        )
+        .values(state=state, owner="api2", failed_at=None, last_error=None, updated_at=now, **stamp)
+    )
+    return int(result.rowcount)  # type: ignore[attr-defined]

@@ -7,15 +7,19 @@ A pass, in order, with where each step runs:
 | --- | --- |
 | claim the upload (pending/processing, or periodic-retry eligible) -> processing | short, commits |
 | read the metadata; download the file; unpack a ZIP; decode, convert, measure | none |
-| resolve identities; write call detail duration and conversation handling time | one, commits |
+| resolve identities; call detail duration, handling time; XCALLY: the ledger row | one, commits |
 | write the WAV object (GSM/MP4) | none |
 | attach the recording, ``FOR UPDATE`` on the call detail (:mod:`.recording`) | short |
+| XCALLY: enqueue the completion job, the row accepted (:mod:`.handoff`) | short |
 | processing -> completed, clearing the periodic-retry metadata | short, commits |
 
 A terminal failure (:class:`~services.uploads.errors.UploadProcessingFailed`) marks the
 upload failed and propagates (no retry); a retryable one records the error on the upload and
 propagates so the worker retries inside its attempt budget. Organizations are routed here
-only when :func:`handled_natively` says so (flag ``api2_conversation_upload_native_processing``).
+only when :func:`handled_natively` says so (flag ``api2_conversation_upload_native_processing``;
+for XCALLY also ``api2_conversation_upload_sync_completion``, since a natively processed
+XCALLY upload hands its completion to API2 and only Rails' processor can take the legacy
+GoodJob completion).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from services.uploads import store
 from services.uploads.archive import recording_of
 from services.uploads.call_metadata import NATIVE_SOURCES, call_record
 from services.uploads.errors import UploadProcessingFailed, source_file_missing
+from services.uploads.handoff import HANDED_OFF_SOURCE, CompletionHandOff
 from services.uploads.identities import resolve
 from services.uploads.media import prepare
 from services.uploads.object_store import ObjectStore
@@ -40,15 +45,25 @@ from shared.db.base import utcnow
 from shared.db.engine import session_scope
 from shared.db.models import CallDetail, Conversation, ConversationUpload
 from shared.errors import RecordMissing
+from shared.rollouts import CONVERSATION_UPLOAD_SYNC_COMPLETION
+from tiers.faults import fault_point
 
 log = logging.getLogger(__name__)
 
 NATIVE_FLAG = "api2_conversation_upload_native_processing"
 
 
-def handled_natively(flag: Callable[[int], bool], organization_id: int, source: str | None) -> bool:
-    """Whether this organization's upload of ``source`` is processed here, not by Rails."""
-    return source in NATIVE_SOURCES and flag(organization_id)
+def handled_natively(
+    rollout: Callable[[str, int], bool], organization_id: int, source: str | None
+) -> bool:
+    """Whether this organization's upload of ``source`` is processed here, not by Rails
+    (``rollout(flag, organization_id)`` reads a rollout flag). An XCALLY upload also needs
+    the completion flag: with it off, Rails' processor keeps the legacy batch completion."""
+    if source not in NATIVE_SOURCES or not rollout(NATIVE_FLAG, organization_id):
+        return False
+    return source != HANDED_OFF_SOURCE or rollout(
+        CONVERSATION_UPLOAD_SYNC_COMPLETION, organization_id
+    )
 
 
 @dataclass(frozen=True)
@@ -69,9 +84,11 @@ def process_upload(
     upload_id: int,
     *,
     periodic: bool = False,
+    hand_off: CompletionHandOff | None = None,
     now: Callable[[], datetime] = utcnow,
 ) -> Outcome:
-    """One native pass over the upload (``periodic``: the periodic-retry path).
+    """One native pass over the upload (``periodic``: the periodic-retry path; ``hand_off``:
+    the XCALLY completion hand-off, none for other sources).
 
     Raises:
       RecordMissing: the upload is missing or another organization's.
@@ -91,7 +108,7 @@ def process_upload(
             return Outcome("skipped", claimed)
         session.commit()
     try:
-        return _run(sessions, objects, organization_id, claimed, now)
+        return _run(sessions, objects, organization_id, claimed, hand_off, now)
     except UploadProcessingFailed as exc:
         _record(sessions, store.mark_failed, organization_id, upload_id, str(exc), now())
         raise
@@ -121,6 +138,7 @@ def _run(
     objects: ObjectStore,
     organization_id: int,
     claimed: store.Claimed,
+    hand_off: CompletionHandOff | None,
     now: Callable[[], datetime],
 ) -> Outcome:
     call = call_record(claimed.source, claimed.metadata)
@@ -143,14 +161,19 @@ def _run(
         assert detail is not None and conversation is not None
         detail.duration_ms = media.duration_ms
         conversation.handling_time = round(media.duration_ms / 1000)
+        if hand_off is not None:
+            hand_off.record(session, organization_id, upload.id, ids.conversation_id, now())
         session.commit()
     blob: NewBlob | int = claimed.file.blob_id
     if media.wav is not None:
         key = recording_key(claimed.upload_id, ids.call_detail_id)
         content_type = "audio/x-wav" if stored_name.endswith(".wav") else "application/octet-stream"
         objects.write(key, media.wav, content_type)
+        fault_point("wav.after")
         blob = NewBlob.of(key, stored_name, media.wav, media.duration_ms, content_type)
     attached = attach_recording(sessions, objects, organization_id, ids.call_detail_id, blob)
+    if hand_off is not None:
+        hand_off.dispatch(sessions, organization_id, claimed.upload_id, ids.conversation_id)
     with session_scope(sessions) as session:
         store.complete(session, organization_id, claimed.upload_id, ids.conversation_id, now())
         session.commit()

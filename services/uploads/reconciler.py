@@ -15,6 +15,10 @@ the 30-minute tick. Per row, in the seed's order:
    re-added replacing its finished record (the family keeps finished ids for 7 days, so the
    replay drops that option for this one message). A replay whose claim was left uncertain
    sends nothing again (the claim stays for an operator) and spends the budget.
+
+The rows looked at are those in sent/uncertain/accepted unmoved for the grace window, the
+``pending`` rows API2 owns unmoved as long (a native pass's hand-off that died between its
+commit and its enqueue, :mod:`services.uploads.handoff`), and the pending rows Rails parked.
 """
 
 from __future__ import annotations
@@ -28,16 +32,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from router.enqueue import Router
-from router.requests import route_all
 from services.uploads import ledger
-from services.uploads.families import completion_job_id, completion_request, process_request
+from services.uploads.families import completion_job_id, process_request
+from services.uploads.handoff import replace_completion_job
 from services.uploads.store import stored_file
 from shared.db.engine import session_scope
 from shared.db.models import Conversation, ConversationUpload
 from shared.errors import QueueUnavailable, ValidationFailed
 from tiers.job_store import LIVE_STATES
-from tiers.options import KEEP_FINISHED
-from tiers.redis_retry import REDIS_DOWN
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +132,12 @@ def _readd(
         if row.kind == "process":
             router.enqueue(process_request(row.organization_id, row.conversation_upload_id))
         else:
-            _replace_completion(router, row)
+            replace_completion_job(
+                router,
+                row.organization_id,
+                row.conversation_upload_id,
+                int(row.conversation_id or 0),
+            )
     except (QueueUnavailable, ValidationFailed) as exc:
         # The claim stands (the budget is spent); the row stays accepted and the next
         # tick, ten minutes of grace later, finds it again.
@@ -139,17 +146,3 @@ def _readd(
         with session_scope(sessions) as session:
             ledger.note_error(session, row.id, f"re-add failed: {exc}", now)
             session.commit()
-
-
-def _replace_completion(router: Router, row: ledger.OpenRow) -> None:
-    """Re-add the completion job, replacing a finished record of the same id (the family
-    keeps finished ids to dedupe Rails' late retries; the reconciler's replay is not one)."""
-    request = completion_request(
-        row.organization_id, row.conversation_upload_id, int(row.conversation_id or 0)
-    )
-    (job,) = route_all(router.registry, [request])
-    message = router.message_for(job).copy(options={KEEP_FINISHED: False})
-    try:
-        router.broker.enqueue_identified([message])
-    except REDIS_DOWN as exc:
-        raise QueueUnavailable(f"Redis did not accept the job: {exc}") from exc

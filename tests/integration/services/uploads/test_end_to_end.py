@@ -1,5 +1,6 @@
 """End to end on real workers: uploads across organizations handed off through the route
-(native processing on), with injected faults, until every upload and every ledger row is
+(native processing, XCALLY completion and the durable ledger on; each processed upload hands
+its completion off natively), with injected faults, until every upload and every ledger row is
 terminal. ``UPLOADS_E2E_N`` scales it (default 200; the README's figures used more).
 
 Faults: 5% of hand-offs never reach API2 (Rails' POST failed in transport: the row is left
@@ -24,6 +25,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.app.bootstrap import Platform
+from services.uploads.families import completion_job_id
 from services.uploads.object_store import S3ObjectStore
 from shared.db.base import utcnow
 from shared.db.engine import session_scope
@@ -71,7 +73,11 @@ def platform(
     return make_platform(
         rails_internal_url=rails.base_url,
         rails_internal_token="t",
-        flag_overrides={"api2_conversation_upload_native_processing": True},
+        flag_overrides={
+            "api2_conversation_upload_native_processing": True,
+            "api2_conversation_upload_sync_completion": True,
+            "api2_conversation_upload_durable_delivery": True,
+        },
     )
 
 
@@ -103,10 +109,9 @@ def _open_rows(sessions: sessionmaker[Session], ids: list[int]) -> int:
 
 def _live_jobs(platform: Platform, ids: list[int]) -> int:
     live = ("waiting", "parked", "delayed", "active")
-    return sum(
-        (platform.broker.jobs.record(f"conversation-upload-process-{i}") or {}).get("state") in live
-        for i in ids
-    )
+    job_ids = [f"conversation-upload-process-{i}" for i in ids]
+    job_ids += [completion_job_id(i) for i in ids]
+    return sum((platform.broker.jobs.record(j) or {}).get("state") in live for j in job_ids)
 
 
 def test_uploads_end_terminal_with_one_recording_each(
@@ -185,14 +190,17 @@ def test_uploads_end_terminal_with_one_recording_each(
                 ConversationUpload.processed_at,
             ).where(ConversationUpload.id.in_(ids))
         ).all()
-        ledger = dict(
-            session.execute(
-                select(
-                    ConversationUploadDelivery.conversation_upload_id,
-                    ConversationUploadDelivery.state,
-                ).where(ConversationUploadDelivery.conversation_upload_id.in_(ids))
-            ).all()
-        )
+        rows_by_kind = session.execute(
+            select(
+                ConversationUploadDelivery.kind,
+                ConversationUploadDelivery.conversation_upload_id,
+                ConversationUploadDelivery.state,
+            ).where(ConversationUploadDelivery.conversation_upload_id.in_(ids))
+        ).all()
+        ledger = {upload: state for kind, upload, state in rows_by_kind if kind == "process"}
+        completions = {
+            upload: state for kind, upload, state in rows_by_kind if kind == "sync_completion"
+        }
         recordings = session.execute(
             select(ActiveStorageAttachment.record_id, func.count())
             .where(
@@ -209,6 +217,8 @@ def test_uploads_end_terminal_with_one_recording_each(
     assert all(row.last_processing_error for row in rows if row.status == "failed")
     assert set(ledger.values()) <= {"completed", "failed"}
     assert {i for i, s in ledger.items() if s == "failed"} == corrupt
+    # each processed XCALLY upload handed its completion off natively, and it completed
+    assert completions == {i: "completed" for i in ids if i not in corrupt}
     completed = N - len(corrupt)
     assert len(recordings) >= completed and all(count == 1 for _, count in recordings)
     # sources plus one WAV per completed upload: no orphan, no duplicate

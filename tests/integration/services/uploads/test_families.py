@@ -216,7 +216,10 @@ def test_the_native_flag_processes_xcally_without_rails(
     native = make_platform(
         rails_internal_url=rails.base_url,
         rails_internal_token=RAILS_TOKEN,
-        flag_overrides={"api2_conversation_upload_native_processing": True},
+        flag_overrides={
+            "api2_conversation_upload_native_processing": True,
+            "api2_conversation_upload_sync_completion": True,
+        },
     )
     upload = uploads.upload(xcally_metadata("native-1"))
     native.router.enqueue(process_request(uploads.org_id, upload))

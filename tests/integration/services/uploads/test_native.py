@@ -275,13 +275,13 @@ def test_a_cross_tenant_upload_is_missing(uploads: Uploads) -> None:
 def test_the_flag_routes_only_native_sources_of_flagged_organizations() -> None:
     flagged = {7}
 
-    def flag(organization_id: int) -> bool:
-        return organization_id in flagged
+    def rollout(flag: str, organization_id: int) -> bool:
+        return organization_id in flagged  # every flag on for organization 7
 
     assert NATIVE_FLAG == "api2_conversation_upload_native_processing"
-    assert handled_natively(flag, 7, "xcally") and handled_natively(flag, 7, "outreach_kaia")
-    assert not handled_natively(flag, 7, "five9")
-    assert not handled_natively(flag, 8, "xcally")
+    assert handled_natively(rollout, 7, "xcally") and handled_natively(rollout, 7, "outreach_kaia")
+    assert not handled_natively(rollout, 7, "five9")
+    assert not handled_natively(rollout, 8, "xcally")
 
 
 def test_reprocessing_the_same_call_reuses_every_identity(uploads: Uploads) -> None:
