@@ -1,5 +1,6 @@
 """``speedtier uploads``: the conversation-upload validation checks
-(:mod:`services.uploads.checks`) printed pass or fail with the rows behind each."""
+(:mod:`services.uploads.checks`) printed pass or fail with the rows behind each, and the
+manual resolution of an uncertain XCALLY completion (:mod:`services.uploads.resolution`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,12 @@ from datetime import UTC, datetime
 import click
 
 from router.context import LoadContext
+from services.uploads import resolution
 from services.uploads.checks import run_checks
+from services.uploads.families import completion_job_id
 from shared import progress
+from shared.errors import QueueUnavailable
+from shared.rollouts import CONVERSATION_UPLOAD_SYNC_COMPLETION
 
 #: Without ``--deployed-at`` every direct upload ever expired counts (the strictest reading).
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -18,7 +23,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 @click.group("uploads")
 def uploads() -> None:
-    """Conversation uploads: validation checks."""
+    """Conversation uploads: validation checks, resolving an uncertain completion."""
 
 
 @uploads.command("check")
@@ -47,6 +52,60 @@ def check(load: LoadContext, deployed_at: datetime | None) -> None:
         for line in result.details:
             click.echo(f"       {line}")
     sys.exit(0 if all(result.passed for result in checks) else 1)
+
+
+@uploads.command("resolve-completion")
+@click.argument("upload_id", type=click.IntRange(min=1))
+@click.option(
+    "--mark-delivered",
+    is_flag=True,
+    help="complete_conversation_sync landed (checked in Rails): mark its claim delivered.",
+)
+@click.option(
+    "--release",
+    is_flag=True,
+    help="It did not land: release the claim and re-add the pinned completion job.",
+)
+@click.pass_obj
+def resolve_completion(
+    load: LoadContext, upload_id: int, mark_delivered: bool, release: bool
+) -> None:
+    """Resolve UPLOAD_ID's uncertain XCALLY completion: check the pinned job
+    provider_conversation_sync_completion_xcally-upload-UPLOAD_ID and the claim and ledger
+    rows, then mark delivered or release and re-drive, as the evidence (or the option) says.
+    Prints what it found and did; refuses (exit 1) when the state does not allow it."""
+    if mark_delivered and release:
+        raise click.UsageError("--mark-delivered and --release exclude each other")
+    choice = (
+        resolution.MARK_DELIVERED if mark_delivered else resolution.RELEASE if release else None
+    )
+    platform = load()
+    with platform.sessions() as session:
+        organization_id = resolution.upload_organization(session, upload_id)
+    if organization_id is None:
+        raise click.ClickException(f"no conversation upload {upload_id}")
+    job_id = completion_job_id(upload_id)
+    job_state = (platform.broker.jobs.record(job_id) or {}).get("state")
+    found = resolution.inspect(platform.sessions, organization_id, upload_id, job_state)
+    for line in resolution.describe(found):
+        click.echo(line)
+    enabled = platform.flags.rollout(
+        CONVERSATION_UPLOAD_SYNC_COMPLETION, organization_id=organization_id
+    )
+    try:
+        steps = resolution.plan(found, choice, enabled)
+    except resolution.Refused as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        done = resolution.apply(platform.sessions, platform.router, found, steps)
+    except QueueUnavailable as exc:
+        raise click.ClickException(
+            f"Redis did not take {job_id} ({exc}): the claim is resolved; run"
+            f" 'speedtier uploads resolve-completion {upload_id} --release' again once Redis"
+            " answers (a ledger row, now accepted, is also replayed by the reconciler)"
+        ) from None
+    for line in done:
+        click.echo(f"did: {line}")
 
 
 def register(main: click.Group) -> None:
