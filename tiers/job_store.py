@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
 import redis
@@ -25,6 +25,9 @@ from tiers.options import (
     ORGANIZATION,
     REDIS_MESSAGE_ID,
 )
+
+if TYPE_CHECKING:
+    from tiers.run_rates import RunCount
 
 #: A queued (not yet started) message holds its group slot this long before the reaper may
 #: hand it on; the start-time claim re-checks the cap, so a reaped slot never over-admits.
@@ -222,13 +225,18 @@ class JobStore:
         next_message: Message[Any] | None = None,
         delay: str = "",
         ack: tuple[str, str] | None = None,
+        count: RunCount | None = None,
     ) -> str:
         """After a run: record its end and free its slot; with ``next_message`` the job goes
         back to the broker (retry or delay) in the same atomic step. ``delay`` says why a
         delayed job waits (kept as ``last_delay``; a delay is not an error). With
         ``ack=(queue, worker id)`` the delivered message is acknowledged to Dramatiq in the
-        same step (the consumer then skips its own ack)."""
+        same step (the consumer then skips its own ack); with ``count`` the run is counted
+        in the rates (``tiers.run_rates``) in that step too."""
         options = message.options
+        counted: tuple[str | int, ...] = (
+            (count.key, count.keep_seconds, *count.fields) if count else ()
+        )
         reply = self._scripts["settle"](
             keys=[self.namespace],
             args=[
@@ -246,6 +254,7 @@ class JobStore:
                 QUEUED_LEASE_MS,
                 delay[:500],
                 *(ack or ("", "")),
+                *counted,
             ],
         )
         return reply.decode() if isinstance(reply, bytes) else str(reply)

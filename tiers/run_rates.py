@@ -1,8 +1,8 @@
 """Measured rates: runs ended per queue and per group, and window starts, per minute.
 
 The dashboard predicts when an organization's next job starts from how fast its queue and
-its group have been turning over; this middleware measures that, in Redis, for every
-worker. One hash per UTC minute, kept two hours:
+its group have been turning over; every worker measures that, in Redis. One hash per UTC
+minute, kept two hours:
 
 ===============================  ==========================================================
 ``<ns>:rates:<minute>`` field    counts, in that minute
@@ -13,25 +13,21 @@ worker. One hash per UTC minute, kept two hours:
 ``w:<window key>``               starts a provider window admitted (``st_window``)
 ===============================  ==========================================================
 
-One pipelined round trip per run; a Redis error here is logged and never fails the job.
+A run is counted by the script that settles it (``lua/settle.lua``), in the same step as
+its outcome: no round trip of its own. :func:`run_count` says what to count.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis
-from dramatiq.broker import Broker
 from dramatiq.common import q_name
-from dramatiq.middleware import Middleware
 
 from tiers.job_store import as_text
-from tiers.options import GROUP, JOB_ID, WINDOW_ADMITTED
-
-log = logging.getLogger(__name__)
+from tiers.options import GROUP, WINDOW_ADMITTED
 
 #: How long a minute's counts are kept.
 KEEP_SECONDS = 2 * 3600
@@ -45,42 +41,26 @@ def rates_key(namespace: str, minute: int) -> str:
     return f"{namespace}:rates:{minute}"
 
 
-class RunRates(Middleware):
-    """Count each ended run (and the window start it took) in the minute's hash.
+class RunCount(NamedTuple):
+    """What one ended run adds to the rates: 1 to each of ``fields`` of hash ``key``, which
+    is kept ``keep_seconds``."""
 
-    Parameters:
-      client: the broker's Redis client.
-      namespace: the broker's key prefix.
-    """
+    key: str
+    keep_seconds: int
+    fields: tuple[str, ...]
 
-    def __init__(self, client: redis.Redis, namespace: str) -> None:
-        self.client = client
-        self.namespace = namespace
 
-    def after_process_message(
-        self,
-        broker: Broker,
-        message: Any,
-        *,
-        result: Any = None,
-        exception: BaseException | None = None,
-    ) -> None:
-        options = message.options
-        if JOB_ID not in options:
-            return
-        key = rates_key(self.namespace, minute_of(time.time()))
-        try:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hincrby(key, f"q:{q_name(message.queue_name)}", 1)
-            if options.get(GROUP):
-                pipe.hincrby(key, f"g:{options[GROUP]}", 1)
-            admitted = options.get(WINDOW_ADMITTED)
-            if isinstance(admitted, str) and "#" in admitted:
-                pipe.hincrby(key, f"w:{admitted.rpartition('#')[0]}", 1)
-            pipe.expire(key, KEEP_SECONDS)
-            pipe.execute()
-        except redis.RedisError as exc:
-            log.warning("run rates not recorded (%s)", exc)
+def run_count(namespace: str, message: Any, now: float | None = None) -> RunCount:
+    """The count of one run of ``message`` that ends ``now``."""
+    options = message.options
+    fields = [f"q:{q_name(message.queue_name)}"]
+    if options.get(GROUP):
+        fields.append(f"g:{options[GROUP]}")
+    admitted = options.get(WINDOW_ADMITTED)
+    if isinstance(admitted, str) and "#" in admitted:
+        fields.append(f"w:{admitted.rpartition('#')[0]}")
+    minute = minute_of(time.time() if now is None else now)
+    return RunCount(rates_key(namespace, minute), KEEP_SECONDS, tuple(fields))
 
 
 def recent_minutes(

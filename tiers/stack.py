@@ -17,7 +17,6 @@ from tiers.middleware.pause import PauseSwitch
 from tiers.middleware.windows import ProviderWindows
 from tiers.policies import WindowRule
 from tiers.rate_window import RateWindows
-from tiers.run_rates import RunRates
 
 
 def build_broker(
@@ -51,7 +50,6 @@ def build_broker(
         PauseSwitch(families, is_enabled),
         ProviderWindows(families, RateWindows(broker.client, namespace), windows),
         Outcomes(families, broker.jobs, slots),
-        RunRates(broker.client, namespace),
     ):
         broker.add_middleware(middleware)
     return broker, slots

@@ -1,22 +1,32 @@
 -- Record how a run ended and free its group slot (passing it to a parked message).
 -- ARGV: job_id, redis_id, group_key, state, now_ms, retention_ms, error, failures,
 --       next_redis_id, next_data, next_queue, queued_lease_ms, delay (why it was delayed),
---       ack_queue, worker_id ("" = the caller acks the delivered message itself)
+--       ack_queue, worker_id ("" = the caller acks the delivered message itself),
+--       rates_key ("" = not counted), rates_keep_seconds, then the rates fields to count
 -- With next_redis_id set, the job goes back to the broker (retry or delay) in the same step.
 -- With ack_queue set, Dramatiq's ack of the delivered message is done here too (dispatch.lua's
 -- "ack": drop it from the worker's ack set and the queue's message hash; heartbeat).
+-- The run is counted in the minute's rates hash (tiers/run_rates.py), stale or not: it ran.
 local job_id, redis_id, gk, state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local now, retention, err, failures = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], ARGV[8]
 local next_redis_id, next_data, next_queue = ARGV[9], ARGV[10], ARGV[11]
 local queued_lease = tonumber(ARGV[12])
 local delay = ARGV[13]
 local ack_queue, worker_id = ARGV[14], ARGV[15]
+local rates_key, rates_keep = ARGV[16], ARGV[17]
 
 if ack_queue ~= "" then
     redis.call("zadd", ns .. ":__heartbeats__", now, worker_id)
     if redis.call("srem", ns .. ":__acks__." .. worker_id .. "." .. ack_queue, redis_id) > 0 then
         redis.call("hdel", ns .. ":" .. ack_queue .. ".msgs", redis_id)
     end
+end
+
+if rates_key and rates_key ~= "" then
+    for i = 18, #ARGV do
+        redis.call("hincrby", rates_key, ARGV[i], 1)
+    end
+    redis.call("expire", rates_key, rates_keep)
 end
 
 local record = ns .. ":job:" .. job_id

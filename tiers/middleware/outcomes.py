@@ -75,6 +75,7 @@ from tiers.options import (
 )
 from tiers.policies import DEFAULT_RETRY, RetryPolicy
 from tiers.redis_retry import until_redis_answers
+from tiers.run_rates import run_count
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +85,8 @@ OUTAGE_DELAY_SECONDS = 5.0
 
 
 class Outcomes(Middleware):
-    """Settle each claimed run in the job store, atomically with its slot release and, for
-    a retry or delay, with the message's return to the broker."""
+    """Settle each claimed run in the job store, atomically with its slot release, its count
+    in the run rates and, for a retry or delay, with the message's return to the broker."""
 
     def __init__(self, families: Mapping[str, Family], jobs: JobStore, slots: GroupSlots) -> None:
         self.families = families
@@ -135,6 +136,7 @@ class Outcomes(Middleware):
         ack = None
         if not message.failed and isinstance(broker, TierBroker):
             ack = (message.queue_name, broker.broker_id)
+        count = run_count(self.jobs.namespace, message)
         verdict = until_redis_answers(
             lambda: self.jobs.settle(
                 message,
@@ -145,6 +147,7 @@ class Outcomes(Middleware):
                 next_message=settlement.next_message,
                 delay=settlement.delay,
                 ack=ack,
+                count=count,
             ),
             what="settling a job",
         )
