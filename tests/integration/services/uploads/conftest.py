@@ -60,6 +60,18 @@ def objects(s3_endpoint: str) -> S3ObjectStore:
     return S3ObjectStore(client, bucket, "amazon")
 
 
+def s3_settings(objects: S3ObjectStore, endpoint: str) -> dict[str, Any]:
+    """The ``Settings`` fields of a platform whose object store is ``objects``' bucket (the
+    credentials come from ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``)."""
+    return {
+        "uploads_storage": "s3",
+        "uploads_bucket": objects.bucket,
+        "uploads_endpoint_url": endpoint,
+        "uploads_region": "us-east-1",
+        "uploads_service_name": "amazon",
+    }
+
+
 def bucket_keys(objects: S3ObjectStore) -> set[str]:
     listing = objects.client.list_objects_v2(Bucket=objects.bucket)
     return {item["Key"] for item in listing.get("Contents", [])}

@@ -38,6 +38,7 @@ from tests.integration.services.maintenance.factories import running_workers
 from tests.integration.services.uploads.conftest import (
     Uploads,
     bucket_keys,
+    s3_settings,
     xcally_metadata,
     zipped,
 )
@@ -49,16 +50,6 @@ ALL_ON = {
     CONVERSATION_UPLOAD_SYNC_COMPLETION: True,
     CONVERSATION_UPLOAD_DURABLE_DELIVERY: True,
 }
-
-
-def s3_settings(objects: S3ObjectStore, endpoint: str) -> dict[str, Any]:
-    return {
-        "uploads_storage": "s3",
-        "uploads_bucket": objects.bucket,
-        "uploads_endpoint_url": endpoint,
-        "uploads_region": "us-east-1",
-        "uploads_service_name": "amazon",
-    }
 
 
 @pytest.fixture

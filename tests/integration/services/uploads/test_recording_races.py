@@ -1,24 +1,53 @@
-"""The recording attachment under faults: a second processor racing the insert, and a
-process killed between the WAV upload and the attachment insert."""
+"""The recording attachment under faults: a second processor racing the insert, a process
+killed between the WAV upload and the attachment insert, and a worker process of the
+platform SIGKILLed at that point (fault point ``wav.after``) whose job another worker
+finishes."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from sqlalchemy import delete, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from services.uploads.families import completion_job_id, process_request
 from services.uploads.native import process_upload
+from services.uploads.object_store import S3ObjectStore
 from services.uploads.recording import NewBlob, attach_recording, recording_key
 from shared.db.engine import session_scope
-from shared.db.models import ActiveStorageAttachment, ActiveStorageBlob, CallDetail, Conversation
-from tests.integration.services.uploads.conftest import Uploads, bucket_keys, xcally_metadata
+from shared.db.models import (
+    ActiveStorageAttachment,
+    ActiveStorageBlob,
+    CallDetail,
+    Conversation,
+    ConversationPart,
+    ConversationUpload,
+    ConversationUploadDelivery,
+)
+from shared.rollouts import (
+    CONVERSATION_UPLOAD_DURABLE_DELIVERY,
+    CONVERSATION_UPLOAD_NATIVE_PROCESSING,
+    CONVERSATION_UPLOAD_SYNC_COMPLETION,
+)
+from testkit.fakes.rails_server import RailsServer
+from tests.fixtures_platform import MakePlatform
+from tests.integration.services.maintenance.factories import start_platform_worker
+from tests.integration.services.uploads.conftest import (
+    Uploads,
+    bucket_keys,
+    s3_settings,
+    xcally_metadata,
+)
+from tests.platform_harness import wait_until
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -207,3 +236,102 @@ def test_a_process_killed_between_wav_upload_and_insert_leaves_no_orphan(
     assert outcome.status == "completed" and outcome.recording_created
     assert _attachments(uploads.sessions, outcome.call_detail_id or 0) == sorted(written)
     assert bucket_keys(uploads.objects) == source_keys | written
+
+
+@pytest.fixture
+def rails() -> Iterator[RailsServer]:
+    server = RailsServer(token="rails-tkn")
+    with server:
+        yield server
+
+
+def _sync_completion_state(sessions: sessionmaker[Session], upload_id: int) -> str | None:
+    with session_scope(sessions) as session:
+        return session.execute(
+            select(ConversationUploadDelivery.state).where(
+                ConversationUploadDelivery.conversation_upload_id == upload_id,
+                ConversationUploadDelivery.kind == "sync_completion",
+            )
+        ).scalar()
+
+
+def test_a_worker_killed_between_wav_upload_and_insert_is_finished_by_another(
+    uploads: Uploads,
+    objects: S3ObjectStore,
+    s3_endpoint: str,
+    rails: RailsServer,
+    make_platform: MakePlatform,
+    redis_url: str,
+    database_url: str,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given the production workers' settings (native processing, XCALLY completion, the
+    # durable ledger, S3 at the moto server) and a queued process job
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    settings = {
+        "redis_url": redis_url,
+        "database_url": database_url,
+        "redis_namespace": namespace,
+        "environment": "test",
+        "rails_internal_url": rails.base_url,
+        "rails_internal_token": "rails-tkn",
+        "heartbeat_timeout_seconds": 2.0,
+        "group_lease_seconds": 2.0,
+        "flag_overrides": {
+            CONVERSATION_UPLOAD_NATIVE_PROCESSING: True,
+            CONVERSATION_UPLOAD_SYNC_COMPLETION: True,
+            CONVERSATION_UPLOAD_DURABLE_DELIVERY: True,
+        },
+        **s3_settings(objects, s3_endpoint),
+    }
+    platform = make_platform(**{k: v for k, v in settings.items() if k != "environment"})
+    sessions, org = uploads.sessions, uploads.org_id
+    upload = uploads.upload(xcally_metadata("killed-worker"))
+    sources = bucket_keys(objects)
+    process_job = f"conversation-upload-process-{upload}"
+    platform.router.enqueue(process_request(org, upload))
+
+    # When a worker process is SIGKILLed right after writing the WAV
+    doomed = start_platform_worker(settings, fault="wav.after")
+    doomed.join(timeout=120)
+    assert doomed.exitcode == -signal.SIGKILL
+    written = bucket_keys(objects) - sources
+    assert len(written) == 1  # the WAV landed, unattached
+    with session_scope(sessions) as session:
+        upload_row = session.get(ConversationUpload, upload)
+        assert upload_row is not None and upload_row.status == "processing"
+    # the hand-off's row was committed with the persistence transaction, and its job is
+    # enqueued only after the attachment: not yet
+    assert _sync_completion_state(sessions, upload) == "pending"
+    assert platform.broker.jobs.record(completion_job_id(upload)) is None
+
+    # And another worker takes the redelivered job over
+    survivor = start_platform_worker(settings)
+    try:
+        wait_until(
+            lambda: (platform.broker.jobs.record(process_job) or {}).get("state") == "completed",
+            timeout=120,
+        )
+        wait_until(lambda: _sync_completion_state(sessions, upload) == "completed", timeout=60)
+    finally:
+        if survivor.pid is not None:
+            os.kill(survivor.pid, signal.SIGTERM)
+        survivor.join(timeout=30)
+
+    # Then the upload completed with exactly one recording, on the object the killed worker
+    # wrote (overwritten under the same key), no orphan in the bucket, one completion
+    with session_scope(sessions) as session:
+        done = session.get(ConversationUpload, upload)
+        assert done is not None and done.status == "completed"
+        conversation_id = done.conversation_id
+        detail_id = session.execute(
+            select(CallDetail.id)
+            .join(ConversationPart, ConversationPart.id == CallDetail.conversation_part_id)
+            .where(ConversationPart.conversation_id == conversation_id)
+        ).scalar_one()
+    assert _attachments(sessions, detail_id) == sorted(written)
+    assert bucket_keys(objects) == sources | written
+    complete = f"/internal/conversations/{conversation_id}/complete_conversation_sync"
+    assert len(rails.calls(complete)) == 1
