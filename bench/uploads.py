@@ -1,13 +1,15 @@
 """Conversation uploads end to end as a benchmark (``testkit/uploads_scenario.py``): direct
-XCALLY uploads across organizations processed natively on real worker processes, with their
-XCALLY completions, 5% of Rails' hand-offs failing in transport, 1% of responses lost, 5% of
-Rails' ``complete_conversation_sync`` calls answering 500 and 5% corrupt recordings.
+XCALLY uploads across organizations processed natively on real worker processes, each
+handing its XCALLY completion off itself (5% of those enqueues refused once), 5% of Rails'
+process hand-offs failing in transport, 1% of responses lost, 5% of Rails'
+``complete_conversation_sync`` calls answering 500 and 5% corrupt recordings.
 
   python -m bench.uploads                          # 2,000 uploads, 20 organizations
   python -m bench.uploads --uploads 200 --workers 1
 
 Prints the figures and the verdicts (every upload completed or failed with a reason, every
-ledger row terminal, one recording per call detail, one completion per conversation); writes
+ledger row terminal, one native sync_completion row per completed upload, one recording per
+call detail, one completion per conversation); writes
 ``bench/results/uploads.json``. Redis: ``BENCH_REDIS_URL`` or ``--redis-url``; PostgreSQL:
 ``TEST_DATABASE_URL`` / ``DATABASE_URL`` (a fresh database is created and dropped).
 """

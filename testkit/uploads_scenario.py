@@ -1,22 +1,23 @@
 """Conversation uploads end to end on real worker processes (``python -m bench.uploads``).
 
 A fresh database, bulk-inserted organizations, direct XCALLY uploads (1 s of GSM each, in a
-local Active Storage directory) and their ``process`` ledger rows; native processing and the
-XCALLY completion flag on. The driver plays Rails:
-
-- the controller's hand-off ``POST /internal/conversation_uploads/enqueue``, then Rails'
-  ledger write (``sent``; ``uncertain`` when the response is lost, which must not undo
-  ``accepted``). ``rails_failures`` of the hand-offs fail in transport (row ``uncertain``, no
-  job: only the reconciler repairs them);
-- once an upload completed, ``Xcally#process``'s completion hand-off: the ``sync_completion``
-  row, ``POST /internal/provider_conversation_sync_completions/enqueue``, the same faults;
-- Rails' ``complete_conversation_sync`` answers 500 for ``rails_failures`` of the calls
-  (retried) and sets ``conversations.last_synced_at`` otherwise.
+local Active Storage directory) and their ``process`` ledger rows; native processing, the
+XCALLY completion and the durable ledger flags on. The driver plays Rails' controller only:
+its hand-off ``POST /internal/conversation_uploads/enqueue``, then Rails' ledger write
+(``sent``; ``uncertain`` when the response is lost, which must not undo ``accepted``).
+``rails_failures`` of the hand-offs fail in transport (row ``uncertain``, no job: only the
+reconciler repairs them). The completion hand-off is the native pass's own
+(:mod:`services.uploads.handoff`): its ``sync_completion`` row, the pinned job after the
+recording attachment; the workers refuse ``hand_off_failures`` of those enqueues once (as if
+Redis had failed: the row goes ``uncertain`` and the process job retries). Rails'
+``complete_conversation_sync`` answers 500 for ``rails_failures`` of the calls (retried) and
+sets ``conversations.last_synced_at`` otherwise.
 
 ``corrupt`` of the recordings are undecodable (terminal: failed with the reason). Rows are
 aged past the 10-minute grace between reconciler rounds. The verdicts: every upload completed
-or failed with a reason, every ledger row terminal, one recording per call detail, one
-completion per conversation, no unresolved claim.
+or failed with a reason, every ledger row terminal, one ``sync_completion`` row written by
+API2 per completed upload, one recording per call detail, one completion per conversation,
+no unresolved claim.
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from testkit.media import gsm_bytes
 from testkit.reports_scenario import _admin, _drop_namespace, _url, server_database_url
+from testkit.uploads_rows import seed_uploads, verdicts
 
 NATIVE = "api2_conversation_upload_native_processing"
 COMPLETION = "api2_conversation_upload_sync_completion"
+DURABLE = "api2_conversation_upload_durable_delivery"
 PROCESS_ROUTE = "/internal/conversation_uploads/enqueue"
-COMPLETION_ROUTE = "/internal/provider_conversation_sync_completions/enqueue"
 TOKEN = "uploads-bench-token"
 
 
@@ -49,6 +50,8 @@ class UploadsConfig:
     rails_failures: float = 0.05
     lost_responses: float = 0.01
     corrupt: float = 0.05
+    #: completion hand-offs whose enqueue a worker refuses once (Redis failing)
+    hand_off_failures: float = 0.05
     workers: int = 2
     threads: int = 4
     seed: int = 12
@@ -56,7 +59,30 @@ class UploadsConfig:
     timeout_seconds: float = 1800.0
 
 
-def worker_main(values: dict[str, Any], threads: int) -> None:
+def _refusing_hand_offs(router: Any, rate: float, seed: int) -> None:
+    """Make ``router`` refuse ``rate`` of the completion hand-offs' first enqueue, as a
+    failing Redis would (``QueueUnavailable``)."""
+    from services.uploads.families import COMPLETION_KIND
+    from shared.errors import QueueUnavailable
+
+    rnd, refused, lock = random.Random(seed), set(), threading.Lock()
+    enqueue_many = router.enqueue_many
+
+    def faulty(requests: Any) -> Any:
+        for request in requests:
+            upload = request.params.get("conversation_upload_id")
+            if request.kind == COMPLETION_KIND:
+                with lock:
+                    refuse = upload not in refused and rnd.random() < rate
+                    refused.add(upload)
+                if refuse:
+                    raise QueueUnavailable("injected: Redis refused the completion hand-off")
+        return enqueue_many(requests)
+
+    router.enqueue_many = faulty
+
+
+def worker_main(values: dict[str, Any], threads: int, hand_off_failures: float = 0.0) -> None:
     """Serve the maintenance tier (the upload families) until SIGTERM, with a fast backoff."""
     import dataclasses
 
@@ -71,6 +97,8 @@ def worker_main(values: dict[str, Any], threads: int) -> None:
         by_name[name] = dataclasses.replace(
             by_name[name], retry=RetryPolicy(max_attempts=5, base_seconds=0.2)
         )
+    if hand_off_failures:
+        _refusing_hand_offs(platform.router, hand_off_failures, os.getpid())
     try:
         serve(
             platform.broker,
@@ -112,7 +140,7 @@ def run_uploads(config: UploadsConfig, redis_url: str) -> dict[str, Any]:
                 "rails_internal_url": rails.base_url,
                 "rails_internal_token": rails.token,
                 "rails_timeout_seconds": 10.0,
-                "flag_overrides": {NATIVE: True, COMPLETION: True},
+                "flag_overrides": {NATIVE: True, COMPLETION: True, DURABLE: True},
                 "uploads_storage": "local",
                 "uploads_root": storage.name,
                 "uploads_service_name": "local",
@@ -127,27 +155,10 @@ def run_uploads(config: UploadsConfig, redis_url: str) -> dict[str, Any]:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _seed(
-    config: UploadsConfig, engine: Any, root: Path, rnd: random.Random
-) -> dict[int, tuple[int, str]]:
-    """Bulk inserts: organizations, their XCALLY data sources, uploads with their blobs,
-    attachments and ``process`` ledger rows; the objects written to ``root``.
-    Returns upload id -> (organization id, fate)."""
-    from sqlalchemy import insert
-
-    from services.uploads.object_store import LocalObjectStore
-    from shared.db.models import (
-        ActiveStorageAttachment,
-        ActiveStorageBlob,
-        ConversationUpload,
-        ConversationUploadDelivery,
-        DataSource,
-        Organization,
-        OrganizationDataSource,
-    )
-
-    store = LocalObjectStore(root, "local")
-    good, junk = gsm_bytes(seconds=1), b"junk" * 64
+def _fates(config: UploadsConfig) -> list[str]:
+    """Each upload's fate: ``corrupt``, ``transport`` (hand-off lost), ``lost`` (response
+    lost) or ``ok``."""
+    rnd = random.Random(config.seed)
     fates = []
     for _ in range(config.uploads):
         draw = rnd.random()
@@ -160,87 +171,7 @@ def _seed(
             if draw < config.corrupt + config.rails_failures + config.lost_responses
             else "ok"
         )
-    with engine.begin() as db:
-        orgs = list(
-            db.execute(
-                insert(Organization).returning(Organization.id),
-                [{"name": f"uploads-{i}"} for i in range(config.organizations)],
-            ).scalars()
-        )
-        source = db.execute(
-            insert(DataSource).values(key="xcally", name="xcally").returning(DataSource.id)
-        ).scalar_one()
-        db.execute(
-            insert(OrganizationDataSource),
-            [{"organization_id": org, "data_source_id": source} for org in orgs],
-        )
-        owners = [orgs[i % len(orgs)] for i in range(config.uploads)]
-        keys = [uuid.uuid4().hex[:28] for _ in range(config.uploads)]
-        for key, fate in zip(keys, fates, strict=True):
-            store.write(key, junk if fate == "corrupt" else good, "application/octet-stream")
-        uploads = list(
-            db.execute(
-                insert(ConversationUpload).returning(ConversationUpload.id),
-                [
-                    {
-                        "organization_id": org,
-                        "source": "xcally",
-                        "upload_type": "direct",
-                        "metadata": _metadata(f"bench-{i}"),
-                    }
-                    for i, org in enumerate(owners)
-                ],
-            ).scalars()
-        )
-        blobs = list(
-            db.execute(
-                insert(ActiveStorageBlob).returning(ActiveStorageBlob.id),
-                [
-                    {
-                        "key": key,
-                        "filename": "call.mp4" if fate == "corrupt" else "call.gsm",
-                        "service_name": "local",
-                        "byte_size": len(junk if fate == "corrupt" else good),
-                    }
-                    for key, fate in zip(keys, fates, strict=True)
-                ],
-            ).scalars()
-        )
-        db.execute(
-            insert(ActiveStorageAttachment),
-            [
-                {
-                    "name": "file",
-                    "record_type": "ConversationUpload",
-                    "record_id": upload,
-                    "blob_id": blob,
-                }
-                for upload, blob in zip(uploads, blobs, strict=True)
-            ],
-        )
-        db.execute(
-            insert(ConversationUploadDelivery),
-            [
-                {
-                    "organization_id": org,
-                    "conversation_upload_id": upload,
-                    "kind": "process",
-                    "delivery_key": f"conversation-upload/process/{upload}",
-                }
-                for upload, org in zip(uploads, owners, strict=True)
-            ],
-        )
-    return {upload: (org, fate) for upload, org, fate in zip(uploads, owners, fates, strict=True)}
-
-
-def _metadata(call_id: str) -> dict[str, Any]:
-    return {
-        "uniqueid": call_id,
-        "agent": {"email": "agent@example.com", "id": "ag-1", "name": "Ann Agent"},
-        "customer": {"phone": f"+1555{call_id[-6:]}", "name": "Carl"},
-        "direction": "inbound",
-        "start_time": "2026-11-30T10:00:00Z",
-    }
+    return fates
 
 
 def _rails_marks(db: Any, kind: str, upload_id: int, state: str) -> None:
@@ -273,9 +204,8 @@ def _drive(
     from shared.config import load_settings
     from testkit.reports_workers import stop
 
-    rnd = random.Random(config.seed)
     seed_started = time.monotonic()
-    created = _seed(config, engine, root, rnd)
+    created = seed_uploads(engine, root, _fates(config), config.organizations)
     seed_seconds = time.monotonic() - seed_started
 
     completions: Counter[int] = Counter()
@@ -310,13 +240,16 @@ def _drive(
     auth = {"Authorization": f"Bearer {TOKEN}"}
     context = multiprocessing.get_context("spawn")
     workers = [
-        context.Process(target=worker_main, args=(values, config.threads), daemon=True)
+        context.Process(
+            target=worker_main,
+            args=(values, config.threads, config.hand_off_failures),
+            daemon=True,
+        )
         for _ in range(config.workers)
     ]
     for worker in workers:
         worker.start()
     handed: dict[int, float] = {}
-    completion_fates: dict[int, str] = {}
     started = time.monotonic()
     rounds = replays = 0
     try:
@@ -341,8 +274,7 @@ def _drive(
                 _rails_marks(db, "process", upload_id, "uncertain" if fate == "lost" else "sent")
         deadline = time.monotonic() + config.timeout_seconds
         while time.monotonic() < deadline:
-            _hand_off_completions(config, engine, client, auth, created, completion_fates, rnd)
-            if _live(platform) == 0 and _settled(engine, created, completion_fates):
+            if _live(platform) == 0 and _settled(engine):
                 open_rows = _open_rows(engine)
                 if not open_rows or rounds >= 8:
                     break
@@ -362,93 +294,16 @@ def _drive(
     finally:
         stop(*workers)
         platform.close()
-    return _verdicts(
-        config,
-        engine,
-        created,
-        handed,
-        completions,
-        {
-            "seed_seconds": round(seed_seconds, 1),
-            "seconds": round(elapsed, 1),
-            "reconciler_rounds": rounds,
-            "reconciler_replays": replays,
-            "rails_500s_injected": rails_500s,
-            "load_average_1_5_15": [round(v, 2) for v in load],
-        },
-    )
-
-
-def _hand_off_completions(
-    config: UploadsConfig,
-    engine: Any,
-    client: Any,
-    auth: dict[str, str],
-    created: dict[int, tuple[int, str]],
-    done: dict[int, str],
-    rnd: random.Random,
-) -> None:
-    """Rails' ``Xcally#process`` after the recording: the sync_completion row, then the
-    hand-off (some lost in transport, some responses lost)."""
-    from sqlalchemy import text
-
-    with engine.begin() as db:
-        rows = db.execute(
-            text(
-                "SELECT id, conversation_id FROM conversation_uploads"
-                " WHERE status = 'completed' AND conversation_id IS NOT NULL"
-            )
-        ).all()
-        fresh = [(i, c) for i, c in rows if i not in done]
-        for upload_id, conversation_id in fresh:
-            org = created[upload_id][0]
-            draw = rnd.random()
-            fate = (
-                "transport"
-                if draw < config.rails_failures
-                else "lost"
-                if draw < config.rails_failures + config.lost_responses
-                else "ok"
-            )
-            done[upload_id] = fate
-            db.execute(
-                text(
-                    "INSERT INTO conversation_upload_deliveries (organization_id,"
-                    " conversation_upload_id, conversation_id, kind, delivery_key, sync_run_id,"
-                    " state, owner, attempts, replay_count, created_at, updated_at) VALUES"
-                    " (:org, :id, :conv, 'sync_completion', :key, :run, 'pending', 'rails', 0, 0,"
-                    " now(), now())"
-                ),
-                {
-                    "org": org,
-                    "id": upload_id,
-                    "conv": conversation_id,
-                    "key": f"conversation-upload/sync-completion/{upload_id}",
-                    "run": f"xcally-upload-{upload_id}",
-                },
-            )
-    for upload_id, conversation_id in fresh:
-        fate = done[upload_id]
-        with engine.begin() as db:
-            if fate == "transport":
-                _rails_marks(db, "sync_completion", upload_id, "uncertain")
-                continue
-            body = {
-                "requests": [
-                    {
-                        "kind": "complete_provider_conversation_sync",
-                        "organization_id": created[upload_id][0],
-                        "conversation_upload_id": upload_id,
-                        "conversation_id": conversation_id,
-                        "sync_run_id": f"xcally-upload-{upload_id}",
-                    }
-                ]
-            }
-            answer = client.post(COMPLETION_ROUTE, json=body, headers=auth)
-            assert answer.status_code == 202, answer.get_data(as_text=True)
-            _rails_marks(
-                db, "sync_completion", upload_id, "uncertain" if fate == "lost" else "sent"
-            )
+    return {
+        "config": asdict(config),
+        **verdicts(engine, created, handed, completions, elapsed),
+        "seed_seconds": round(seed_seconds, 1),
+        "seconds": round(elapsed, 1),
+        "reconciler_rounds": rounds,
+        "reconciler_replays": replays,
+        "rails_500s_injected": rails_500s,
+        "load_average_1_5_15": [round(v, 2) for v in load],
+    }
 
 
 def _live(platform: Any) -> int:
@@ -463,16 +318,16 @@ def _live(platform: Any) -> int:
     return sum(1 for state in states if state is not None and state.decode() in LIVE_STATES)
 
 
-def _settled(engine: Any, created: dict[int, tuple[int, str]], done: dict[int, str]) -> bool:
-    """Nothing in flight: no upload processing, every completed one handed off (as Rails
-    would). Pending uploads whose hand-off was lost wait for the reconciler."""
+def _settled(engine: Any) -> bool:
+    """Nothing in flight: no upload processing. Pending uploads whose hand-off was lost wait
+    for the reconciler."""
     from sqlalchemy import text
 
     with engine.begin() as db:
-        rows = db.execute(text("SELECT id, status FROM conversation_uploads")).all()
-    return all(
-        status != "processing" and (status != "completed" or i in done) for i, status in rows
-    )
+        processing = db.execute(
+            text("SELECT count(*) FROM conversation_uploads WHERE status = 'processing'")
+        ).scalar_one()
+    return int(processing) == 0
 
 
 def _open_rows(engine: Any) -> int:
@@ -487,89 +342,3 @@ def _open_rows(engine: Any) -> int:
                 )
             ).scalar_one()
         )
-
-
-def _verdicts(
-    config: UploadsConfig,
-    engine: Any,
-    created: dict[int, tuple[int, str]],
-    handed: dict[int, float],
-    completions: Counter[int],
-    figures: dict[str, Any],
-) -> dict[str, Any]:
-    from sqlalchemy import text
-
-    with engine.begin() as db:
-        uploads = db.execute(
-            text(
-                "SELECT id, status, last_processing_error, processed_at, conversation_id"
-                " FROM conversation_uploads"
-            )
-        ).all()
-        ledger = db.execute(
-            text("SELECT kind, state, count(*) FROM conversation_upload_deliveries GROUP BY 1, 2")
-        ).all()
-        recordings = db.execute(
-            text(
-                "SELECT record_id, count(*) FROM active_storage_attachments"
-                " WHERE record_type = 'CallDetail' AND name = 'recording' GROUP BY 1"
-            )
-        ).all()
-        unsynced = db.execute(
-            text(
-                "SELECT count(*) FROM conversation_uploads u JOIN conversations c"
-                " ON c.id = u.conversation_id WHERE u.status = 'completed'"
-                " AND c.last_synced_at IS NULL"
-            )
-        ).scalar_one()
-        unresolved = db.execute(
-            text("SELECT count(*) FROM outbound_delivery_claims WHERE delivered_at IS NULL")
-        ).scalar_one()
-    statuses = Counter(row.status for row in uploads)
-    corrupt = {i for i, (_, fate) in created.items() if fate == "corrupt"}
-    latencies = sorted(
-        row.processed_at.timestamp() - handed[row.id]
-        for row in uploads
-        if row.processed_at is not None
-    )
-    problems = []
-    if set(statuses) - {"completed", "failed"}:
-        problems.append(f"uploads not terminal: {dict(statuses)}")
-    if any(row.status == "failed" and not row.last_processing_error for row in uploads):
-        problems.append("a failed upload without its reason")
-    failed_ids = {row.id for row in uploads if row.status == "failed"}
-    if failed_ids != corrupt:
-        problems.append(f"failed {len(failed_ids)} != corrupt {len(corrupt)}")
-    if any(state not in ("completed", "failed") for _kind, state, _n in ledger):
-        problems.append(f"ledger rows not terminal: {ledger}")
-    if any(count != 1 for _record, count in recordings):
-        problems.append("a call detail with more than one recording")
-    if statuses["completed"] != len(recordings):
-        problems.append(f"{statuses['completed']} completed, {len(recordings)} recordings")
-    duplicates = sum(1 for count in completions.values() if count > 1)
-    if duplicates:
-        problems.append(f"{duplicates} conversations completed more than once")
-    if unsynced:
-        problems.append(f"{unsynced} completed uploads whose conversation never synced")
-    if unresolved:
-        problems.append(f"{unresolved} unresolved delivery claims")
-    elapsed = figures["seconds"]
-    return {
-        "config": asdict(config),
-        "uploads": dict(statuses),
-        "ledger": {f"{kind}:{state}": n for kind, state, n in ledger},
-        "recordings": len(recordings),
-        "completions": sum(completions.values()),
-        "duplicate_completions": duplicates,
-        "uploads_per_second": round(len(uploads) / elapsed, 1) if elapsed else None,
-        "hand_off_to_completed_p50_s": _pct(latencies, 0.5),
-        "hand_off_to_completed_p95_s": _pct(latencies, 0.95),
-        **figures,
-        "problems": problems,
-    }
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    return round(values[min(len(values) - 1, int(q * (len(values) - 1)))], 2)
