@@ -13,6 +13,8 @@ bootstrap function.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
@@ -87,6 +89,10 @@ class Settings(BaseSettings):
     # no page is started after this many seconds on one document.
     ocr_max_pages: int = Field(20, ge=0, le=1000)
     ocr_timeout_seconds: float = Field(120.0, gt=0)
+    # Knowledge-base connector credentials at rest (services.ingestion.credentials): Fernet
+    # keys, comma-separated; the first encrypts, all decrypt (rotation). Unset: connections
+    # cannot be stored and connector syncs fail naming the variable.
+    connector_credentials_key: SecretStr | None = None
 
     api_host: str = "127.0.0.1"
     api_port: int = Field(8080, ge=1, le=65535)
@@ -146,6 +152,13 @@ class Settings(BaseSettings):
             parse_rate(value, field="SPEEDTIER_EMBEDDING_RATE")
         return value
 
+    @field_validator("connector_credentials_key")
+    @classmethod
+    def _credentials_keys_are_fernet_keys(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            parse_fernet_keys(value.get_secret_value())
+        return value
+
     @field_validator("windows")
     @classmethod
     def _windows_are_rates(cls, value: dict[str, str]) -> dict[str, str]:
@@ -183,6 +196,31 @@ def parse_rate(rate: str, *, field: str = "rate") -> tuple[int, float]:
     if limit < 1 or period <= 0:
         raise ValueError(f"{field}: limit and period must be positive, got {rate!r}")
     return limit, period
+
+
+def parse_fernet_keys(value: str) -> list[bytes]:
+    """The comma-separated Fernet keys of ``SPEEDTIER_CONNECTOR_CREDENTIALS_KEY``.
+
+    Raises:
+      ValueError: no key, or a part that is not url-safe base64 of 32 bytes.
+    """
+    keys: list[bytes] = []
+    for index, part in enumerate(p.strip() for p in value.split(",")):
+        if not part:
+            continue
+        try:
+            raw = base64.urlsafe_b64decode(part.encode())
+        except (ValueError, binascii.Error):
+            raw = b""
+        if len(raw) != 32:
+            raise ValueError(
+                f"SPEEDTIER_CONNECTOR_CREDENTIALS_KEY: key {index + 1} is not a Fernet key "
+                "(url-safe base64 of 32 bytes)"
+            )
+        keys.append(part.encode())
+    if not keys:
+        raise ValueError("SPEEDTIER_CONNECTOR_CREDENTIALS_KEY: no key")
+    return keys
 
 
 def environment_variables() -> dict[str, str]:

@@ -119,7 +119,7 @@ class GoogleDriveSource:
                 meta = client.get(f"{path}?{urlencode({'fields': FILE_FIELDS, **_all()})}")
                 if meta.get("trashed"):
                     return None
-                text = _content(client, path, str(meta.get("mimeType") or ""), conn)
+                text, media_type = _content(client, path, str(meta.get("mimeType") or ""), conn)
             except NotFound:
                 return None
         return Node(
@@ -128,6 +128,7 @@ class GoogleDriveSource:
             text=text if text is not None else str(meta.get("name") or ""),
             url=meta.get("webViewLink"),
             synchronization_date=parse_time(meta.get("modifiedTime")) or datetime.now(UTC),
+            media_type=media_type,
         )
 
 
@@ -208,7 +209,10 @@ def _refs(drive: str, files: Any, what: str) -> tuple[list[NodeRef], dict[NodeRe
     return refs, dates
 
 
-def _content(client: NodeClient, path: str, mime: str, conn: Connection) -> str | None:
+def _content(
+    client: NodeClient, path: str, mime: str, conn: Connection
+) -> tuple[str | None, str | None]:
+    """The file's text and its media type when not plain text (None, None: binary)."""
     export = EXPORTS.get(mime)
     if (
         mime == "application/vnd.google-apps.document"
@@ -217,11 +221,14 @@ def _content(client: NodeClient, path: str, mime: str, conn: Connection) -> str 
         export = "text/html"
     if export is not None:
         response = client.request("GET", f"{path}/export?{urlencode({'mimeType': export})}")
+        media_type = export
     elif mime.startswith(TEXT_TYPES):
         response = client.request("GET", f"{path}?{urlencode({'alt': 'media', **_all()})}")
+        media_type = mime
     else:
-        return None  # binary (PDF, images): indexed by name only
-    return response.content.decode("utf-8", errors="replace")
+        return None, None  # binary (PDF, images): indexed by name only
+    text = response.content.decode("utf-8", errors="replace")
+    return text, None if media_type == "text/plain" else media_type
 
 
 def _client(conn: Connection) -> NodeClient:

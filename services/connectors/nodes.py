@@ -61,6 +61,7 @@ class Node:
     ``synchronization_date`` is the provider's last-modified time (UTC-aware): the index
     skips the node when it is not newer than what was indexed. ``parent`` is the node it
     hangs under (a comment's issue), None for a node directly under its root.
+    ``media_type`` says how to read ``text`` when it is not plain (see the field).
     """
 
     ref: NodeRef
@@ -69,6 +70,9 @@ class Node:
     url: str | None
     synchronization_date: datetime
     parent: NodeRef | None = None
+    #: The text's media type when it is not plain text or markdown (``text/html`` for a
+    #: Google Doc exported as HTML, ``text/csv`` for a Sheet); None: plain text.
+    media_type: str | None = None
 
 
 @dataclass(frozen=True)

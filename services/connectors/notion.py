@@ -73,6 +73,33 @@ class NotionProvider:
                 pages = [page for page in pages if ancestry.reaches(page, roots)]
             return Listing(documents=[_listed(page) for page in pages], removal_needs_proof=True)
 
+    def search_page(
+        self, config: SourceConfig, cursor: str | None
+    ) -> tuple[list[ListedDocument], str | None]:
+        """One page of :meth:`list_source`'s search (from ``cursor``; None: the first) and
+        the cursor of the next one (None after the last), so a long listing can resume
+        after a rate limit. Pages outside ``root_page_ids`` are left out (their ancestry
+        looked up as needed); a page repeated across pages is listed twice (callers key by
+        identifier). Not a complete listing either: removal still needs
+        :meth:`confirm_gone`."""
+        payload: dict[str, Any] = {
+            "filter": {"property": "object", "value": "page"},
+            "page_size": PAGE_SIZE,
+        }
+        if cursor:
+            payload["start_cursor"] = cursor
+        with closing(_client(config)) as client:
+            body = client.post("/v1/search", payload)
+            results = body.get("results")
+            if not isinstance(results, list):
+                raise Retryable("POST /v1/search: an answer without results")
+            pages = [r for r in results if r.get("object") == "page" and not _is_gone(r)]
+            roots = _id_list(config.settings.get("root_page_ids"))
+            if roots:
+                ancestry = _Ancestry(client, pages)
+                pages = [page for page in pages if ancestry.reaches(page, roots)]
+            return [_listed(page) for page in pages], _next_cursor(body, "POST /v1/search")
+
     def confirm_gone(self, config: SourceConfig, identifiers: Sequence[str]) -> frozenset[str]:
         """The pages among ``identifiers`` that Notion says are gone: 404 (deleted or no
         longer shared), archived or in the trash, or no longer under ``root_page_ids``."""

@@ -122,9 +122,11 @@ class SharepointSource:
                     return None
                 mime = str((item.get("file") or {}).get("mimeType") or "")
                 text = str(item.get("name") or "")
+                media_type: str | None = None
                 if mime.startswith(TEXT_TYPES) and int(item.get("size") or 0) <= limit:
                     response = client.request("GET", f"{path}/content")
                     text = response.content.decode("utf-8", errors="replace")
+                    media_type = None if mime.startswith("text/plain") else mime
             except NotFound:
                 return None
         return Node(
@@ -133,6 +135,7 @@ class SharepointSource:
             text=text,
             url=item.get("webUrl"),
             synchronization_date=parse_time(item.get("lastModifiedDateTime")) or datetime.now(UTC),
+            media_type=media_type,
         )
 
 

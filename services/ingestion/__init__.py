@@ -10,12 +10,17 @@ if TYPE_CHECKING:
 
 
 def register(platform: ServiceContext) -> None:
-    """The ingestion and refresh families, the sweep and refresh ticks, and the API."""
+    """The ingestion, refresh and connector sync families, the sweep and refresh ticks,
+    and the API."""
+    from services.connectors.nodes import RateLimitState
     from services.connectors.url_crawl import url_fetcher
     from services.indexing.chunking import Chunker
     from services.indexing.embedders import embedder_from_settings
     from services.indexing.ocr import OcrLimits
     from services.ingestion.actors import IngestionContext, build_handlers
+    from services.ingestion.connector_sync.registry import CONNECTORS
+    from services.ingestion.connector_sync.sync import SyncContext
+    from services.ingestion.credentials import CredentialBox
     from services.ingestion.families import families
     from services.ingestion.routes import blueprint
     from services.ingestion.ticks import SweepBounds, ingestion_refresh_tick, ingestion_sweep_tick
@@ -25,6 +30,17 @@ def register(platform: ServiceContext) -> None:
     settings = platform.settings
     windows = RateWindows(platform.broker.client, settings.redis_namespace)
     recrawl = settings.recrawl_interval_seconds
+    key = settings.connector_credentials_key
+    box = CredentialBox.from_setting(key.get_secret_value() if key else None)
+    connectors = SyncContext(
+        box=box,
+        connectors=CONNECTORS,
+        provider_urls=settings.provider_urls,
+        # a namespace of its own: connection ids are not the super sources' ones
+        rate_limits=RateLimitState(platform.broker.client, f"{settings.redis_namespace}:kb"),
+        timeout=settings.http_timeout_seconds,
+        recrawl_interval_seconds=recrawl,
+    )
     ctx = IngestionContext(
         chunker=Chunker(),
         embedder=embedder_from_settings(settings, windows=windows),
@@ -39,6 +55,7 @@ def register(platform: ServiceContext) -> None:
         ocr=OcrLimits(
             max_pages=settings.ocr_max_pages, timeout_seconds=settings.ocr_timeout_seconds
         ),
+        connectors=connectors,
     )
     bounds = SweepBounds(
         limit=settings.ingestion_tick_limit, tenant_slice=settings.ingestion_tenant_slice
@@ -47,4 +64,8 @@ def register(platform: ServiceContext) -> None:
         platform.add_family(family)
     platform.add_tick(ingestion_sweep_tick(platform.sessions, platform.router, bounds))
     platform.add_tick(ingestion_refresh_tick(platform.sessions, platform.router, bounds, recrawl))
-    platform.add_blueprint(blueprint(chunker=ctx.chunker, embedder=ctx.embedder))
+    platform.add_blueprint(
+        blueprint(
+            chunker=ctx.chunker, embedder=ctx.embedder, credentials=box, connectors=CONNECTORS
+        )
+    )

@@ -15,17 +15,28 @@ from services.indexing.embedders import Embedder
 from services.indexing.index_writer import DocumentChunker
 from services.indexing.ocr import DEFAULT_OCR_LIMITS, OcrLimits
 from services.ingestion import ingestion_job, url_refresh
-from services.ingestion.families import INGEST_KIND, INGEST_RETRY, REFRESH_KIND, ingest_request
+from services.ingestion.connector_sync.job import run_sync
+from services.ingestion.connector_sync.sync import SyncContext
+from services.ingestion.families import (
+    INGEST_KIND,
+    INGEST_RETRY,
+    REFRESH_KIND,
+    SYNC_KIND,
+    SYNC_RETRY,
+    ingest_request,
+)
 from services.web.feed_fetch import FeedFetch
 from services.web.fetch import PageFetch
 from shared.db.base import utcnow
+from shared.errors import Unrecoverable
 from tiers.attempts import current_attempt
 
 
 @dataclass(frozen=True)
 class IngestionContext:
     """What the jobs need besides a session: the chunk/embed component, a page fetcher
-    (SSRF-guarded), the recrawl interval and the OCR bounds."""
+    (SSRF-guarded), the recrawl interval, the OCR bounds, the feed fetcher and the
+    connector syncs' context."""
 
     chunker: DocumentChunker
     embedder: Embedder
@@ -33,12 +44,13 @@ class IngestionContext:
     recrawl_interval_seconds: float
     ocr: OcrLimits = DEFAULT_OCR_LIMITS
     fetch_feed: FeedFetch | None = None
+    connectors: SyncContext | None = None
 
 
 def build_handlers(
     sessions: sessionmaker[Session], router: Router, ctx: IngestionContext
 ) -> dict[str, Callable[..., Any]]:
-    """The two actor bodies, bound to their dependencies."""
+    """The actor bodies, bound to their dependencies."""
 
     def ingest_document(organization_id: int, document_id: int, **_routing: Any) -> None:
         attempt = current_attempt(INGEST_RETRY)
@@ -72,4 +84,30 @@ def build_handlers(
                 uow.enqueue(ingest_request(organization_id, document_id))
             uow.commit()
 
-    return {INGEST_KIND: ingest_document, REFRESH_KIND: refresh_document}
+    def sync_connector(
+        organization_id: int,
+        binding_id: int,
+        full: bool = False,
+        scheduled: bool = False,
+        **_routing: Any,
+    ) -> None:
+        if ctx.connectors is None:
+            raise Unrecoverable("connector syncs are not configured in this process")
+        attempt = current_attempt(SYNC_RETRY)
+        run_sync(
+            sessions,
+            router,
+            ctx.connectors,
+            organization_id=organization_id,
+            binding_id=binding_id,
+            full=full,
+            scheduled=scheduled,
+            final_attempt=attempt.is_final,
+            delay_ends_job=attempt.delay_ends_job,
+        )
+
+    return {
+        INGEST_KIND: ingest_document,
+        REFRESH_KIND: refresh_document,
+        SYNC_KIND: sync_connector,
+    }

@@ -1,4 +1,5 @@
-"""``speedtier ingestion``: the ingestion's usage events, summarized per organization."""
+"""``speedtier ingestion``: the ingestion's usage events, summarized per organization; a
+connector binding's sync; the connections' key rotation."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import click
 
 from router.context import LoadContext
 from services.ingestion import store
+from services.ingestion.credentials import CredentialBox
+from services.ingestion.families import sync_request
 from shared.db.engine import session_scope
+from shared.errors import RecordMissing
 
 
 @click.group("ingestion")
 def ingestion() -> None:
-    """Knowledge-base ingestion (seed 003): usage."""
+    """Knowledge-base ingestion (seed 003): usage, connector syncs."""
 
 
 def _moment(value: str | None) -> datetime | None:
@@ -54,6 +58,42 @@ def usage(load: LoadContext, organization_id: int, since: str | None, until: str
             f"  {row.kind:<24} {base:>8} {row.events:>8} {row.documents:>6} {row.chunks:>8} "
             f"{row.tokens:>10} {row.embedded:>9} {row.unchanged:>9}"
         )
+
+
+@ingestion.command("sync-connector")
+@click.option("--organization", "organization_id", type=click.IntRange(min=1), required=True)
+@click.argument("binding_id", type=click.IntRange(min=1))
+@click.option("--full", is_flag=True, help="List everything, not only what changed.")
+@click.pass_obj
+def sync_connector(load: LoadContext, organization_id: int, binding_id: int, full: bool) -> None:
+    """Enqueue the sync of connector binding BINDING_ID (kb-connector-sync-<id>)."""
+    platform = load()
+    with session_scope(platform.sessions) as session:
+        try:
+            row = store.get_binding(session, organization_id=organization_id, binding_id=binding_id)
+        except RecordMissing:
+            raise click.ClickException(
+                f"organization {organization_id} has no binding {binding_id}"
+            ) from None
+        request = sync_request(organization_id, row.id, row.connection_id, row.provider, full=full)
+    answer = platform.router.enqueue(request)
+    click.echo(f"{answer.job_id}: {answer.outcome} on {answer.queue}")
+
+
+@ingestion.command("rotate-credentials-key")
+@click.pass_obj
+def rotate_credentials_key(load: LoadContext) -> None:
+    """Re-encrypt every stored connection's credentials under the first key of
+    SPEEDTIER_CONNECTOR_CREDENTIALS_KEY (then the old keys can be dropped from it)."""
+    platform = load()
+    key = platform.settings.connector_credentials_key
+    box = CredentialBox.from_setting(key.get_secret_value() if key else None)
+    if not box.configured:
+        raise click.ClickException("SPEEDTIER_CONNECTOR_CREDENTIALS_KEY is not set")
+    with session_scope(platform.sessions) as session:
+        count = store.rotate_all(session, box.rotate)
+        session.commit()
+    click.echo(f"{count} connection(s) re-encrypted under the first key")
 
 
 def register(main: click.Group) -> None:

@@ -1,27 +1,34 @@
-"""The ingestion job families: ingest one document, re-fetch one URL document.
+"""The ingestion job families: ingest one document, re-fetch one URL document, sync one
+connector binding.
 
 ``ingestion`` runs in the fast tier with a group cap of one per organization
 (``INGEST_GROUP_CAPS``): tenants ingest in parallel, one tenant's documents one at a time,
 which is the back-pressure the embedding provider's per-project rate limit calls for.
 ``ingestion_refresh`` fetches pages from arbitrary hosts, so it runs in the slow tier, also
 one at a time per organization; a changed page is handed back to ``ingestion``.
+``kb_connector_sync`` (``kb-connector-sync-<binding id>``) lists and fetches a provider's
+items (Notion, Confluence, Google Drive, SharePoint, Zendesk) in the slow tier, two bindings
+of one organization at a time, its starts in a window per connection; its landed documents
+go to ``ingestion``. A sync is resumable (its pass's checkpoint is on the binding), so it
+gets a long run time and the external-service backoff.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from router.requests import JobRequest
-from shared.inputs import Id
+from shared.inputs import NUL_FREE, Id
 from tiers.families import Family
-from tiers.policies import RetryPolicy
+from tiers.policies import RetryPolicy, WindowRule
 
 PAUSE_FLAG = "pause_api2_ingestion"
 INGEST_KIND = "ingest_document"
 REFRESH_KIND = "refresh_document"
+SYNC_KIND = "sync_connector"
 
 #: Three attempts, 30 s then 60 s apart: an embedding provider's hiccup passes, and a
 #: document that keeps failing is marked failed on the third (see pipeline.run_ingestion).
@@ -32,6 +39,17 @@ REFRESH_RETRY = RetryPolicy(max_attempts=2, base_seconds=60.0)
 #: One tenant's documents ingest one at a time (seed 003); refreshes likewise.
 INGEST_GROUP_CAPS = {"fast": 1}
 REFRESH_GROUP_CAPS = {"slow": 1}
+#: Five attempts, 15 s to 2 min apart (a provider's 5xx passes); a rate limit is a Delay.
+SYNC_RETRY = RetryPolicy(
+    max_attempts=5, backoff="exponential", base_seconds=15.0, max_backoff_seconds=600.0
+)
+#: Two bindings of one organization at a time (its Drive and its SharePoint, say).
+SYNC_GROUP_CAPS = {"slow": 2}
+#: Starts (a sync, or its resumption after a delay) per connection: Notion as seed 000's
+#: Notion source window, the others at most one a second on average.
+SYNC_WINDOWS = {"notion": WindowRule(4, 60.0), "*": WindowRule(60, 60.0)}
+#: A pass lists and fetches a whole provider scope in one job (its checkpoint survives).
+SYNC_TIME_LIMIT_SECONDS = 3 * 3600.0
 
 
 class DocumentParams(BaseModel):
@@ -41,6 +59,47 @@ class DocumentParams(BaseModel):
 
     document_id: Id
     knowledge_base_id: Id | None = None
+
+
+class ConnectorSyncParams(BaseModel):
+    """A binding to sync; ``provider`` and ``connection_id`` route it (window per
+    connection); ``full`` lists everything (not only what changed); ``scheduled``: the
+    freshness tick asked (a single item's re-fetch is then a ``refresh``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    binding_id: Id
+    connection_id: Id
+    provider: Annotated[str, NUL_FREE] = Field(min_length=1, max_length=64)
+    full: bool = False
+    scheduled: bool = False
+
+
+def sync_job_id(binding_id: int) -> str:
+    return f"kb-connector-sync-{binding_id}"
+
+
+def sync_request(
+    organization_id: int,
+    binding_id: int,
+    connection_id: int,
+    provider: str,
+    *,
+    full: bool = False,
+    scheduled: bool = False,
+) -> JobRequest:
+    """The request that syncs a binding (an id already queued or running is a no-op)."""
+    return JobRequest(
+        SYNC_KIND,
+        organization_id,
+        {
+            "binding_id": binding_id,
+            "connection_id": connection_id,
+            "provider": provider,
+            "full": full,
+            "scheduled": scheduled,
+        },
+    )
 
 
 def ingest_job_id(document_id: int) -> str:
@@ -76,7 +135,7 @@ def refresh_request(
 
 
 def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
-    """The two ingestion families, bound to their actor bodies."""
+    """The ingestion families, bound to their actor bodies."""
     return [
         Family(
             name="ingestion",
@@ -99,5 +158,20 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
             pause_flag=PAUSE_FLAG,
             retry=REFRESH_RETRY,
             group_caps=REFRESH_GROUP_CAPS,
+        ),
+        Family(
+            name="kb_connector_sync",
+            kind=SYNC_KIND,
+            handler=handlers[SYNC_KIND],
+            params=ConnectorSyncParams,
+            job_id=lambda _org, p: sync_job_id(p.binding_id),
+            fixed_tier="slow",
+            provider=lambda p: p.provider,
+            window_scope=lambda _org, p: f"connection-{p.connection_id}",
+            windows=SYNC_WINDOWS,
+            pause_flag=PAUSE_FLAG,
+            retry=SYNC_RETRY,
+            group_caps=SYNC_GROUP_CAPS,
+            time_limit_seconds=SYNC_TIME_LIMIT_SECONDS,
         ),
     ]

@@ -210,6 +210,7 @@ def sync_entries(
             audience=audience or [],
             connector=RSS_CONNECTOR,
             now=now,
+            cause="feed",
         )
         (result.changed if added.replaced else result.added).append(added.document.id)
     session.flush()

@@ -18,10 +18,12 @@ unsuccessful attempt. A failed replacement leaves the previous version's chunk s
 (``current_version``) in place.
 
 Versions: each content that becomes current is written once to ``kb_document_versions``
-as version ``current_version + 1``; the current version and the ten most recent superseded
-ones are kept. A rollback (:mod:`services.ingestion.rollback`) makes a kept version's
-content the document's source again, for this pipeline to make it current (under a new
-version number: history records what replaced what).
+as version ``current_version + 1``, with the cause of the submission that brought it
+(``upload``, ``recrawl``, ``refresh``, ``connector``, ``feed``, ``rollback``); the current
+version and the ten most recent superseded ones are kept. A rollback
+(:mod:`services.ingestion.rollback`) makes a kept version's content the document's source
+again, for this pipeline to make it current (under a new version number, cause
+``rollback``: history records what replaced what).
 
 Re-fetching ready URL documents (recrawl, scheduled refresh) is
 :mod:`services.ingestion.url_refresh`; a changed page comes back through this pipeline.
@@ -303,6 +305,7 @@ def _write_index(session: Session, document: KbDocument, new: _NewIndex, now: da
             content=new.text,
             content_hash=new.digest,
             now=now,
+            cause=document.submission_cause,
         )
     replace_kb_chunks(
         session,

@@ -64,6 +64,6 @@ def request_rollback(
         return False
     document.source_bytes = kept.content.encode()
     document.content_type = MARKDOWN_CONTENT_TYPE
-    store.resubmit(document, now)
+    store.resubmit(document, now, cause="rollback")
     session.flush()
     return True

@@ -44,6 +44,7 @@ Connector = Annotated[str, Field(min_length=1, max_length=MAX_CONNECTOR), NUL_FR
 Version = Annotated[int, Field(ge=1, le=MAX_VERSION), WHOLE_NUMBER]
 RefreshSchedule = Literal["hourly", "daily", "weekly"]
 DocumentStatus = Literal["processing", "ready", "failed"]
+VersionCause = Literal["upload", "recrawl", "refresh", "connector", "feed", "rollback"]
 
 
 def _http_url(value: str) -> str:
@@ -202,6 +203,12 @@ class VersionOut(BaseModel):
     content_hash: str
     created_at: datetime
     is_current: bool
+    cause: VersionCause | None = Field(
+        description="What made this content current: `upload` (the API), `recrawl` (the "
+        "platform's re-fetch), `refresh` (the base's refresh schedule), `connector` (a "
+        "connector sync), `feed` (a feed read), `rollback`; null for versions written "
+        "before causes were recorded."
+    )
 
     @classmethod
     def of(cls, version: KbDocumentVersion, current: int) -> VersionOut:
@@ -210,6 +217,7 @@ class VersionOut(BaseModel):
             content_hash=version.content_hash,
             created_at=version.created_at,
             is_current=version.version == current,
+            cause=version.cause,
         )
 
 

@@ -7,7 +7,9 @@ retry that ran out all leave the document in ``processing``, and the next sweep 
 An id already queued or running is a no-op, so sweeping a queued document costs nothing.
 
 ``ingestion-refresh`` (every five minutes) enqueues the re-fetch of URL documents whose
-recrawl interval or base refresh schedule is due.
+recrawl interval or base refresh schedule is due, and the sync of connector bindings whose
+next sync is due (their base's schedule, the recrawl interval, or a failure's backoff; a
+single-item binding's sync is its document's scheduled refresh).
 """
 
 from __future__ import annotations
@@ -19,8 +21,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from router.enqueue import Router, enqueue_settled
 from router.requests import JobRequest
 from router.ticks import Tick, enqueue_tick
-from services.ingestion.families import PAUSE_FLAG, ingest_request, refresh_request
-from services.ingestion.store import documents_to_ingest, documents_to_refresh
+from services.ingestion.families import (
+    PAUSE_FLAG,
+    ingest_request,
+    refresh_request,
+    sync_request,
+)
+from services.ingestion.store import bindings_to_sync, documents_to_ingest, documents_to_refresh
 from shared.db.base import utcnow
 
 DEFAULT_TICK_LIMIT = 200
@@ -59,6 +66,17 @@ def refresh_requests(
     return [refresh_request(d.organization_id, d.document_id, d.knowledge_base_id) for d in due]
 
 
+def connector_sync_requests(session: Session, bounds: SweepBounds) -> list[JobRequest]:
+    """The syncs of the connector bindings due for one, that one refresh tick takes."""
+    due = bindings_to_sync(
+        session, now=utcnow(), limit=bounds.limit, tenant_slice=bounds.tenant_slice
+    )
+    return [
+        sync_request(d.organization_id, d.binding_id, d.connection_id, d.provider, scheduled=True)
+        for d in due
+    ]
+
+
 def sweep_processing(session: Session, router: Router, bounds: SweepBounds) -> dict[str, int]:
     """One sweep in the caller's session: enqueue the processing documents it takes;
     returns the enqueue summary."""
@@ -88,9 +106,13 @@ def ingestion_refresh_tick(
     return enqueue_tick(
         name="ingestion-refresh",
         cron="*/5 * * * *",
-        description="re-fetch URL documents whose recrawl interval or refresh schedule is due",
+        description="re-fetch URL documents and sync connector bindings whose recrawl "
+        "interval or refresh schedule is due",
         pause_flag=PAUSE_FLAG,
         sessions=sessions,
         router=router,
-        due=lambda session: refresh_requests(session, bounds, recrawl_interval_seconds),
+        due=lambda session: (
+            refresh_requests(session, bounds, recrawl_interval_seconds)
+            + connector_sync_requests(session, bounds)
+        ),
     )

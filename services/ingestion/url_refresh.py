@@ -7,7 +7,8 @@ the document's freshness clock (``last_fetched_at``), so a broken source cannot 
   and the next refresh is due one interval later;
 * changed content: the fetched page becomes the document's source bytes and the document
   goes back to ``processing``; the ingestion family (serial per tenant, like uploads)
-  re-indexes and versions it, and its old chunks serve until then;
+  re-indexes and versions it (cause ``refresh`` when its base has a refresh schedule, else
+  ``recrawl``), and its old chunks serve until then;
 * a failure (unreachable, redirecting, unreadable): the document stays ready with its old
   content, ``refresh_failures`` grows and the next try waits ``interval * 2**failures``
   (capped at a week).
@@ -91,6 +92,14 @@ def refresh_document(
         return RefreshOutcome(document_id, "skipped")
     submitted_at = document.submitted_at
     interval = store.refresh_interval_of(session, document, recrawl_interval_seconds)
+    scheduled = (
+        store.get_knowledge_base(
+            session,
+            organization_id=organization_id,
+            knowledge_base_id=document.knowledge_base_id,
+        ).refresh_schedule
+        is not None
+    )
     try:
         if document.connector == RSS_CONNECTOR and fetch_feed is not None:
             # A feed: its entries' documents are added or refreshed in this transaction.
@@ -123,6 +132,7 @@ def refresh_document(
         return RefreshOutcome(document_id, "unchanged")
     locked.source_bytes = fetched
     locked.content_type = MARKDOWN_CONTENT_TYPE
-    store.resubmit(locked, now)
+    # The base's own schedule refreshed it; without one, the platform's recrawl did.
+    store.resubmit(locked, now, cause="refresh" if scheduled else "recrawl")
     session.flush()
     return RefreshOutcome(document_id, "changed")

@@ -290,7 +290,7 @@ SPEEDTIER_UPLOADS_ROOT: {{ . | quote }}
 
 {{- define "speedtier.secretData" -}}
 {{- $s := .Values.secrets }}
-{{- range $key, $value := dict "REDIS_URL" $s.redisUrl "DATABASE_URL" $s.databaseUrl "INTERNAL_API_TOKEN" $s.internalApiToken "SENTRY_DSN" $s.sentryDsn "SPEEDTIER_EMBEDDING_API_KEY" $s.embeddingApiKey "SLACK_BOT_TOKEN" $s.slackBotToken "RAILS_INTERNAL_TOKEN" $s.railsInternalToken "POSTHOG_PERSONAL_API_KEY" $s.posthogPersonalApiKey }}
+{{- range $key, $value := dict "REDIS_URL" $s.redisUrl "DATABASE_URL" $s.databaseUrl "INTERNAL_API_TOKEN" $s.internalApiToken "SENTRY_DSN" $s.sentryDsn "SPEEDTIER_EMBEDDING_API_KEY" $s.embeddingApiKey "SLACK_BOT_TOKEN" $s.slackBotToken "RAILS_INTERNAL_TOKEN" $s.railsInternalToken "POSTHOG_PERSONAL_API_KEY" $s.posthogPersonalApiKey "SPEEDTIER_CONNECTOR_CREDENTIALS_KEY" $s.connectorCredentialsKey }}
 {{- if $value }}
 {{ $key }}: {{ $value | toString | b64enc | quote }}
 {{- end }}

@@ -4,9 +4,9 @@ work of the platform, the JSON answer, and the responses the OpenAPI document sh
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from flask import Response, current_app, jsonify, request
@@ -20,6 +20,8 @@ from services.apikit.openapi import ResponseSpec
 from services.apikit.schemas import ErrorBody
 from services.indexing.embedders import Embedder
 from services.indexing.index_writer import DocumentChunker
+from services.ingestion.connector_sync.adapters import KbConnector
+from services.ingestion.credentials import CredentialBox
 from shared.db.engine import session_scope
 from shared.errors import QueueUnavailable
 
@@ -30,6 +32,8 @@ NAME = "ingestion"
 COMPONENTS = "speedtier.ingestion"
 BASE = "/knowledge-bases/<id:knowledge_base_id>"
 DOCUMENT = f"{BASE}/documents/<id:document_id>"
+CONNECTION = "/connections/<id:connection_id>"
+BINDING = f"{BASE}/connectors/<id:binding_id>"
 QUEUE_UNAVAILABLE: tuple[type[Exception], ...] = (QueueUnavailable, *REDIS_UNAVAILABLE)
 
 AUTH: dict[int, ResponseSpec] = {401: ("Missing, unknown or revoked API key.", ErrorBody)}
@@ -43,10 +47,13 @@ EMBEDDER: dict[int, ResponseSpec] = {
 
 @dataclass(frozen=True)
 class Components:
-    """The chunk/embed component the routes share with the ingestion jobs."""
+    """The chunk/embed component the routes share with the ingestion jobs, and the
+    connectors' credentials box and adapters."""
 
     chunker: DocumentChunker
     embedder: Embedder
+    credentials: CredentialBox = field(default_factory=CredentialBox)
+    connectors: Mapping[str, KbConnector] = field(default_factory=dict)
 
 
 def components() -> Components:

@@ -1,6 +1,7 @@
 """How the ingestion API answers its errors: 404 for a missing (or another tenant's)
-record, 409 for a busy document, 413 for content or a body over its limit, 503 with
-``Retry-After`` when the embedding provider is busy."""
+record, 409 for a busy document or a connection conflict (name taken, still bound), 413
+for content or a body over its limit, 503 with ``Retry-After`` when the embedding provider
+is busy or no connector credentials key is configured."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from services.apikit.errors import RETRY_AFTER_SECONDS, error_response, unavailable
 from services.ingestion import store
+from services.ingestion.credentials import CredentialsKeyMissing
 from shared.db.models.ingestion import MAX_SOURCE_BYTES
 from shared.errors import Delay, RecordMissing, Retryable
 
@@ -48,6 +50,15 @@ def _embedder_unavailable(exc: Delay | Retryable) -> Response:
     return unavailable("embedder_unavailable", "the embedding provider is busy; retry later", wait)
 
 
+def _conflict(exc: Exception) -> Response:
+    return error_response(409, "conflict", message=str(exc))
+
+
+def _no_credentials_key(exc: CredentialsKeyMissing) -> Response:
+    log.error("connection credentials refused: %s", exc)
+    return unavailable("credentials_key_missing", str(exc), RETRY_AFTER_SECONDS)
+
+
 def register_error_handlers(routes: Blueprint) -> None:
     routes.register_error_handler(RecordMissing, _not_found)
     routes.register_error_handler(store.DocumentBusy, _busy)
@@ -55,3 +66,6 @@ def register_error_handlers(routes: Blueprint) -> None:
     routes.register_error_handler(RequestEntityTooLarge, _body_too_large)
     routes.register_error_handler(Delay, _embedder_unavailable)
     routes.register_error_handler(Retryable, _embedder_unavailable)
+    routes.register_error_handler(store.ConnectionInUse, _conflict)
+    routes.register_error_handler(store.ConnectionNameTaken, _conflict)
+    routes.register_error_handler(CredentialsKeyMissing, _no_credentials_key)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from services.ingestion.store.chunks import delete_chunks
@@ -17,12 +17,14 @@ from services.ingestion.store.knowledge_bases import get_knowledge_base
 from services.ingestion.store.locks import lock_document
 from shared.db.base import utcnow
 from shared.db.models.ingestion import KbDocument
+from shared.db.models.kb_connectors import KbConnectorBinding
 
 
 def delete_knowledge_base(
     session: Session, *, organization_id: int, knowledge_base_id: int, now: datetime | None = None
 ) -> None:
-    """Soft-delete the base and its documents, and delete their chunks.
+    """Soft-delete the base and its documents, delete their chunks and unbind its
+    connectors.
 
     Raises RecordMissing when the base is missing, deleted or another tenant's.
     """
@@ -43,6 +45,14 @@ def delete_knowledge_base(
     for document_id in document_ids:  # in id order: two deleters cannot deadlock
         lock_document(session, organization_id, document_id)
     _discard_documents(session, organization_id, list(document_ids), now)
+    # A deleted base syncs nothing more: its connector bindings (and their items) go.
+    session.execute(
+        delete(KbConnectorBinding).where(
+            KbConnectorBinding.organization_id == organization_id,
+            KbConnectorBinding.knowledge_base_id == knowledge_base_id,
+        ),
+        execution_options={"synchronize_session": False},
+    )
 
 
 def delete_document(

@@ -57,6 +57,7 @@ def add_document(
     audience: Sequence[str] = (),
     connector: str | None = None,
     now: datetime | None = None,
+    cause: str = "upload",
 ) -> AddedDocument:
     """Add a document in ``processing``, or replace the live document of that name in the
     base in place (same id; status back to ``processing``; its content hash and version
@@ -70,6 +71,8 @@ def add_document(
       source: :class:`FileSource`, :class:`TextSource` or :class:`UrlSource`.
       audience: who may retrieve it (empty: everyone in the organization).
       connector: the connector binding the document came through, if any.
+      cause: what the submission comes from (``upload``, ``feed``...), recorded on the
+        version it becomes.
 
     Raises:
       RecordMissing: the base is missing, deleted or another tenant's.
@@ -87,6 +90,7 @@ def add_document(
         failed_at=None,
         attempts=0,
         submitted_at=now,
+        submission_cause=cause,
         updated_at=now,
     )
     scope = {"organization_id": organization_id, "knowledge_base_id": knowledge_base_id}
@@ -221,7 +225,8 @@ def mark_for_retry(
 ) -> KbDocument:
     """Put the document back in ``processing`` to re-run against its stored source bytes
     (a URL without stored bytes is fetched again); already processing, it is left as is.
-    The caller commits, then enqueues. Raises RecordMissing."""
+    The submission keeps its cause: the bytes still came from where they came from. The
+    caller commits, then enqueues. Raises RecordMissing."""
     get_document(
         session,
         organization_id=organization_id,
@@ -235,9 +240,12 @@ def mark_for_retry(
     return document
 
 
-def resubmit(document: KbDocument, now: datetime) -> None:
+def resubmit(document: KbDocument, now: datetime, cause: str | None = None) -> None:
     """Put a locked document back in ``processing`` as a new submission (its attempts
-    start over; a pass still running for the previous one will write nothing)."""
+    start over; a pass still running for the previous one will write nothing); ``cause``:
+    what the new submission comes from (kept when None)."""
+    if cause is not None:
+        document.submission_cause = cause
     document.status = "processing"
     document.failure_reason = None
     document.failed_at = None

@@ -12,6 +12,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from shared.db.models.ingestion import KbDocument, KnowledgeBase
+from shared.db.models.kb_connectors import KbConnectorBinding
 
 
 @dataclass(frozen=True)
@@ -105,3 +106,59 @@ def documents_to_refresh(
         limit=limit,
         tenant_slice=tenant_slice,
     )
+
+
+@dataclass(frozen=True)
+class DueBinding:
+    organization_id: int
+    binding_id: int
+    connection_id: int
+    provider: str
+    single_item: bool
+
+
+def bindings_to_sync(
+    session: Session, *, now: datetime, limit: int, tenant_slice: int
+) -> list[DueBinding]:
+    """Connector bindings of live bases whose next sync is due (their base's refresh
+    schedule, the recrawl interval, or the backoff after a failure), most overdue first,
+    ``limit`` in all and at most ``tenant_slice`` per organization."""
+    ranked = (
+        select(
+            KbConnectorBinding.organization_id,
+            KbConnectorBinding.id,
+            KbConnectorBinding.connection_id,
+            KbConnectorBinding.provider,
+            KbConnectorBinding.item_id.is_not(None).label("single"),
+            KbConnectorBinding.next_sync_at,
+            func.row_number()
+            .over(
+                partition_by=KbConnectorBinding.organization_id,
+                order_by=(KbConnectorBinding.next_sync_at, KbConnectorBinding.id),
+            )
+            .label("rank"),
+        )
+        .join(
+            KnowledgeBase,
+            (KnowledgeBase.organization_id == KbConnectorBinding.organization_id)
+            & (KnowledgeBase.id == KbConnectorBinding.knowledge_base_id),
+        )
+        .where(KbConnectorBinding.next_sync_at <= now, KnowledgeBase.deleted_at.is_(None))
+        .subquery()
+    )
+    rows = session.execute(
+        select(
+            ranked.c.organization_id,
+            ranked.c.id,
+            ranked.c.connection_id,
+            ranked.c.provider,
+            ranked.c.single,
+        )
+        .where(ranked.c.rank <= tenant_slice)
+        .order_by(ranked.c.next_sync_at, ranked.c.id)
+        .limit(limit)
+    )
+    return [
+        DueBinding(org, ident, conn, provider, bool(single))
+        for org, ident, conn, provider, single in rows
+    ]

@@ -26,9 +26,11 @@ def add_version(
     content: str,
     content_hash: str,
     now: datetime,
+    cause: str | None = None,
 ) -> None:
-    """Write ``content`` as the document's ``version`` and delete the versions older than
-    the retained superseded ones (the caller holds the document's lock)."""
+    """Write ``content`` as the document's ``version`` (made current by ``cause``) and
+    delete the versions older than the retained superseded ones (the caller holds the
+    document's lock)."""
     session.add(
         KbDocumentVersion(
             organization_id=organization_id,
@@ -36,6 +38,7 @@ def add_version(
             version=version,
             content=content,
             content_hash=content_hash,
+            cause=cause,
             created_at=now,
         )
     )

@@ -9,6 +9,7 @@ from shared.db.models.ingestion import (
     KnowledgeBase,
     UsageEvent,
 )
+from shared.db.models.kb_connectors import KbConnection, KbConnectorBinding, KbConnectorItem
 from shared.db.models.operator import OperatorAction
 from shared.db.models.rails import (
     Conversation,
@@ -77,6 +78,9 @@ __all__ = [
     "IngestionApiKey",
     "IntegrationProfile",
     "KbChunk",
+    "KbConnection",
+    "KbConnectorBinding",
+    "KbConnectorItem",
     "KbDocument",
     "KbDocumentVersion",
     "KnowledgeBase",

@@ -48,6 +48,10 @@ MAX_SOURCE_BYTES = 10 * 1024 * 1024
 DOCUMENT_KINDS = ("file", "text", "url")
 DOCUMENT_STATUSES = ("processing", "ready", "failed")
 REFRESH_SCHEDULES = ("hourly", "daily", "weekly")
+#: What put a document's content in place, recorded on each version (``cause``): an API
+#: upload (file, text or URL), the recrawl or a base's scheduled refresh re-fetching it, a
+#: connector sync, a feed read, a rollback to a kept version.
+VERSION_CAUSES = ("upload", "recrawl", "refresh", "connector", "feed", "rollback")
 
 #: ``content_tsv``'s expression, spelled the way PostgreSQL stores it (autogenerate compares).
 CHUNK_TSVECTOR_SQL = "to_tsvector('simple'::regconfig, content)"
@@ -139,6 +143,7 @@ class KbDocument(Api2Base):
         CheckConstraint(_in("kind", DOCUMENT_KINDS), name="kind"),
         CheckConstraint(_in("status", DOCUMENT_STATUSES), name="status"),
         CheckConstraint("crawl_depth BETWEEN 0 AND 5", name="crawl_depth"),
+        CheckConstraint(_in("submission_cause", VERSION_CAUSES), name="submission_cause"),
         CheckConstraint(
             f"octet_length(source_bytes) <= {MAX_SOURCE_BYTES}", name="source_bytes_size"
         ),
@@ -167,6 +172,10 @@ class KbDocument(Api2Base):
     current_version: Mapped[int] = mapped_column(Integer, server_default=text("0"), default=0)
     attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"), default=0)
     submitted_at: Mapped[datetime] = _created_at()
+    #: What the current submission came from; the version it becomes records it.
+    submission_cause: Mapped[str] = mapped_column(
+        Text, server_default=text("'upload'"), default="upload"
+    )
     ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_fetched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -178,11 +187,13 @@ class KbDocument(Api2Base):
 
 
 class KbDocumentVersion(Api2Base):
-    """A document's extracted content as it was when it became current (immutable)."""
+    """A document's extracted content as it was when it became current (immutable), and
+    which path put it there."""
 
     __tablename__ = "kb_document_versions"
     __table_args__ = (
         UniqueConstraint("document_id", "version"),
+        CheckConstraint(f"cause IS NULL OR {_in('cause', VERSION_CAUSES)}", name="cause"),
         ForeignKeyConstraint(
             ["organization_id", "document_id"],
             ["kb_documents.organization_id", "kb_documents.id"],
@@ -196,6 +207,9 @@ class KbDocumentVersion(Api2Base):
     version: Mapped[int] = mapped_column(Integer)
     content: Mapped[str] = mapped_column(Text, deferred=True)
     content_hash: Mapped[str] = mapped_column(String(64))
+    #: The path that made this content current (``VERSION_CAUSES``); None for versions
+    #: written before causes were recorded.
+    cause: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = _created_at()
 
 

@@ -528,6 +528,7 @@ def test_config_map_and_secret_cover_every_setting() -> None:
         "SPEEDTIER_UPLOADS_ENDPOINT_URL",
         "SPEEDTIER_UPLOADS_REGION",
         "SPEEDTIER_UPLOADS_ROOT",
+        "SPEEDTIER_CONNECTOR_CREDENTIALS_KEY",
     }
     provided = set(config) | set(secret["data"]) | unset
     settings = _setting_env_names()

@@ -14,6 +14,8 @@ from shared.config import ENV_PREFIX, Settings, environment_variables, load_sett
 from tests import REPO
 
 README = REPO / "README.md"
+#: A Fernet key (url-safe base64 of 32 bytes), for the connector credentials' sample.
+KEY = "gX3J0PZkFvAQ6oKkzSTPmOKx5Nft6xqCUVFL5nEXDVI="
 
 #: variable -> (field, value as set in the environment, value the field then holds); each
 #: value differs from the field's default.
@@ -64,6 +66,7 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     "SPEEDTIER_RECRAWL_INTERVAL_SECONDS": ("recrawl_interval_seconds", "7200", 7200.0),
     "SPEEDTIER_OCR_MAX_PAGES": ("ocr_max_pages", "5", 5),
     "SPEEDTIER_OCR_TIMEOUT_SECONDS": ("ocr_timeout_seconds", "30", 30.0),
+    "SPEEDTIER_CONNECTOR_CREDENTIALS_KEY": ("connector_credentials_key", KEY, KEY),
     "SPEEDTIER_API_HOST": ("api_host", "0.0.0.0", "0.0.0.0"),
     "SPEEDTIER_API_PORT": ("api_port", "9090", 9090),
     "SPEEDTIER_API_WORKERS": ("api_workers", "4", 4),

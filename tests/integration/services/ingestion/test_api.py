@@ -488,9 +488,11 @@ def test_every_public_route_needs_a_live_key(
     app: Flask, client: FlaskClient, tenant: Tenant, platform: Platform
 ) -> None:
     routes = public_routes(app)
-    assert len(routes) == 15
+    assert len(routes) == 26
     assert ("POST", "/knowledge-bases/1/documents") in routes
     assert ("GET", "/usage") in routes
+    assert ("POST", "/connections") in routes
+    assert ("POST", "/knowledge-bases/1/connectors/1/sync") in routes
     revoked = provision(client, tenant.organization_id, INTERNAL, "old").json
     assert revoked is not None
     with platform.sessions() as session:
@@ -757,6 +759,12 @@ def test_the_openapi_document_describes_every_ingestion_route(client: FlaskClien
         "/search": {"post"},
         "/usage": {"get"},
         "/internal/ingestion/api_keys": {"post"},
+        "/connections": {"get", "post"},
+        "/connections/{connection_id}": {"get", "put", "delete"},
+        "/knowledge-bases/{knowledge_base_id}/connectors": {"get", "post"},
+        "/knowledge-bases/{knowledge_base_id}/connectors/{binding_id}": {"get", "delete"},
+        "/knowledge-bases/{knowledge_base_id}/connectors/{binding_id}/sync": {"post"},
+        f"{one}/connector": {"put"},
     }
     for path, methods in expected.items():
         assert set(paths[path]) == methods, path

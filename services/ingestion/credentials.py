@@ -1,0 +1,93 @@
+"""Connector credentials at rest: Fernet tokens under a key from the environment.
+
+``SPEEDTIER_CONNECTOR_CREDENTIALS_KEY`` holds one or more Fernet keys (url-safe base64 of
+32 bytes, ``Fernet.generate_key()``), comma-separated. The first key encrypts; every key
+decrypts (``MultiFernet``), so a key is rotated by putting the new one first, re-encrypting
+the stored tokens (``speedtier ingestion connections rotate-key``), then dropping the old
+one. Fernet is AES-128-CBC with an HMAC-SHA256 over the token: a token altered or made under
+another key does not decrypt at all.
+
+=======================================  ==============================================
+situation                                 what happens
+=======================================  ==============================================
+no key configured                         storing credentials answers 503; a sync job
+                                          fails unrecoverable naming the variable
+a stored token no configured key opens    the sync fails unrecoverable ("credentials
+(its key was dropped)                     unreadable: store them again")
+a malformed key                           the process does not start (settings check)
+=======================================  ==============================================
+
+Decrypted credentials live only in the sync job that calls the provider; no route answers
+them and nothing logs them (a connection shows the *names* of its credential fields).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+
+from shared.config import parse_fernet_keys
+from shared.errors import Unrecoverable
+
+SETTING = "SPEEDTIER_CONNECTOR_CREDENTIALS_KEY"
+
+
+class CredentialsKeyMissing(Unrecoverable):
+    """No credentials key is configured, so credentials can be neither stored nor read."""
+
+
+class CredentialsUnreadable(Unrecoverable):
+    """A stored token does not decrypt under any configured key."""
+
+
+@dataclass(frozen=True)
+class CredentialBox:
+    """Seals and opens connection credentials (a JSON object of strings)."""
+
+    keys: tuple[Fernet, ...] = ()
+
+    @classmethod
+    def from_setting(cls, value: str | None) -> CredentialBox:
+        """A box over the setting's keys; an empty box when it is unset."""
+        return cls(tuple(Fernet(key) for key in parse_fernet_keys(value))) if value else cls()
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.keys)
+
+    def _fernet(self) -> MultiFernet:
+        if not self.keys:
+            raise CredentialsKeyMissing(f"connector credentials need {SETTING} to be set")
+        return MultiFernet(list(self.keys))
+
+    def seal(self, credentials: Mapping[str, str]) -> bytes:
+        """The credentials as a token under the first key. Raises CredentialsKeyMissing."""
+        plain = json.dumps(dict(credentials), sort_keys=True, separators=(",", ":")).encode()
+        return self._fernet().encrypt(plain)
+
+    def open(self, token: bytes) -> dict[str, str]:
+        """The credentials a token holds.
+
+        Raises:
+          CredentialsKeyMissing: no key is configured.
+          CredentialsUnreadable: no configured key opens the token.
+        """
+        try:
+            plain = self._fernet().decrypt(bytes(token))
+        except InvalidToken:
+            raise CredentialsUnreadable(
+                "connection credentials unreadable (encrypted under a key no longer "
+                f"configured in {SETTING}): store them again"
+            ) from None
+        value = json.loads(plain)
+        return {str(k): str(v) for k, v in value.items()}
+
+    def rotate(self, token: bytes) -> bytes:
+        """The token re-encrypted under the first key (unchanged content)."""
+        try:
+            return self._fernet().rotate(bytes(token))
+        except InvalidToken:
+            raise CredentialsUnreadable("a stored token opens under no configured key") from None
