@@ -11,7 +11,8 @@ product be typed, read and tested without importing the assembly that loads it.
 | ``sessions`` | opens units of work on PostgreSQL |
 | ``router`` | enqueues follow-up jobs (and, for the API toolkit, lists the registered kinds) |
 | ``flags`` | reads kill switches |
-| ``broker`` | its Redis client (rate windows) and job store (the slot reaper) |
+| ``broker`` | the control Redis's client: what every tier shares (rate windows, counters) |
+| ``brokers`` | each tier's broker: its job store (job state, the slot reaper), its queues |
 | ``add_family`` / ``add_tick`` / ``add_blueprint`` | contributes its jobs, ticks and routes |
 | ``tick`` | finds a registered tick (a CLI re-drive) |
 """
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from shared.flags import Flags
     from tiers.broker import TierBroker
     from tiers.families import Family
+    from tiers.tier_brokers import TierBrokers
 
 
 class ServiceContext(Protocol):
@@ -50,6 +52,9 @@ class ServiceContext(Protocol):
 
     @property
     def broker(self) -> TierBroker: ...
+
+    @property
+    def brokers(self) -> TierBrokers: ...
 
     def add_family(self, family: Family) -> None:
         """Register a job family: its actor and every queue it may use."""

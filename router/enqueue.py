@@ -14,6 +14,7 @@ from router.requests import JobRequest, RoutedJob, route_all
 from shared.errors import QueueUnavailable, ValidationFailed
 from shared.observability import warn
 from tiers.broker import TierBroker
+from tiers.job_store import EnqueueResult
 from tiers.options import (
     GROUP,
     GROUP_CAP,
@@ -24,6 +25,7 @@ from tiers.options import (
     WINDOW_SCOPE,
 )
 from tiers.redis_retry import REDIS_DOWN
+from tiers.tier_brokers import TierBrokers
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +50,14 @@ class Router:
 
     Parameters:
       registry: the registered families.
-      broker: the tier broker.
+      brokers: each tier's broker (a job goes to its tier's Redis), or one broker for all.
     """
 
-    def __init__(self, registry: Registry, broker: TierBroker) -> None:
+    def __init__(self, registry: Registry, brokers: TierBrokers | TierBroker) -> None:
         self.registry = registry
-        self.broker = broker
+        self.brokers = brokers if isinstance(brokers, TierBrokers) else TierBrokers(brokers)
+        #: The control broker (every tier's, on one Redis).
+        self.broker = self.brokers.control
 
     def message_for(self, job: RoutedJob) -> Message[Any]:
         """The Dramatiq message of a routed job."""
@@ -99,6 +103,10 @@ class Router:
     def enqueue_routed(self, routed: Sequence[RoutedJob]) -> list[Enqueued]:
         """Enqueue jobs already validated and routed (``route_all``), in pipelined batches.
 
+        Each job goes to its tier's Redis: a batch spanning tiers on different Redis servers
+        is one round trip to each. When one of them fails, the jobs another accepted stay
+        accepted (sending them again is deduplicated).
+
         Raises:
           QueueUnavailable: as :meth:`enqueue_many`.
         """
@@ -106,7 +114,7 @@ class Router:
         for start in range(0, len(routed), BATCH_SIZE):
             batch = routed[start : start + BATCH_SIZE]
             try:
-                results = self.broker.enqueue_identified([self.message_for(j) for j in batch])
+                results = self._enqueue_batch(batch)
             except REDIS_DOWN as exc:
                 raise QueueUnavailable(f"Redis did not accept the jobs: {exc}") from exc
             answers.extend(
@@ -114,6 +122,22 @@ class Router:
                 for r, job in zip(results, batch, strict=True)
             )
         return answers
+
+    def _enqueue_batch(self, batch: Sequence[RoutedJob]) -> list[EnqueueResult]:
+        """One pipelined round trip per Redis the batch's tiers use; results in batch order."""
+        by_broker: dict[int, tuple[TierBroker, list[int]]] = {}
+        for index, job in enumerate(batch):
+            broker = self.brokers.of_tier(job.tier)
+            by_broker.setdefault(id(broker), (broker, []))[1].append(index)
+        if len(by_broker) == 1:
+            ((broker, _indices),) = by_broker.values()
+            return broker.enqueue_identified([self.message_for(job) for job in batch])
+        results: list[EnqueueResult | None] = [None] * len(batch)
+        for broker, indices in by_broker.values():
+            replies = broker.enqueue_identified([self.message_for(batch[i]) for i in indices])
+            for index, reply in zip(indices, replies, strict=True):
+                results[index] = reply
+        return [result for result in results if result is not None]
 
 
 @dataclass(frozen=True)

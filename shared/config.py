@@ -36,6 +36,11 @@ class Settings(BaseSettings):
         "development", validation_alias="SPEEDTIER_ENV"
     )
     redis_url: str | None = Field(None, validation_alias="REDIS_URL")
+    # A tier's own Redis (its queues, job records, groups, dead letters); unset: REDIS_URL,
+    # which keeps what every tier shares (tiers.tier_brokers says what lives where).
+    fast_redis_url: str | None = None
+    slow_redis_url: str | None = None
+    maintenance_redis_url: str | None = None
     database_url: str | None = Field(None, validation_alias="DATABASE_URL")
     internal_api_token: SecretStr | None = Field(None, validation_alias="INTERNAL_API_TOKEN")
     sentry_dsn: str | None = Field(None, validation_alias="SENTRY_DSN")
@@ -171,6 +176,17 @@ class Settings(BaseSettings):
 
     def tier_threads(self, tier: str) -> int:
         return int(getattr(self, f"{tier}_threads"))
+
+    def tier_redis_url(self, tier: str) -> str | None:
+        """The Redis of ``tier``'s queues and job records: its own, else ``REDIS_URL``."""
+        own: str | None = getattr(self, f"{tier}_redis_url", None)
+        return own or self.redis_url
+
+    def redis_urls(self) -> list[str]:
+        """Every Redis this deployment uses, once each: ``REDIS_URL`` (the control Redis)
+        first, then each tier's own in ``TIER_NAMES`` order."""
+        urls = [self.redis_url, *(self.tier_redis_url(tier) for tier in TIER_NAMES)]
+        return list(dict.fromkeys(url for url in urls if url))
 
     @property
     def is_development(self) -> bool:

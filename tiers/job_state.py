@@ -63,7 +63,7 @@ class JobState:
     """The durable state of one job.
 
     Parameters:
-      jobs: the job store (``platform.broker.jobs``).
+      jobs: the job store of the job's tier (``platform.brokers.of_tier(tier).jobs``).
       job_id: the job's deterministic id.
       redis_message_id: the delivery allowed to write ("" writes whatever the current one
         is: the CLI and tests).
@@ -152,7 +152,7 @@ def run_steps(state: JobState, steps: Sequence[Step]) -> dict[str, Any]:
     resumes at that step. Returns every step's result by name.
 
     Parameters:
-      state: the job's durable state (``JobState.current(platform.broker.jobs)``).
+      state: the job's durable state (``JobState.current(jobs)``, its tier's job store).
       steps: ``(name, callable)`` pairs; each callable's JSON-able return is its result.
     """
     results = state.completed_steps()

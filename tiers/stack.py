@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import redis
 from dramatiq.middleware import CurrentMessage, TimeLimit
 
 from tiers.broker import TierBroker
@@ -17,6 +18,7 @@ from tiers.middleware.pause import PauseSwitch
 from tiers.middleware.windows import ProviderWindows
 from tiers.policies import WindowRule
 from tiers.rate_window import RateWindows
+from tiers.tier_brokers import TierBrokers
 
 
 def build_broker(
@@ -28,11 +30,13 @@ def build_broker(
     windows: Mapping[str, WindowRule] | None = None,
     lease_seconds: float = 30.0,
     heartbeat_timeout_ms: int = 60_000,
+    windows_client: redis.Redis | None = None,
     **broker_options: Any,
 ) -> tuple[TierBroker, GroupSlots]:
     """A broker whose ``before_process_message`` runs: claim the slot (drop stale copies),
     check the kill switch, take a window start; and whose ``after_process_message`` settles
-    the outcome. ``families`` is a live mapping: families added later are seen."""
+    the outcome. ``families`` is a live mapping: families added later are seen. Provider
+    windows are counted on ``windows_client`` (the control Redis; default: the broker's)."""
     broker = TierBroker(
         url=redis_url,
         namespace=namespace,
@@ -48,8 +52,27 @@ def build_broker(
         slots,
         JobMetrics(),
         PauseSwitch(families, is_enabled),
-        ProviderWindows(families, RateWindows(broker.client, namespace), windows),
+        ProviderWindows(families, RateWindows(windows_client or broker.client, namespace), windows),
         Outcomes(families, broker.jobs, slots),
     ):
         broker.add_middleware(middleware)
     return broker, slots
+
+
+def build_tier_brokers(
+    *,
+    redis_url: str,
+    tier_redis_urls: Mapping[str, str],
+    **options: Any,
+) -> tuple[TierBrokers, GroupSlots]:
+    """One broker per distinct Redis (``build_broker``'s stack on each): the control
+    broker on ``redis_url`` and one for each other URL of ``tier_redis_urls`` (tier ->
+    its Redis). Every broker counts provider windows on the control Redis. Returns the
+    brokers and the control broker's group slots."""
+    control, slots = build_broker(redis_url=redis_url, **options)
+    by_url = {redis_url: control}
+    for url in tier_redis_urls.values():
+        if url not in by_url:
+            by_url[url], _ = build_broker(redis_url=url, windows_client=control.client, **options)
+    by_tier = {tier: by_url[url] for tier, url in tier_redis_urls.items()}
+    return TierBrokers(control, by_tier), slots

@@ -29,7 +29,9 @@ from tiers.broker import TierBroker
 from tiers.families import Family
 from tiers.middleware.group_slots import GroupSlots
 from tiers.policies import WindowRule
-from tiers.stack import build_broker
+from tiers.stack import build_tier_brokers
+from tiers.table import TIERS
+from tiers.tier_brokers import TierBrokers
 
 #: Service packages, each exposing ``register(platform: ServiceContext)``.
 SERVICE_MODULES: tuple[str, ...] = (
@@ -48,7 +50,8 @@ class Platform:
 
     settings: Settings
     registry: Registry
-    broker: TierBroker
+    #: Each tier's broker (``tiers.tier_brokers`` says what lives on which Redis).
+    brokers: TierBrokers
     router: Router
     flags: Flags
     engine: Engine
@@ -57,22 +60,30 @@ class Platform:
     ticks: list[Tick] = field(default_factory=list)
     blueprints: list[Blueprint] = field(default_factory=list)
 
+    @property
+    def broker(self) -> TierBroker:
+        """The broker on the control Redis (``REDIS_URL``): its client holds what every tier
+        shares (windows, locks, counters); it is also every tier's broker on one Redis."""
+        return self.brokers.control
+
     def add_family(self, family: Family) -> None:
-        """Register a family and declare its actor and every queue it may use."""
+        """Register a family and declare its actor on every broker (a worker runs it from
+        its tier's) and each of its queues on its tier's broker."""
         self.registry.add(family)
-        dramatiq.Actor(
-            family.handler,
-            broker=self.broker,
-            actor_name=family.name,
-            queue_name=family.queues()[0],
-            priority=family.priority,
-            options={
-                "time_limit": int(family.time_limit_seconds * 1000),
-                "throws": ACTOR_THROWS,
-            },
-        )
+        for broker in self.brokers.every():
+            dramatiq.Actor(
+                family.handler,
+                broker=broker,
+                actor_name=family.name,
+                queue_name=family.queues()[0],
+                priority=family.priority,
+                options={
+                    "time_limit": int(family.time_limit_seconds * 1000),
+                    "throws": ACTOR_THROWS,
+                },
+            )
         for queue in family.queues():
-            self.broker.declare_queue(queue)
+            self.brokers.of_queue(queue).declare_queue(queue)
 
     def add_tick(self, tick: Tick) -> None:
         self.ticks.append(tick)
@@ -91,7 +102,7 @@ class Platform:
     def close(self) -> None:
         if self.flags.rollouts is not None:
             self.flags.rollouts.close()
-        self.broker.close()
+        self.brokers.close()
         self.engine.dispose()
 
 
@@ -130,13 +141,14 @@ def bootstrap(
       settings: defaults to the environment.
       services: service modules to register (tests pass their own).
       component: a name for logs and Sentry (``worker-fast``, ``api``, ...).
-      broker_options: passed to :class:`TierBroker` (tests shorten timeouts).
+      broker_options: passed to every :class:`TierBroker` (tests shorten timeouts).
 
     Raises:
       shared.redis_persistence.VolatileRedis: production or staging on a Redis without AOF.
     """
     settings = runtime_file.resolve(settings or load_settings())
-    if not settings.redis_url:
+    redis_url = settings.redis_url
+    if not redis_url:
         raise NotConfigured("REDIS_URL is not set (speedtier up starts an embedded Redis)")
     if not settings.database_url:
         raise NotConfigured("DATABASE_URL is not set (speedtier up starts an embedded PostgreSQL)")
@@ -148,8 +160,9 @@ def bootstrap(
     families = registry.by_name()
     engine = make_engine(settings.database_url)
     flags = Flags(engine, settings.flag_overrides, settings.flag_cache_seconds, rollouts(settings))
-    broker, slots = build_broker(
-        redis_url=settings.redis_url,
+    brokers, slots = build_tier_brokers(
+        redis_url=redis_url,
+        tier_redis_urls={tier: settings.tier_redis_url(tier) or redis_url for tier in TIERS},
         namespace=settings.redis_namespace,
         families=families,
         is_enabled=flags.is_enabled,
@@ -162,8 +175,8 @@ def bootstrap(
     platform = Platform(
         settings=settings,
         registry=registry,
-        broker=broker,
-        router=Router(registry, broker),
+        brokers=brokers,
+        router=Router(registry, brokers),
         flags=flags,
         engine=engine,
         sessions=make_session_factory(engine),

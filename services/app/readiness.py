@@ -17,7 +17,7 @@ from redis.retry import Retry
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from shared.config import Settings
+from shared.config import TIER_NAMES, Settings
 
 if TYPE_CHECKING:
     from router.context import ServiceContext
@@ -42,13 +42,31 @@ def check_readiness(
     """
     settings = source if isinstance(source, Settings) else source.settings
     return {
-        "redis": _check_redis(settings.redis_url, timeout),
+        "redis": _check_every_redis(settings, timeout),
         "postgresql": _check_postgresql(settings.database_url, timeout),
     }
 
 
 def is_ready(readiness: Readiness) -> bool:
     return all(error is None for error in readiness.values())
+
+
+def _check_every_redis(settings: Settings, timeout: float) -> str | None:
+    """``REDIS_URL`` and each tier's own Redis: the first error (naming the tier's
+    variable when it is a tier's Redis), or None when all answer."""
+    error = _check_redis(settings.redis_url, timeout)
+    if error is not None:
+        return error
+    checked = {settings.redis_url}
+    for tier in TIER_NAMES:
+        url = settings.tier_redis_url(tier)
+        if url in checked:
+            continue
+        checked.add(url)
+        error = _check_redis(url, timeout)
+        if error is not None:
+            return f"SPEEDTIER_{tier.upper()}_REDIS_URL: {error}"
+    return None
 
 
 def _check_redis(url: str | None, timeout: float) -> str | None:

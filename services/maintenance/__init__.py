@@ -26,7 +26,8 @@ def register(platform: ServiceContext) -> None:
             clients.append(RailsClient.from_settings(settings))
         return clients[0]
 
-    jobs = platform.broker.jobs
+    # Every family and tick here runs in the maintenance tier: their job state is there.
+    jobs = platform.brokers.of_tier("maintenance").jobs
     run = CounterCacheRun(
         # the engine the sessions are bound to: the lock needs a connection of its own
         engine=platform.sessions.kw["bind"],
@@ -37,7 +38,7 @@ def register(platform: ServiceContext) -> None:
     )
     for family in families(build_handlers(MaintenanceActors(rails, jobs, run))):
         platform.add_family(family)
-    platform.add_tick(ticks.group_slot_reaper(jobs))
+    platform.add_tick(ticks.group_slot_reaper([b.jobs for b, _ in platform.brokers.serving()]))
     platform.add_tick(ticks.expired_evaluations_tick(rails, jobs))
     platform.add_tick(ticks.unit21_tick(platform.sessions, platform.router))
     platform.add_tick(ticks.counter_cache_tick(platform.sessions, platform.router))

@@ -76,7 +76,7 @@ def rails_endpoint(platform: ServiceContext) -> Check:
 
 
 def _record(platform: ServiceContext, job_id: str) -> dict[str, str] | None:
-    return platform.broker.jobs.record(job_id)
+    return platform.brokers.record(job_id)
 
 
 def expired_evaluations(platform: ServiceContext, now: datetime) -> Check:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -42,8 +42,9 @@ EXPIRED_EVALUATIONS_TICK = "mark-expired-evaluations-failed-hourly"
 EXPIRED_EVALUATIONS_PATH = "/internal/expired_evaluations/process"
 
 
-def group_slot_reaper(jobs: JobStore) -> Tick:
-    """Every minute, hand the group slots of workers that died to parked jobs.
+def group_slot_reaper(stores: Sequence[JobStore]) -> Tick:
+    """Every minute, hand the group slots of workers that died to parked jobs, in each
+    Redis of ``stores`` (one per Redis the tiers use).
 
     Workers reap on their own while any runs; this tick covers a tier whose workers are all
     gone (scaled to zero or crashed), so its parked jobs are not held until one returns.
@@ -51,11 +52,12 @@ def group_slot_reaper(jobs: JobStore) -> Tick:
 
     def run(slot: str) -> dict[str, int]:
         reaped = 0
-        while True:
-            batch = jobs.reap()
-            reaped += batch
-            if batch == 0:
-                break
+        for jobs in stores:
+            while True:
+                batch = jobs.reap()
+                reaped += batch
+                if batch == 0:
+                    break
         log.info("group-slot reaper %s: %d slot(s) reaped", slot, reaped)
         return {"reaped": reaped}
 

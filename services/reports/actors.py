@@ -8,7 +8,7 @@ from typing import Any
 
 from router.context import ServiceContext
 from services.rails.client import RailsClient
-from services.reports.families import ReportParams
+from services.reports.families import TIER, ReportParams
 from services.reports.report_job import ReportsContext, SlackNotConfigured, run_report
 from services.reports.slack import SlackTarget
 from shared.config import Settings
@@ -38,7 +38,7 @@ def build_context(platform: ServiceContext) -> ReportsContext:
     return ReportsContext(
         sessions=platform.sessions,
         flags=platform.flags,
-        jobs=platform.broker.jobs,
+        jobs=platform.brokers.of_tier(TIER).jobs,
         rails=lambda: RailsClient.from_settings(settings),
         slack=lambda: slack_target(settings),
     )

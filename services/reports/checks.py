@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 from router.context import ServiceContext
 from services.rails.delivery_claims import unresolved
-from services.reports.families import PAUSE_FLAG, REPORT_JOB_PREFIX
+from services.reports.families import PAUSE_FLAG, REPORT_JOB_PREFIX, TIER
 from services.reports.store import new_goodjob_rows, reportable_organizations
 from services.reports.ticks import TODAY_TICK, YESTERDAY_TICK
 from shared.db.engine import session_scope
@@ -92,7 +92,7 @@ def run_checks(platform: ServiceContext, since: datetime | None = None) -> list[
 def failed_report_jobs(platform: ServiceContext, limit: int = 50) -> list[tuple[str, str]]:
     """``(job id, last error)`` of report jobs whose record says ``failed`` (kept for the
     family's retention)."""
-    jobs = platform.broker.jobs
+    jobs = platform.brokers.of_tier(TIER).jobs
     prefix = jobs.record_key(REPORT_JOB_PREFIX)
     failed: list[tuple[str, str]] = []
     for key in jobs.client.scan_iter(match=f"{prefix}*", count=500):

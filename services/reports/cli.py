@@ -21,7 +21,7 @@ from router.context import LoadContext
 from router.requests import JobRequest
 from services.reports.checks import run_checks
 from services.reports.dates import BadReportDate, parse_day, resolve
-from services.reports.families import PAUSE_FLAG, REPORT_JOB_PREFIX, report_request
+from services.reports.families import PAUSE_FLAG, REPORT_JOB_PREFIX, TIER, report_request
 from services.reports.store import reportable_organizations
 from services.reports.ticks import TODAY_TICK, YESTERDAY_TICK
 from shared import progress
@@ -76,7 +76,7 @@ def retry(load: LoadContext, job_id: str) -> None:
         )
     platform = load()
     operator = f"cli:{getpass.getuser()}"
-    outcome = DeadLetters(platform.broker.jobs).retry(job_id, operator)
+    outcome = DeadLetters(platform.brokers.of_tier(TIER).jobs).retry(job_id, operator)
     if outcome not in ("waiting", "parked"):
         raise click.ClickException(f"{job_id} was not retried: {outcome}")
     click.echo(f"{job_id}: {outcome}")

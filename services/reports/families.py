@@ -20,6 +20,8 @@ from tiers.policies import RetryPolicy
 PAUSE_FLAG = "pause_api2_daily_agent_evaluation_reports"
 KIND = "daily_agent_evaluation_report"
 FAMILY = "daily_agent_eval_report"
+#: Reports run in the maintenance tier (their job state lives in its Redis).
+TIER = "maintenance"
 #: Who asked for a report: the cron ticks, an admin, or the end of a backfill run.
 Source = Literal["cron", "admin", "backfill"]
 RETRY = RetryPolicy(max_attempts=5, base_seconds=30.0)
@@ -72,7 +74,7 @@ def families(handler: Callable[..., Any]) -> list[Family]:
             handler=handler,
             params=ReportParams,
             job_id=report_job_id,
-            fixed_tier="maintenance",
+            fixed_tier=TIER,
             pause_flag=PAUSE_FLAG,
             retry=RETRY,
             time_limit_seconds=900.0,  # a native collection may take its 5-minute timeout

@@ -24,7 +24,7 @@ def status(load: LoadContext) -> None:
     """The six queues: ready and delayed messages; per organization, slots held (running or
     next in line) and jobs parked behind the group's cap."""
     platform = load()
-    for row in queue_status(platform.broker):
+    for row in queue_status(platform.brokers):
         click.echo(f"{row.queue:<22} ready={row.ready} delayed={row.delayed}")
         for owner, (admitted, parked) in row.groups.items():
             who = "all organizations" if owner == "*" else f"organization {owner}"

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from tiers.broker import TierBroker
 from tiers.table import queue_name
+from tiers.tier_brokers import TierBrokers
 
 FAMILIES = ("super_import", "super_index", "super_webhook")
 TIERS = ("fast", "slow")
@@ -21,11 +22,17 @@ class QueueStatus:
     groups: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
-def queue_status(broker: TierBroker) -> list[QueueStatus]:
-    """The status of the six queues, in family then tier order."""
-    queues = [queue_name(family, tier) for family in FAMILIES for tier in TIERS]
-    depths = broker.queue_depths(queues)
-    return [QueueStatus(queue, *depths[queue], groups=_groups(broker, queue)) for queue in queues]
+def queue_status(brokers: TierBrokers | TierBroker) -> list[QueueStatus]:
+    """The status of the six queues, in family then tier order, each from its tier's Redis."""
+    if isinstance(brokers, TierBroker):
+        brokers = TierBrokers(brokers)
+    statuses = []
+    for family in FAMILIES:
+        for tier in TIERS:
+            queue, broker = queue_name(family, tier), brokers.of_tier(tier)
+            ready, delayed = broker.queue_depths([queue])[queue]
+            statuses.append(QueueStatus(queue, ready, delayed, groups=_groups(broker, queue)))
+    return statuses
 
 
 def _groups(broker: TierBroker, queue: str) -> dict[str, tuple[int, int]]:
@@ -39,7 +46,8 @@ def _groups(broker: TierBroker, queue: str) -> dict[str, tuple[int, int]]:
 
 
 def counters(broker: TierBroker) -> dict[str, int]:
-    """``super.<source>.<outcome>`` counts since the namespace began."""
+    """``super.<source>.<outcome>`` counts since the namespace began (on the control
+    broker's Redis)."""
     raw = broker.client.hgetall(f"{broker.namespace}:super:counters")
     return {_text(k): int(v) for k, v in raw.items()}
 

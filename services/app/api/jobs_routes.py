@@ -36,7 +36,7 @@ def enqueue() -> ResponseReturnValue:
 )
 def show(job_id: str) -> ResponseReturnValue:
     query = parse_fields(JobQuery, request.args.to_dict())
-    record = job_record(job_id, current_platform().broker.jobs.record(job_id))
+    record = job_record(job_id, current_platform().brokers.record(job_id))
     if record is None or query.organization_id not in (None, record.organization_id):
         return error_response(404, "not_found", message=f"no job {job_id!r}")
     return jsonify(record.model_dump(mode="json"))

@@ -23,13 +23,13 @@ blueprint = Blueprint("metrics", __name__)
     "Prometheus metrics (text exposition format)",
     description="Job counts, run times, window delays, group parking, enqueue latency (summed "
     "over the API's and, with a shared PROMETHEUS_MULTIPROC_DIR, the workers' processes) and "
-    "queue depth per tier read from Redis (`speedtier_queue_depth_up` is 0 when it did not "
-    "answer).",
+    "queue depth per tier read from its Redis (`speedtier_queue_depth_up` is 0 when one did "
+    "not answer).",
     responses={200: ("The exposition text.", None)},
     needs_services=False,
 )
 def scrape() -> Response:
     platform = current_platform()
-    depth = QueueDepthCollector(platform.broker, platform.router.registry.queues_of_tier)
+    depth = QueueDepthCollector(platform.brokers, platform.router.registry.queues_of_tier)
     body, content_type = metrics.render([depth])
     return Response(body, content_type=content_type)

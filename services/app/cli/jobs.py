@@ -30,11 +30,12 @@ def show(job_id: str) -> None:
     from services.app.bootstrap import bootstrap
 
     platform = bootstrap(component="cli")
-    record = platform.broker.jobs.record(job_id)
-    if record is None:
+    found = platform.brokers.find(job_id)
+    if found is None:
         click.echo(f"no job {job_id!r} (never enqueued, or its record expired)", err=True)
         sys.exit(1)
-    ttl = platform.broker.client.ttl(platform.broker.jobs.record_key(job_id))
+    broker, record = found
+    ttl = broker.client.ttl(broker.jobs.record_key(job_id))
     click.echo(f"job        {job_id}")
     click.echo(f"state      {record.get('state')}")
     click.echo(f"family     {record.get('family', '-')}  queue {record.get('queue', '-')}")
@@ -61,8 +62,9 @@ def status() -> None:
     platform = bootstrap(component="cli")
     for tier in TIER_NAMES:
         queues = platform.registry.queues_of_tier(tier)
-        depths = platform.broker.queue_depths(queues)
-        failures = platform.broker.queue_failures(queues)
+        broker = platform.brokers.of_tier(tier)
+        depths = broker.queue_depths(queues)
+        failures = broker.queue_failures(queues)
         ready = sum(d[0] for d in depths.values())
         delayed = sum(d[1] for d in depths.values())
         click.echo(f"{tier}: {ready} ready, {delayed} delayed, {sum(failures.values())} failed")

@@ -48,7 +48,7 @@ def _run_one(tier: str, threads: int, prefetch: int, pooled: bool = False) -> No
     beat_file = heartbeat.heartbeat_path(component, os.getpid() if pooled else None)
     try:
         serve(
-            platform.broker,
+            platform.brokers.of_tier(tier),
             platform.registry.queues_of_tier(tier),
             threads=threads,
             prefetch=prefetch or settings.queue_prefetch,

@@ -51,13 +51,13 @@ def _record_after_redis(
 
 
 def retry_job(platform: Platform, operator: str, job_id: str) -> str:
-    outcome = DeadLetters(platform.broker.jobs).retry(job_id, operator)
+    outcome = DeadLetters(platform.brokers.broker_of_job(job_id).jobs).retry(job_id, operator)
     _record_after_redis(platform, operator, "retry", job_id, outcome)
     return outcome
 
 
 def discard_job(platform: Platform, operator: str, job_id: str) -> str:
-    outcome = DeadLetters(platform.broker.jobs).discard(job_id, operator)
+    outcome = DeadLetters(platform.brokers.broker_of_job(job_id).jobs).discard(job_id, operator)
     _record_after_redis(platform, operator, "discard", job_id, outcome)
     return outcome
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -170,13 +171,26 @@ def queues_partial() -> ResponseReturnValue:
     return page("_queues.html", snapshot=take_snapshot(_platform()), partial=True)
 
 
+def _recent_minutes(platform: Platform, now: float) -> list[tuple[int, Counter[str]]]:
+    """The run rates' minutes, summed over each tier's Redis."""
+    by_minute: dict[int, Counter[str]] = {}
+    for broker, _tiers in platform.brokers.serving():
+        ns = platform.settings.redis_namespace
+        for minute, counts in recent_minutes(broker.client, ns, RATE_MINUTES, now):
+            by_minute.setdefault(minute, Counter()).update(counts)
+    return sorted(by_minute.items())
+
+
 def _org_rows() -> list[dict[str, Any]]:
     platform = _platform()
     snapshot = take_snapshot(platform)
     ns = platform.settings.redis_namespace
     now = time.time()
-    rates = Rates(recent_minutes(platform.broker.client, ns, RATE_MINUTES, now), now)
-    ahead = positions(platform.broker.client, ns, snapshot.groups)
+    rates = Rates(_recent_minutes(platform, now), now)
+    ahead: dict[str, int] = {}
+    for broker, tiers in platform.brokers.serving():
+        mine = [group for group in snapshot.groups if group.tier in tiers]
+        ahead.update(positions(broker.client, ns, mine))
     lengths = {row.queue: row.waiting for row in snapshot.queues}
     rows = []
     busy = [g for g in snapshot.groups if g.running or g.waiting or g.parked]
@@ -212,10 +226,11 @@ def job_search() -> ResponseReturnValue:
 @blueprint.get("/jobs/<path:job_id>")
 def job(job_id: str) -> ResponseReturnValue:
     platform = _platform()
-    record = platform.broker.jobs.record(job_id)
-    if record is None:
+    found = platform.brokers.find(job_id)
+    if found is None:
         return page("job_missing.html", 404, job_id=job_id)
-    ttl = platform.broker.client.ttl(platform.broker.jobs.record_key(job_id))
+    broker, record = found
+    ttl = broker.client.ttl(broker.jobs.record_key(job_id))
     window = job_window(platform, record)
     return page("job.html", job_id=job_id, record=record, ttl=ttl, window=window)
 
@@ -243,8 +258,12 @@ def discard(job_id: str) -> ResponseReturnValue:
 @blueprint.get("/failed")
 def failed() -> ResponseReturnValue:
     platform = _platform()
-    queues = [q for f in platform.registry for q in f.queues()]
-    letters = DeadLetters(platform.broker.jobs).latest(sorted(set(queues)), limit=100)
+    queues = sorted({q for f in platform.registry for q in f.queues()})
+    letters = []
+    for broker, tiers in platform.brokers.serving():
+        mine = [queue for queue in queues if queue.rpartition(".")[2] in tiers]
+        letters += DeadLetters(broker.jobs).latest(mine, limit=100)
+    letters = sorted(letters, key=lambda letter: letter.failed_at_ms, reverse=True)[:100]
     return page("failed.html", letters=letters)
 
 

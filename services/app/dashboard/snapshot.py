@@ -12,7 +12,8 @@ failed      ``<ns>:<queue>.XQ``: dead letters of jobs that failed for good
 ==========  ===========================================================================
 
 Groups are found through ``<ns>:__leases__`` (every group with an admitted job), so the cost
-grows with the number of busy groups, never with the number of jobs.
+grows with the number of busy groups, never with the number of jobs. Each tier's rows come
+from its own Redis (``tiers.tier_brokers``); ``workers`` counts the workers of every one.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dramatiq.common import dq_name
 
 from services.app.bootstrap import Platform
 from shared.config import TIER_NAMES
+from tiers.broker import TierBroker
 from tiers.dead_letters import DeadLetters
 from tiers.job_store import as_text
 
@@ -90,12 +92,30 @@ def _members(reply: Any) -> list[str]:
 
 
 def take_snapshot(platform: Platform) -> Snapshot:
-    """Every queue's counts and every busy group's state."""
-    client = platform.broker.client
+    """Every queue's counts and every busy group's state, each from its tier's Redis."""
+    rows: list[QueueRow] = []
+    groups: list[Group] = []
+    workers = 0
+    for broker, tiers in platform.brokers.serving():
+        part = _snapshot_of(platform, broker, tiers)
+        rows += part.queues
+        groups += part.groups
+        workers += part.workers
+    rows.sort(key=lambda row: (TIER_NAMES.index(row.tier), row.queue))
+    return Snapshot(rows, groups, workers)
+
+
+def _snapshot_of(platform: Platform, broker: TierBroker, tiers: tuple[str, ...]) -> Snapshot:
+    """The queues of ``tiers`` and the busy groups on ``broker``'s Redis."""
+    client = broker.client
     ns = platform.settings.redis_namespace
-    queues = [q for tier in TIER_NAMES for q in sorted(platform.registry.queues_of_tier(tier))]
+    queues = [q for tier in tiers for q in sorted(platform.registry.queues_of_tier(tier))]
     workers = _members(client.zrange(f"{ns}:__heartbeats__", 0, -1))
-    group_keys = _members(client.zrange(f"{ns}:__leases__", 0, -1))
+    group_keys = [
+        key
+        for key in _members(client.zrange(f"{ns}:__leases__", 0, -1))
+        if _family_of_queue(key.partition("|")[0])[1] in tiers
+    ]
 
     pipe = client.pipeline(transaction=False)
     for queue in queues:
@@ -107,7 +127,7 @@ def take_snapshot(platform: Platform) -> Snapshot:
         pipe.zrange(f"{ns}:group:{key}", 0, -1)
         pipe.llen(f"{ns}:group:{key}:parked")
     replies = iter(pipe.execute())
-    failed = DeadLetters(platform.broker.jobs).counts(queues)
+    failed = DeadLetters(broker.jobs).counts(queues)
 
     rows = []
     for queue in queues:
@@ -118,7 +138,7 @@ def take_snapshot(platform: Platform) -> Snapshot:
         row.failed = failed[queue]
         rows.append(row)
 
-    groups = _groups(platform, group_keys, replies)
+    groups = _groups(platform, broker, group_keys, replies)
     parked: defaultdict[str, int] = defaultdict(int)
     for group in groups:
         parked[group.queue] += group.parked
@@ -127,7 +147,9 @@ def take_snapshot(platform: Platform) -> Snapshot:
     return Snapshot(rows, groups, len(workers))
 
 
-def _groups(platform: Platform, keys: list[str], it: Iterator[Any]) -> list[Group]:
+def _groups(
+    platform: Platform, broker: TierBroker, keys: list[str], it: Iterator[Any]
+) -> list[Group]:
     families = platform.registry.by_name()
     members_of: dict[str, list[str]] = {}
     groups = []
@@ -141,10 +163,10 @@ def _groups(platform: Platform, keys: list[str], it: Iterator[Any]) -> list[Grou
         members_of[key] = members
         groups.append(group)
     # The admitted jobs' states: running, or waiting in the queue (and at which message).
-    pipe = platform.broker.client.pipeline(transaction=False)
+    pipe = broker.client.pipeline(transaction=False)
     for group in groups:
         for job_id in members_of[group.key]:
-            pipe.hmget(platform.broker.jobs.record_key(job_id), "state", "cur")
+            pipe.hmget(broker.jobs.record_key(job_id), "state", "cur")
     states = iter(pipe.execute())
     for group in groups:
         for _ in members_of[group.key]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -44,7 +45,9 @@ def window_uses(platform: Platform, now: float | None = None) -> list[WindowUse]
     (starts counted, reservations included) and its starts over the hour."""
     moment = time.time() if now is None else now
     ns = platform.settings.redis_namespace
-    counts = recent_counts(platform.broker.client, ns, 59, moment)
+    counts: Counter[str] = Counter()
+    for broker, _tiers in platform.brokers.serving():  # each tier's runs count on its Redis
+        counts.update(recent_counts(broker.client, ns, 59, moment))
     families = platform.registry.by_name()
     overrides = window_overrides(platform.settings)
     uses = []
@@ -58,7 +61,7 @@ def window_uses(platform: Platform, now: float | None = None) -> list[WindowUse]
         family = families.get(family_name)
         rule = family.window_for(provider, overrides) if family else None
         current = 0
-        if rule is not None:
+        if rule is not None:  # the windows themselves are on the control Redis
             index = int(moment * 1000) // max(1, int(rule.period_seconds * 1000))
             value = platform.broker.client.get(f"{key}:{index}")
             current = int(value) if value is not None else 0
@@ -102,7 +105,7 @@ def job_window(platform: Platform, record: dict[str, str]) -> JobWindow | None:
     places = [f"{ns}:{base}.msgs", f"{ns}:{dq_name(base)}.msgs", f"{ns}:{xq_name(base)}.msgs"]
     if record.get("group"):
         places.append(f"{ns}:group:{record['group']}:parked.msgs")
-    pipe = platform.broker.client.pipeline(transaction=False)
+    pipe = platform.brokers.of_queue(base).client.pipeline(transaction=False)
     for place in places:
         pipe.hget(place, cur)
     data = next((found for found in pipe.execute() if found is not None), None)
@@ -158,7 +161,7 @@ def tick_rows(platform: Platform, now: datetime | None = None) -> list[TickRow]:
         last = _last_fire(tick.cron, moment)
         nxt = next_fire_time(tick.cron, moment + timedelta(seconds=1))
         last_slot = tick.slot(last) if last else None
-        record = platform.broker.jobs.record(tick.job_id(last_slot)) if last_slot else None
+        record = platform.brokers.record(tick.job_id(last_slot)) if last_slot else None
         note = notes.get(tick.name)
         emission = (
             f"slot {note.get('slot')}: {note.get('outcome')} at {note.get('at')}"

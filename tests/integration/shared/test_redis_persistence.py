@@ -94,6 +94,19 @@ def test_production_and_staging_refuse_a_redis_without_aof(
     assert "SPEEDTIER_ALLOW_VOLATILE_REDIS=1" in message
 
 
+def test_a_tier_redis_without_aof_is_refused_too(start_redis: StartRedis) -> None:
+    # Given a durable control Redis and a slow tier on a Redis of its own without AOF
+    control = start_redis("--appendonly", "yes", "--appendfsync", "everysec")
+    slow = start_redis("--appendonly", "no")
+    settings = load_settings(redis_url=control, slow_redis_url=slow, environment="production")
+
+    # Then production refuses, naming the tier's Redis
+    with pytest.raises(VolatileRedis) as refused:
+        verify_redis_persistence(settings)
+    port = slow.rsplit(":", 1)[1].split("/")[0]
+    assert f":{port}" in str(refused.value) and "appendonly=no" in str(refused.value)
+
+
 def test_the_override_starts_with_a_warning(
     start_redis: StartRedis, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -137,6 +150,18 @@ def test_development_warns_once(start_redis: StartRedis, caplog: pytest.LogCaptu
 
     warned = warnings_of(caplog)
     assert len(warned) == 1 and "appendonly=no" in warned[0]
+
+
+def test_development_warns_once_per_redis(
+    start_redis: StartRedis, caplog: pytest.LogCaptureFixture
+) -> None:
+    control, fast = start_redis("--appendonly", "no"), start_redis("--appendonly", "no")
+    settings = load_settings(redis_url=control, fast_redis_url=fast, environment="development")
+
+    verify_redis_persistence(settings)
+    verify_redis_persistence(settings)
+
+    assert len([w for w in warnings_of(caplog) if "appendonly=no" in w]) == 2
 
 
 def test_a_redis_with_config_disabled_cannot_be_verified_and_starts(

@@ -22,6 +22,13 @@ KEY = "gX3J0PZkFvAQ6oKkzSTPmOKx5Nft6xqCUVFL5nEXDVI="
 SAMPLES: dict[str, tuple[str, str, Any]] = {
     "SPEEDTIER_ENV": ("environment", "staging", "staging"),
     "REDIS_URL": ("redis_url", "redis://cache:6380/3", "redis://cache:6380/3"),
+    "SPEEDTIER_FAST_REDIS_URL": ("fast_redis_url", "redis://fast:6379/0", "redis://fast:6379/0"),
+    "SPEEDTIER_SLOW_REDIS_URL": ("slow_redis_url", "redis://slow:6379/1", "redis://slow:6379/1"),
+    "SPEEDTIER_MAINTENANCE_REDIS_URL": (
+        "maintenance_redis_url",
+        "redis://maint:6379/2",
+        "redis://maint:6379/2",
+    ),
     "DATABASE_URL": ("database_url", "postgresql://db/app", "postgresql://db/app"),
     "INTERNAL_API_TOKEN": ("internal_api_token", "t0ken", "t0ken"),
     "SENTRY_DSN": ("sentry_dsn", "https://k@sentry.example/1", "https://k@sentry.example/1"),
@@ -167,3 +174,14 @@ def test_an_unprefixed_field_name_is_not_a_variable(clean_environment: pytest.Mo
 def test_fields_can_still_be_given_by_name(clean_environment: pytest.MonkeyPatch) -> None:
     settings = load_settings(environment="production", redis_url="redis://r", flag_overrides={})
     assert (settings.environment, settings.redis_url) == ("production", "redis://r")
+
+
+def test_a_tier_without_a_redis_of_its_own_uses_redis_url() -> None:
+    settings = load_settings(redis_url="redis://control/0", slow_redis_url="redis://slow/0")
+    assert settings.tier_redis_url("fast") == "redis://control/0"
+    assert settings.tier_redis_url("slow") == "redis://slow/0"
+    assert settings.tier_redis_url("maintenance") == "redis://control/0"
+    # every Redis once, the control Redis first
+    assert settings.redis_urls() == ["redis://control/0", "redis://slow/0"]
+    same = load_settings(redis_url="redis://control/0", fast_redis_url="redis://control/0")
+    assert same.redis_urls() == ["redis://control/0"]
