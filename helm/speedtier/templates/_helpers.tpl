@@ -145,8 +145,22 @@ Call with (dict "root" $ "name" $name "tier" $tier).
 {{- range $key := list "pollingInterval" "cooldownPeriod" "minReplicaCount" "maxReplicaCount" "listLength" "activationListLength" }}
 {{- $_ := set $keda $key (ternary (index $kedaTier $key) (index $kedaGlobal $key) (hasKey $kedaTier $key)) }}
 {{- end }}
+{{- /* Where KEDA reads the tier's lists: keda.redis, replaced key by key by the tier's. */}}
+{{- $redis := deepCopy ($kedaGlobal.redis | default dict) }}
+{{- $redisTier := index $kedaTier "redis" | default dict }}
+{{- range $key, $value := $redisTier }}
+{{- $_ := set $redis $key $value }}
+{{- end }}
+{{- if or (hasKey $redisTier "address") (hasKey $redisTier "addressFromEnv") }}
+{{- $_ := set $redis "address" (index $redisTier "address" | default "") }}
+{{- $_ := set $redis "addressFromEnv" (index $redisTier "addressFromEnv" | default "") }}
+{{- end }}
+{{- $_ := set $keda "redis" $redis }}
 {{- if and $keda.enabled (empty $t.queues) }}
 {{- fail (printf "tiers.%s: KEDA needs the tier's `queues` to scale on" $name) }}
+{{- end }}
+{{- if and $keda.enabled $t.redisUrl (not (or (index $redisTier "address") (index $redisTier "addressFromEnv"))) }}
+{{- fail (printf "tiers.%s has its own Redis (redisUrl): KEDA needs tiers.%s.keda.redis.address (or addressFromEnv) to read its queues there" $name $name) }}
 {{- end }}
 {{- $_ := set $t "keda" $keda }}
 {{- /* PDB: the global budget, replaced field-wise by the tier's. */}}
@@ -293,6 +307,13 @@ SPEEDTIER_UPLOADS_ROOT: {{ . | quote }}
 {{- range $key, $value := dict "REDIS_URL" $s.redisUrl "DATABASE_URL" $s.databaseUrl "INTERNAL_API_TOKEN" $s.internalApiToken "SENTRY_DSN" $s.sentryDsn "SPEEDTIER_EMBEDDING_API_KEY" $s.embeddingApiKey "SLACK_BOT_TOKEN" $s.slackBotToken "RAILS_INTERNAL_TOKEN" $s.railsInternalToken "POSTHOG_PERSONAL_API_KEY" $s.posthogPersonalApiKey "SPEEDTIER_CONNECTOR_CREDENTIALS_KEY" $s.connectorCredentialsKey }}
 {{- if $value }}
 {{ $key }}: {{ $value | toString | b64enc | quote }}
+{{- end }}
+{{- end }}
+{{- /* Each tier's own Redis, for every pod: the API and other tiers' workers enqueue its jobs. */}}
+{{- range $name, $tier := .Values.tiers }}
+{{- $t := include "speedtier.tier" (dict "root" $ "name" $name "tier" $tier) | fromYaml }}
+{{- with $t.redisUrl }}
+{{ printf "SPEEDTIER_%s_REDIS_URL" (include "speedtier.tierEnvName" $name) }}: {{ . | toString | b64enc | quote }}
 {{- end }}
 {{- end }}
 {{- end }}

@@ -61,6 +61,12 @@ THREE_TIERS = {
 }
 # The defaults plus a fourth tier that sets nothing but its queues (workerDefaults fill in).
 FOUR_TIERS = {"tiers": {"medium": {"queues": ["reports.medium", "exports.medium"]}}}
+# The slow and maintenance tiers on Redis servers of their own (README, "Scaling").
+SLOW_REDIS = "redis://:pw@redis-slow:6379/0"
+MAINTENANCE_REDIS = "redis://redis-maintenance:6379/2"
+TIER_REDIS = {
+    "tiers": {"slow": {"redisUrl": SLOW_REDIS}, "maintenance": {"redisUrl": MAINTENANCE_REDIS}}
+}
 
 
 def _merge(*layers: dict[str, Any]) -> dict[str, Any]:
@@ -94,6 +100,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         },
     ),
     "secrets-from-values": _merge(SECRETS, {"workerDrainSeconds": 120}),
+    "tier-redis": _merge(SECRETS, TIER_REDIS),
     "existing-secret": {"secrets": {"existingSecret": "speedtier-prod"}},
     "pdb-min-available": {
         "podDisruptionBudget": {"maxUnavailable": None, "minAvailable": 1},
@@ -120,7 +127,7 @@ EXPECTED_TIERS: dict[str, dict[str, tuple[int | None, int, int]]] = {
         "medium": (None, 1, 4),
     },
 }
-for _name in ("secrets-from-values", "existing-secret", "pdb-min-available"):
+for _name in ("secrets-from-values", "tier-redis", "existing-secret", "pdb-min-available"):
     EXPECTED_TIERS[_name] = EXPECTED_TIERS["defaults"]
 
 Manifest = dict[str, Any]
@@ -364,6 +371,7 @@ def test_zero_grace_margin_is_refused() -> None:
         ({"config": {"windows": {"google_drive": "four per minute"}}}, "LIMIT/SECONDS"),
         ({"config": {"redisNamespace": "has space"}}, "redisNamespace"),
         ({"keda": {"enabled": True}}, "keda.redis.address"),
+        (_merge(KEDA_ON, TIER_REDIS), r"tiers\.\w+ has its own Redis \(redisUrl\)"),
         (_merge(KEDA_ON, {"tiers": {"medium": {}}}), "KEDA needs the tier's `queues`"),
     ],
 )
@@ -529,6 +537,10 @@ def test_config_map_and_secret_cover_every_setting() -> None:
         "SPEEDTIER_UPLOADS_REGION",
         "SPEEDTIER_UPLOADS_ROOT",
         "SPEEDTIER_CONNECTOR_CREDENTIALS_KEY",
+        # every tier on REDIS_URL here ("tier-redis" sets them: test_a_tier_can_have_its_own_redis)
+        "SPEEDTIER_FAST_REDIS_URL",
+        "SPEEDTIER_SLOW_REDIS_URL",
+        "SPEEDTIER_MAINTENANCE_REDIS_URL",
     }
     provided = set(config) | set(secret["data"]) | unset
     settings = _setting_env_names()
@@ -575,6 +587,59 @@ def test_secret_is_created_from_values_without_empty_keys() -> None:
         "DATABASE_URL": SECRETS["secrets"]["databaseUrl"],
         "INTERNAL_API_TOKEN": "t0ken",
     }
+
+
+def test_a_tier_can_have_its_own_redis(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the slow and maintenance tiers on Redis servers of their own
+    manifests = manifests_of("tier-redis")
+    secret = one(manifests, "Secret", FULLNAME)
+    decoded = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    # Then their URLs are in the Secret every pod loads (fast has none: REDIS_URL)
+    assert decoded["SPEEDTIER_SLOW_REDIS_URL"] == SLOW_REDIS
+    assert decoded["SPEEDTIER_MAINTENANCE_REDIS_URL"] == MAINTENANCE_REDIS
+    assert "SPEEDTIER_FAST_REDIS_URL" not in decoded
+    # and every pod, not only the tier's own, loads them (the API and the other tiers enqueue)
+    for manifest, template in pod_templates(manifests):
+        if is_hook(manifest):  # the migrations Job needs no queue
+            continue
+        for container in template["spec"]["containers"]:
+            refs = [source.get("secretRef", {}).get("name") for source in container["envFrom"]]
+            assert FULLNAME in refs
+    # and the settings read from them route each tier to its Redis
+    for key, value in {**release_config(manifests), **decoded}.items():
+        monkeypatch.setenv(key, value)
+    settings = load_settings()
+    assert settings.tier_redis_url("fast") == SECRETS["secrets"]["redisUrl"]
+    assert settings.tier_redis_url("slow") == SLOW_REDIS
+    assert settings.tier_redis_url("maintenance") == MAINTENANCE_REDIS
+
+
+def test_keda_reads_a_tier_with_its_own_redis_there() -> None:
+    values = _merge(
+        KEDA_ON,
+        TIER_REDIS,
+        {
+            "tiers": {
+                "slow": {"keda": {"redis": {"address": "redis-slow:6379"}}},
+                "maintenance": {
+                    "keda": {"redis": {"addressFromEnv": "MAINT_HOSTPORT", "databaseIndex": 2}}
+                },
+            }
+        },
+    )
+    scaled = {s["metadata"]["name"]: s for s in of_kind(render(values), "ScaledObject")}
+
+    def addresses(tier: str) -> set[tuple[str | None, str | None, str]]:
+        triggers = scaled[f"{FULLNAME}-worker-{tier}"]["spec"]["triggers"]
+        return {
+            (t["metadata"].get("address"), t["metadata"].get("addressFromEnv"),
+             t["metadata"]["databaseIndex"])
+            for t in triggers
+        }  # fmt: skip
+
+    assert addresses("fast") == {("redis-master:6379", None, "0")}
+    assert addresses("slow") == {("redis-slow:6379", None, "0")}
+    assert addresses("maintenance") == {(None, "MAINT_HOSTPORT", "2")}
 
 
 def test_existing_secret_replaces_the_chart_secret() -> None:
