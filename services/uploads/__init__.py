@@ -49,7 +49,8 @@ def register(platform: ServiceContext) -> None:
     completions = SyncCompletions(rails, platform.sessions, completion_enabled)
     for family in families(build_handlers(jobs, completions)):
         platform.add_family(family)
-    jobs_store = platform.broker.jobs
+    # The upload families run in the maintenance tier: their records are in its Redis.
+    jobs_store = platform.brokers.of_tier("maintenance").jobs
 
     def job_state(job_id: str) -> str | None:
         return (jobs_store.record(job_id) or {}).get("state")

@@ -85,7 +85,7 @@ def resolve_completion(
     if organization_id is None:
         raise click.ClickException(f"no conversation upload {upload_id}")
     job_id = completion_job_id(upload_id)
-    job_state = (platform.broker.jobs.record(job_id) or {}).get("state")
+    job_state = (platform.brokers.record(job_id) or {}).get("state")
     found = resolution.inspect(platform.sessions, organization_id, upload_id, job_state)
     for line in resolution.describe(found):
         click.echo(line)

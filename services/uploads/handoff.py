@@ -143,7 +143,7 @@ def replace_completion_job(
     (job,) = route_all(router.registry, [request])
     message = router.message_for(job).copy(options={KEEP_FINISHED: False})
     try:
-        (result,) = router.broker.enqueue_identified([message])
+        (result,) = router.brokers.of_tier(job.tier).enqueue_identified([message])
     except REDIS_DOWN as exc:
         raise QueueUnavailable(f"Redis did not accept the job: {exc}") from exc
     return result.outcome
