@@ -25,6 +25,7 @@ from tiers.options import (
     ORGANIZATION,
     REDIS_MESSAGE_ID,
 )
+from tiers.script_batch import ScriptBatch
 
 if TYPE_CHECKING:
     from tiers.run_rates import RunCount
@@ -90,6 +91,8 @@ class JobStore:
                 "reject",
             )
         }
+        #: A worker's claims and settles, from all its threads, share round trips.
+        self._batch = ScriptBatch(client, namespace, self._scripts)
 
     def record_key(self, job_id: str) -> str:
         return f"{self.namespace}:job:{job_id}"
@@ -165,9 +168,9 @@ class JobStore:
         options = message.options
         parked_form = message.copy(queue_name=main_queue)
         parked_form.options.pop(ETA, None)
-        reply = self._scripts["claim"](
-            keys=[self.namespace],
-            args=[
+        reply = self._batch.call(
+            "claim",
+            [
                 options[JOB_ID],
                 message.message_id,
                 options[REDIS_MESSAGE_ID],
@@ -237,9 +240,9 @@ class JobStore:
         counted: tuple[str | int, ...] = (
             (count.key, count.keep_seconds, *count.fields) if count else ()
         )
-        reply = self._scripts["settle"](
-            keys=[self.namespace],
-            args=[
+        reply = self._batch.call(
+            "settle",
+            [
                 options[JOB_ID],
                 options[REDIS_MESSAGE_ID],
                 options.get(GROUP, ""),

@@ -48,12 +48,14 @@ def build_broker(
     for middleware in (
         CurrentMessage(),
         LogContext(),
-        TimeLimit(),
         slots,
         JobMetrics(),
         PauseSwitch(families, is_enabled),
         ProviderWindows(families, RateWindows(windows_client or broker.client, namespace), windows),
         Outcomes(families, broker.jobs, slots),
+        # Last: its limit covers the actor alone, never a claim or a settle in flight (an
+        # interrupted settle would leave its job active).
+        TimeLimit(),
     ):
         broker.add_middleware(middleware)
     return broker, slots

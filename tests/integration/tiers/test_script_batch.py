@@ -1,0 +1,175 @@
+"""Script calls of many threads share round trips (``tiers.script_batch``), on a real Redis:
+every call gets its own reply, fewer round trips than calls carry them, a forgotten script is
+loaded and only the refused calls sent again, one call's failure stays its own, and a
+sending thread interrupted mid-trip leaves the other calls to be sent, not lost."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+
+from tiers.script_batch import ScriptBatch
+
+ECHO = "return ARGV[1]"
+COUNT = "return redis.call('incr', KEYS[1] .. ':count:' .. ARGV[1])"
+FAIL = "return redis.error_reply('refused ' .. ARGV[1])"
+#: Busy for ARGV[1] milliseconds of Redis time, then answers.
+SLOW = """
+local t = redis.call('time')
+local deadline = t[1] * 1000 + t[2] / 1000 + tonumber(ARGV[1])
+repeat
+    t = redis.call('time')
+until t[1] * 1000 + t[2] / 1000 >= deadline
+return 'slow'
+"""
+
+
+class CountingConnection(redis.Connection):
+    """A real connection that counts the round trips it starts."""
+
+    sent = 0
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        type(self).sent += 1
+        super().send_packed_command(command, check_health)
+
+
+class Interrupted(BaseException):
+    """Raised asynchronously in a thread, as Dramatiq's time limit does."""
+
+
+@pytest.fixture
+def counting_client(redis_url: str) -> redis.Redis:
+    pool = redis.ConnectionPool.from_url(redis_url, connection_class=CountingConnection)
+    return redis.Redis(connection_pool=pool)
+
+
+def make_batch(client: redis.Redis, namespace: str) -> ScriptBatch:
+    scripts = {
+        name: client.register_script(text)
+        for name, text in (("echo", ECHO), ("count", COUNT), ("fail", FAIL), ("slow", SLOW))
+    }
+    return ScriptBatch(client, namespace, scripts)
+
+
+def in_threads(calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run each call in its own thread, all released at once; their results (or errors)."""
+    results: list[Any] = [None] * len(calls)
+    start = threading.Barrier(len(calls))
+
+    def run(i: int) -> None:
+        start.wait()
+        try:
+            results[i] = calls[i]()
+        except Exception as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads)
+    return results
+
+
+def test_each_thread_gets_its_own_reply_in_fewer_round_trips(
+    counting_client: redis.Redis, namespace: str
+) -> None:
+    batch = make_batch(counting_client, namespace)
+    batch.call("echo", ["warm"])
+    before = CountingConnection.sent
+    # When 16 threads each make 25 calls at once
+    replies = in_threads(
+        [(lambda t=t: [batch.call("echo", [f"{t}-{i}"]) for i in range(25)]) for t in range(16)]
+    )
+    # Then each call got its own answer
+    assert replies == [[f"{t}-{i}".encode() for i in range(25)] for t in range(16)]
+    # And the 400 calls shared round trips
+    assert CountingConnection.sent - before < 400
+
+
+def test_each_call_runs_once(counting_client: redis.Redis, namespace: str) -> None:
+    batch = make_batch(counting_client, namespace)
+    in_threads([(lambda t=t: [batch.call("count", [str(t)]) for _ in range(20)]) for t in range(8)])
+    counts = [int(counting_client.get(f"{namespace}:count:{t}") or 0) for t in range(8)]
+    assert counts == [20] * 8
+
+
+def test_a_forgotten_script_is_loaded_and_the_refused_calls_sent_once_more(
+    counting_client: redis.Redis, namespace: str
+) -> None:
+    batch = make_batch(counting_client, namespace)
+    batch.call("count", ["warm"])
+    # Given Redis forgot its scripts (a restart or a flush)
+    counting_client.script_flush()
+    # When threads call them, some in shared round trips
+    in_threads([(lambda t=t: [batch.call("count", [str(t)]) for _ in range(10)]) for t in range(8)])
+    # Then every call ran exactly once
+    counts = [int(counting_client.get(f"{namespace}:count:{t}") or 0) for t in range(8)]
+    assert counts == [10] * 8
+
+
+def test_one_calls_failure_is_its_own(counting_client: redis.Redis, namespace: str) -> None:
+    batch = make_batch(counting_client, namespace)
+    calls: list[Callable[[], Any]] = [
+        (lambda t=t: batch.call("fail" if t == 3 else "echo", [str(t)])) for t in range(8)
+    ]
+    results = in_threads(calls)
+    assert isinstance(results[3], redis.ResponseError)
+    assert "refused 3" in str(results[3])
+    assert [r for t, r in enumerate(results) if t != 3] == [
+        str(t).encode() for t in range(8) if t != 3
+    ]
+
+
+def test_an_unreachable_redis_is_every_callers_error(namespace: str) -> None:
+    client = redis.Redis(port=1, socket_connect_timeout=0.2)
+    batch = make_batch(client, namespace)
+    results = in_threads([(lambda t=t: batch.call("echo", [str(t)])) for t in range(4)])
+    assert all(isinstance(result, redis.ConnectionError) for result in results)
+
+
+def test_calls_waiting_behind_an_interrupted_sender_are_still_sent(
+    counting_client: redis.Redis, namespace: str
+) -> None:
+    batch = make_batch(counting_client, namespace)
+    batch.call("echo", ["warm"])
+    outcome: dict[str, Any] = {}
+
+    def sender() -> None:
+        try:
+            outcome["sender"] = batch.call("slow", ["400"])
+        except Interrupted as exc:
+            outcome["sender"] = exc
+
+    # Given a thread sending a call that takes Redis 400 ms
+    leading = threading.Thread(target=sender)
+    leading.start()
+    time.sleep(0.1)
+    # And calls of other threads waiting behind it
+    waiting = [
+        threading.Thread(target=lambda t=t: outcome.__setitem__(t, batch.call("echo", [str(t)])))
+        for t in range(3)
+    ]
+    for thread in waiting:
+        thread.start()
+    time.sleep(0.05)
+    # When the sending thread is interrupted (raised as soon as its reply arrives)
+    assert ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(leading.ident or 0), ctypes.py_object(Interrupted)
+    )
+    for thread in [leading, *waiting]:
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+    # Then the sender sees its interruption, and every waiting call is answered
+    assert isinstance(outcome["sender"], Interrupted)
+    assert [outcome[t] for t in range(3)] == [b"0", b"1", b"2"]
+    # And the batch goes on sending
+    assert batch.call("echo", ["after"]) == b"after"
