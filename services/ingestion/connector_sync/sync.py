@@ -34,33 +34,30 @@ exponentially (``connector_job``).
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import random
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from collections.abc import Sequence
+from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from router.enqueue import Router
 from router.unit_of_work import UnitOfWork, unit_of_work
-from services.connectors.nodes import RateLimitState
 from services.ingestion import store
-from services.ingestion.connector_sync.adapters import (
-    HTML,
-    ConnectorAccess,
-    FetchedItem,
-    KbConnector,
-    ListedItem,
+from services.ingestion.connector_sync.adapters import ListedItem
+from services.ingestion.connector_sync.landing import land_item
+from services.ingestion.connector_sync.run import (
+    Run,
+    SyncContext,
+    SyncOutcome,
+    locked_binding,
+    open_run,
+    record_success,
+    wait_for_quota,
 )
-from services.ingestion.credentials import CredentialBox
-from services.ingestion.families import ingest_request
-from services.ingestion.url_sources import next_refresh_time, refresh_interval_seconds
+from services.ingestion.connector_sync.single_item import sync_item
 from shared.db.base import utcnow
 from shared.db.engine import session_scope
-from shared.db.models.kb_connectors import KbConnection, KbConnectorBinding
-from shared.errors import Delay, RecordMissing, Unrecoverable
+from shared.errors import Delay
 from tiers.options import CHECKPOINT
 
 log = logging.getLogger(__name__)
@@ -71,83 +68,6 @@ FINISHING = "@finish"
 BATCH = 50
 #: Items asked about per ``confirm_gone`` call (Notion: one request each).
 CONFIRM_BATCH = 20
-#: A pass resumed after this long starts over.
-MAX_PASS_AGE = timedelta(days=1)
-#: Jobs waiting for one quota reset start within this many seconds after it.
-QUOTA_JITTER_SECONDS = 1.0
-
-
-@dataclass(frozen=True)
-class SyncContext:
-    """What a sync needs besides a session: the credentials box, the connectors, where
-    their APIs answer (configuration overrides), the quota store and the intervals."""
-
-    box: CredentialBox
-    connectors: Mapping[str, KbConnector]
-    provider_urls: Mapping[str, str] = field(default_factory=dict)
-    rate_limits: RateLimitState | None = None
-    timeout: float = 30.0
-    recrawl_interval_seconds: float = 86_400.0
-
-    def connector(self, provider: str) -> KbConnector:
-        found = self.connectors.get(provider)
-        if found is None:
-            raise Unrecoverable(f"no connector for provider {provider!r}")
-        return found
-
-    def access(
-        self, binding: KbConnectorBinding, connection: KbConnection, sealed: bytes
-    ) -> ConnectorAccess:
-        """The binding's way to its provider (the credentials opened here)."""
-        connector = self.connector(binding.provider)
-        settings = dict(connection.settings or {})
-        return ConnectorAccess(
-            provider=binding.provider,
-            organization_id=binding.organization_id,
-            connection_id=binding.connection_id,
-            binding_id=binding.id,
-            base_url=self.provider_urls.get(binding.provider)
-            or connector.default_base_url(settings),
-            credentials=self.box.open(sealed),
-            connection_settings=settings,
-            settings=dict(binding.settings or {}),
-            timeout=self.timeout,
-            rate_limits=self.rate_limits,
-        )
-
-    def interval(self, refresh_schedule: str | None) -> float:
-        return refresh_interval_seconds(refresh_schedule, self.recrawl_interval_seconds)
-
-
-@dataclass
-class SyncOutcome:
-    """What one delivery of a sync did (``finished``: the pass completed)."""
-
-    pages: int = 0
-    listed: int = 0
-    landed: int = 0
-    unchanged: int = 0
-    removed: int = 0
-    finished: bool = False
-    document_ids: list[int] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class _Run:
-    """One delivery's view of the binding."""
-
-    organization_id: int
-    binding_id: int
-    knowledge_base_id: int
-    connector: KbConnector
-    access: ConnectorAccess
-    interval: float
-    mode: str
-    started: datetime
-    checkpoint: str | None
-    since: str | None
-    item_id: str | None
-    document_id: int | None
 
 
 def sync_binding(
@@ -169,21 +89,21 @@ def sync_binding(
       Unrecoverable / Retryable: from the provider (401, bad settings; 5xx, truncated).
     """
     now = now or utcnow()
-    run = _open(sessions, ctx, organization_id, binding_id, full, now)
+    run = open_run(sessions, ctx, organization_id, binding_id, full, now)
     if run.item_id is not None:
-        return _sync_item(sessions, router, run, "refresh" if scheduled else "connector")
+        return sync_item(sessions, router, run, "refresh" if scheduled else "connector")
     outcome = SyncOutcome()
     checkpoint = run.checkpoint
     while checkpoint != FINISHING:
         try:
-            _wait_for_quota(run)
+            wait_for_quota(run)
             page = run.connector.list_page(run.access, checkpoint, run.since)
         except Delay as delay:
             raise _with_progress(delay, run, checkpoint, 0) from None
         _apply(sessions, router, run, page.items, checkpoint, outcome)
         following = page.checkpoint if page.checkpoint is not None else FINISHING
         with session_scope(sessions) as session:
-            binding = _binding(session, run)
+            binding = locked_binding(session, run)
             binding.checkpoint = following
             binding.pass_complete = binding.pass_complete and page.complete
             if page.checkpoint is None and run.connector.incremental and page.watermark:
@@ -193,105 +113,19 @@ def sync_binding(
         checkpoint = following
     _remove_unlisted(sessions, run, outcome)
     with session_scope(sessions) as session:
-        _succeeded(_binding(session, run), run, utcnow())
+        record_success(locked_binding(session, run), run, utcnow())
         session.commit()
     outcome.finished = True
     log.info("connector sync of binding %s (%s) done: %s", binding_id, run.mode, outcome)
     return outcome
 
 
-def _open(
-    sessions: sessionmaker[Session],
-    ctx: SyncContext,
-    organization_id: int,
-    binding_id: int,
-    full: bool,
-    now: datetime,
-) -> _Run:
-    """Read the binding, open its credentials and start a pass when none is under way."""
-    with session_scope(sessions) as session:
-        binding = store.get_binding(
-            session, organization_id=organization_id, binding_id=binding_id, for_update=True
-        )
-        base = store.get_knowledge_base(
-            session, organization_id=organization_id, knowledge_base_id=binding.knowledge_base_id
-        )
-        connection = store.get_connection(
-            session, organization_id=organization_id, connection_id=binding.connection_id
-        )
-        sealed = store.sealed_credentials(
-            session, organization_id=organization_id, connection_id=binding.connection_id
-        )
-        connector = ctx.connector(binding.provider)
-        access = ctx.access(binding, connection, sealed)
-        stale = binding.pass_started_at is not None and binding.pass_started_at < now - MAX_PASS_AGE
-        if binding.item_id is None and (
-            binding.pass_started_at is None or stale or (full and binding.pass_mode != "full")
-        ):
-            incremental = connector.incremental and binding.watermark and not full
-            binding.pass_mode = "incremental" if incremental else "full"
-            binding.pass_started_at = now
-            binding.pass_complete = True
-            binding.checkpoint = None
-        run = _Run(
-            organization_id=organization_id,
-            binding_id=binding_id,
-            knowledge_base_id=binding.knowledge_base_id,
-            connector=connector,
-            access=access,
-            interval=ctx.interval(base.refresh_schedule),
-            mode=binding.pass_mode or "full",
-            started=binding.pass_started_at or now,
-            checkpoint=binding.checkpoint,
-            since=binding.watermark if binding.pass_mode == "incremental" else None,
-            item_id=binding.item_id,
-            document_id=binding.document_id,
-        )
-        session.commit()
-    return run
-
-
-def _binding(session: Session, run: _Run) -> KbConnectorBinding:
-    return store.get_binding(
-        session, organization_id=run.organization_id, binding_id=run.binding_id, for_update=True
-    )
-
-
-def _wait_for_quota(run: _Run) -> None:
-    """Before a provider call: delay to the reset when the connection's quota is spent
-    (pacing: no call was made, so it does not count toward the family's delay limit)."""
-    until = run.connector.blocked_until(run.access)
-    if until is not None and until > datetime.now(UTC):
-        again = until.timestamp() + random.uniform(0.0, QUOTA_JITTER_SECONDS)
-        raise Delay(again, reason="rate-limit", source="pacing")
-
-
-def _with_progress(delay: Delay, run: _Run, checkpoint: str | None, handled: int) -> Delay:
+def _with_progress(delay: Delay, run: Run, checkpoint: str | None, handled: int) -> Delay:
     """``delay`` carrying where the pass stands: a new value after progress, so the
     platform does not count the delay into the streak that ends an attempt."""
     mark = f"{run.binding_id}:{checkpoint or 'start'}:{handled}"
     return Delay(
         delay.until, delay.reason, carry={**delay.carry, CHECKPOINT: mark}, source=delay.source
-    )
-
-
-def landing_of(item: FetchedItem, modified_at: datetime | None) -> store.Landing:
-    """An item's content as a document's source bytes (titled, for text and markdown)."""
-    body = item.body
-    if item.media_type != HTML and item.title and not body.lstrip().startswith("#"):
-        body = f"# {item.title}\n\n{body}"
-    data = body.encode()
-    digest = hashlib.sha256()
-    for part in (item.title, item.media_type, item.url or ""):
-        digest.update(part.encode() + b"\x00")
-    digest.update(data)
-    return store.Landing(
-        title=item.title,
-        data=data,
-        media_type=item.media_type,
-        url=item.url,
-        digest=digest.hexdigest(),
-        modified_at=modified_at or item.modified_at,
     )
 
 
@@ -308,7 +142,7 @@ def _unchanged_by_date(item: ListedItem, known: store.KnownItem | None) -> bool:
 def _apply(
     sessions: sessionmaker[Session],
     router: Router,
-    run: _Run,
+    run: Run,
     items: Sequence[ListedItem],
     checkpoint: str | None,
     outcome: SyncOutcome,
@@ -333,7 +167,7 @@ def _apply(
             content = item.content
             if content is None:
                 try:
-                    _wait_for_quota(run)
+                    wait_for_quota(run)
                     content = run.connector.fetch(run.access, item.external_id)
                 except Delay as delay:
                     _commit(uow, run, unchanged)
@@ -345,7 +179,7 @@ def _apply(
                 )
                 known.pop(item.external_id, None)
             else:
-                landed = _land(uow, run, binding, item, content, current, "connector", now)
+                landed = land_item(uow, run, binding, item, content, current, "connector", now)
                 if landed is None:
                     outcome.unchanged += 1
                 else:
@@ -361,64 +195,16 @@ def _apply(
         _commit(uow, run, unchanged)
 
 
-def _commit(uow: UnitOfWork, run: _Run, unchanged: list[str]) -> None:
+def _commit(uow: UnitOfWork, run: Run, unchanged: list[str]) -> None:
     store.mark_listed(uow.session, run.organization_id, run.binding_id, unchanged, utcnow())
     unchanged.clear()
     uow.commit()
 
 
-def _land(
-    uow: UnitOfWork,
-    run: _Run,
-    binding: KbConnectorBinding,
-    item: ListedItem,
-    content: FetchedItem,
-    current: store.KnownItem | None,
-    cause: str,
-    now: datetime,
-) -> store.KnownItem | None:
-    """Land ``content`` unless its digest is the one landed last (then only the item's
-    modified time and listing are recorded); returns the item as known now, or None."""
-    landing = landing_of(content, item.modified_at)
-    session = uow.session
-    if current is not None and current.document_live and current.content_digest == landing.digest:
-        store.touch_item(
-            session,
-            run.organization_id,
-            run.binding_id,
-            item.external_id,
-            landing.modified_at,
-            now,
-        )
-        return None
-    document = store.land_document(
-        session,
-        binding=binding,
-        document_id=current.document_id if current is not None else None,
-        external_id=item.external_id,
-        landing=landing,
-        cause=cause,
-        now=now,
-    )
-    store.save_item(
-        session,
-        binding=binding,
-        external_id=item.external_id,
-        document_id=document.id,
-        modified_at=landing.modified_at,
-        digest=landing.digest,
-        now=now,
-    )
-    uow.enqueue(ingest_request(run.organization_id, document.id, run.knowledge_base_id))
-    return store.KnownItem(
-        item.external_id, document.id, True, landing.modified_at, landing.digest, now
-    )
-
-
-def _remove_unlisted(sessions: sessionmaker[Session], run: _Run, outcome: SyncOutcome) -> None:
+def _remove_unlisted(sessions: sessionmaker[Session], run: Run, outcome: SyncOutcome) -> None:
     """The end of the listing: remove what the pass proved gone (see the module table)."""
     with session_scope(sessions) as session:
-        complete = _binding(session, run).pass_complete
+        complete = locked_binding(session, run).pass_complete
     removal = run.connector.removal
     if removal == "listing" and not (run.mode == "full" and complete):
         return
@@ -433,7 +219,7 @@ def _remove_unlisted(sessions: sessionmaker[Session], run: _Run, outcome: SyncOu
         gone: frozenset[str] = frozenset(missing)
         if removal == "proof":
             try:
-                _wait_for_quota(run)
+                wait_for_quota(run)
                 gone = run.connector.confirm_gone(run.access, missing)
             except Delay as delay:
                 raise _with_progress(delay, run, FINISHING, handled) from None
@@ -446,81 +232,4 @@ def _remove_unlisted(sessions: sessionmaker[Session], run: _Run, outcome: SyncOu
         handled += len(missing)
 
 
-def _succeeded(binding: KbConnectorBinding, run: _Run, now: datetime) -> None:
-    binding.checkpoint = None
-    binding.pass_mode = None
-    binding.pass_started_at = None
-    binding.pass_complete = True
-    binding.last_synced_at = now
-    binding.last_error = None
-    binding.sync_failures = 0
-    binding.next_sync_at = next_refresh_time(now, run.interval, 0)
-    binding.updated_at = now
-
-
-def _sync_item(
-    sessions: sessionmaker[Session], router: Router, run: _Run, cause: str
-) -> SyncOutcome:
-    """A single-item binding: fetch the item and land it in its document (created on the
-    first sync), or delete the document when the provider proves the item gone."""
-    assert run.item_id is not None
-    _wait_for_quota(run)
-    content = run.connector.fetch(run.access, run.item_id)
-    outcome = SyncOutcome(listed=1, finished=True)
-    with unit_of_work(sessions, router) as uow:
-        session, now = uow.session, utcnow()
-        binding = _binding(session, run)
-        known = store.known_items(session, run.organization_id, run.binding_id, [run.item_id])
-        current = known.get(run.item_id)
-        if current is None and binding.document_id is not None:
-            current = store.KnownItem(run.item_id, binding.document_id, True, None, None, None)
-        if content is None:
-            outcome.removed = store.remove_items(
-                session, run.organization_id, run.binding_id, [run.item_id], now
-            )
-            if binding.document_id is not None and outcome.removed == 0:
-                outcome.removed = _delete_quietly(session, run.organization_id, binding.document_id)
-            _succeeded(binding, run, now)
-            binding.last_error = "the item is gone at the provider; its document was deleted"
-        else:
-            listed = ListedItem(run.item_id, content.modified_at)
-            landed = _land(uow, run, binding, listed, content, current, cause, now)
-            if landed is not None:
-                binding.document_id = landed.document_id
-                outcome.landed, outcome.document_ids = 1, [landed.document_id or 0]
-            else:
-                outcome.unchanged = 1
-            _succeeded(binding, run, now)
-            _document_clock(session, run, binding.document_id, now, 0, binding.next_sync_at)
-        uow.commit()
-    return outcome
-
-
-def _delete_quietly(session: Session, organization_id: int, document_id: int) -> int:
-    try:
-        store.delete_document(session, organization_id=organization_id, document_id=document_id)
-    except RecordMissing:
-        return 0
-    return 1
-
-
-def _document_clock(
-    session: Session,
-    run: _Run,
-    document_id: int | None,
-    now: datetime,
-    failures: int,
-    next_at: datetime | None,
-) -> None:
-    """Mirror a single item's freshness clock on its document (the staleness badge)."""
-    if document_id is None:
-        return
-    try:
-        document = store.get_document(
-            session, organization_id=run.organization_id, document_id=document_id
-        )
-    except RecordMissing:
-        return
-    document.last_fetched_at = now
-    document.refresh_failures = failures
-    document.next_refresh_at = next_at
+__all__ = ["FINISHING", "SyncContext", "SyncOutcome", "sync_binding"]
