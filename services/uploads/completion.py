@@ -39,7 +39,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import sentry_sdk
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.rails.client import RailsClient, RailsError
@@ -48,7 +47,7 @@ from services.uploads import ledger
 from shared.db.base import utcnow
 from shared.db.engine import session_scope
 from shared.errors import Delay, JobError, Paused, RecordMissing, Unrecoverable
-from shared.observability import warn
+from shared.observability import report_exception, warn
 from shared.rollouts import CONVERSATION_UPLOAD_SYNC_COMPLETION
 from tiers.attempts import current_attempt
 from tiers.policies import UPLOAD_RETRY
@@ -126,11 +125,11 @@ class SyncCompletions:
 
     def _fail(self, organization_id: int, upload_id: int, exc: Exception) -> None:
         error_class = str(getattr(exc, "error_class", None) or type(exc).__name__)
-        with sentry_sdk.new_scope() as scope:
-            scope.fingerprint = ["ConversationUploads", "CompleteConversationSyncJob", error_class]
-            scope.set_tag("organization_id", organization_id)
-            scope.set_tag("conversation_upload_id", upload_id)
-            sentry_sdk.capture_exception(exc)
+        report_exception(
+            exc,
+            fingerprint=["ConversationUploads", "CompleteConversationSyncJob", error_class],
+            tags={"organization_id": organization_id, "conversation_upload_id": upload_id},
+        )
         self._mark(organization_id, upload_id, str(exc)[:2000])
 
     def _mark(self, organization_id: int, upload_id: int, error: str | None) -> None:

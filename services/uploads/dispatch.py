@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import sentry_sdk
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -35,7 +34,7 @@ from shared.db.base import utcnow
 from shared.db.engine import session_scope
 from shared.db.models import ConversationUpload
 from shared.errors import Delay, RecordMissing, Unrecoverable
-from shared.observability import warn
+from shared.observability import report_exception, warn
 from shared.rollouts import CONVERSATION_UPLOAD_DURABLE_DELIVERY
 from tiers.attempts import current_attempt
 from tiers.policies import UPLOAD_RETRY
@@ -155,11 +154,11 @@ class UploadJobs:
         self, job: str, organization_id: int, upload_id: int, exc: Exception, *, native: bool
     ) -> None:
         error_class = str(getattr(exc, "error_class", None) or type(exc).__name__)
-        with sentry_sdk.new_scope() as scope:
-            scope.fingerprint = ["ConversationUploads", job, error_class]
-            scope.set_tag("organization_id", organization_id)
-            scope.set_tag("conversation_upload_id", upload_id)
-            sentry_sdk.capture_exception(exc)
+        report_exception(
+            exc,
+            fingerprint=["ConversationUploads", job, error_class],
+            tags={"organization_id": organization_id, "conversation_upload_id": upload_id},
+        )
         try:
             with session_scope(self.sessions) as session:
                 ledger.mark_failed(

@@ -47,3 +47,46 @@ def test_without_a_dsn_nothing_is_sent(redis_url: str, namespace: str) -> None:
         events = inbox.events()
     assert "started=False" in output
     assert events == []
+
+
+def test_without_a_dsn_no_service_module_loads_the_sdk() -> None:
+    """Workers without a DSN do not carry the SDK (and its HTTP stack): every product the
+    worker assembles reports through ``shared.observability``, which loads it only lazily."""
+    code = (
+        "import importlib, sys\n"
+        "from services.app.bootstrap import SERVICE_MODULES\n"
+        "for name in SERVICE_MODULES: importlib.import_module(name)\n"
+        "import tiers.worker, tiers.stack\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sentry_sdk'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"
+
+
+def test_report_exception_sends_the_error_with_its_fingerprint_and_tags() -> None:
+    import sentry_sdk
+
+    from shared.observability import report_exception, tag_current_scope
+
+    with fake_sentry() as (dsn, inbox), sentry_sdk.isolation_scope() as scope:
+        client = sentry_sdk.Client(dsn=dsn, default_integrations=False)
+        scope.set_client(client)
+        tag_current_scope(organization_id=7)
+        try:
+            raise ValueError("corrupt media")
+        except ValueError as error:
+            report_exception(
+                error,
+                fingerprint=["ConversationUploads", "process", "ValueError"],
+                tags={"conversation_upload_id": 42},
+            )
+        client.flush(timeout=5)
+        events = inbox.events()
+    assert len(events) == 1
+    event = events[0]
+    assert event["fingerprint"] == ["ConversationUploads", "process", "ValueError"]
+    assert event["exception"]["values"][-1]["type"] == "ValueError"
+    assert event["tags"] == {"organization_id": 7, "conversation_upload_id": 42}
