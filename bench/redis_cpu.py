@@ -20,7 +20,10 @@ commandstats`` for the commands per job:
 
 "Jobs/s per Redis core" is jobs / CPU seconds: the rate at which that path alone would keep
 one core of Redis busy. A job's whole life is an enqueue plus a drain; the summary adds
-them.
+them. A lone PING round trip is measured first, for scale: each round trip's fixed cost
+(the server's read, write and epoll calls) grows on a loaded machine and shrinks when Redis
+is busy enough to serve several clients per event-loop turn, so the figures are lower
+bounds of what a core carries.
 """
 
 from __future__ import annotations
@@ -212,6 +215,20 @@ def drain_phase(kind: str, jobs: int, url: str, client: redis.Redis) -> dict[str
         delete_namespace(client, namespace)
 
 
+def ping_baseline(client: redis.Redis, count: int = 10_000) -> dict[str, Any]:
+    """Redis CPU of one PING round trip, for scale: on a loaded machine every round trip
+    costs the server more (its read, write and epoll calls), and so does every path above."""
+    client.ping()
+    with Meter(client) as meter:
+        for _ in range(count):
+            client.ping()
+        meter.stop()
+    return {
+        "redis_cpu_us_per_ping": rnd(1e6 * meter.cpu["total"] / count, 1),
+        "load_average_1m": meter.load,
+    }
+
+
 PHASES: dict[str, Callable[[int, str, redis.Redis], dict[str, Any]]] = {
     "enqueue_single": lambda n, url, c: enqueue_phase("single", n, url, c),
     "enqueue_bulk": lambda n, url, c: enqueue_phase("bulk", n, url, c),
@@ -229,6 +246,7 @@ def run(
     with redis_server(appendonly) as url:
         client = connect(url)
         info = machine(client)
+        baseline = ping_baseline(client)
         paths: dict[str, dict[str, Any]] = {}
         for path in PATHS:
             paths[path] = PHASES[path](jobs, url, client)
@@ -248,6 +266,7 @@ def run(
             "appendonly": appendonly,
             "appendfsync": "everysec",
         },
+        "ping_baseline": baseline,
         "paths": paths,
         "job_lives": lives,
         "targets": {},
@@ -260,7 +279,7 @@ def _life(enqueue: dict[str, Any], drain: dict[str, Any]) -> dict[str, Any]:
 
 
 def summary(result: dict[str, Any]) -> str:
-    settings, paths = result["settings"], result["paths"]
+    settings, paths, ping = result["settings"], result["paths"], result["ping_baseline"]
     rows = [
         [
             LABELS[path],
@@ -286,7 +305,9 @@ def summary(result: dict[str, Any]) -> str:
             f"{settings['jobs']:,} no-op jobs per path on a redis-server of the benchmark's "
             f"own ({aof}); drains by {settings['processes']} processes x "
             f"{settings['threads']} threads. Redis CPU is `used_cpu_user + used_cpu_sys` "
-            "across the phase; one core carries the path at jobs / CPU second.",
+            "across the phase; one core carries the path at jobs / CPU second. For scale, a "
+            f"lone PING round trip cost {ping['redis_cpu_us_per_ping']} µs of Redis CPU in "
+            f"this run (load average {ping['load_average_1m']}).",
             "",
             markdown_table(
                 [
