@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from router.requests import JobRequest
 from services.app.api import create_app
 from services.app.bootstrap import Platform
+from services.app.dashboard.snapshot import take_snapshot
 from tests.fixtures_platform import AUTH, MakePlatform
 from tests.fixtures_redis import MakeRedisServer
 from tests.platform_harness import wait_until
@@ -160,6 +161,15 @@ def test_each_tier_on_its_own_redis(
         assert clients["fast"].exists(f"{namespace}:group:tr_fast.fast|1:parked")
         assert clients["slow"].llen(f"{namespace}:tr_slow.slow") == 12
         assert not any(key.startswith(f"{namespace}:tr_") for key in control_keys)
+
+        # And the operators' views read each tier from its Redis
+        rows = {row.queue: row for row in take_snapshot(api).queues}
+        assert rows["tr_slow.slow"].waiting == 12
+        fast_row = rows["tr_fast.fast"]
+        assert (fast_row.waiting, fast_row.parked) == (7, 6)  # orgs 1-3: 4 jobs, cap 2; org 7: 1
+        scrape = create_app(api).test_client().get("/metrics").get_data(as_text=True)
+        assert 'speedtier_queue_depth{family="tr_slow",state="ready",tier="slow"} 12.0' in scrape
+        assert 'speedtier_queue_depth{family="tr_fast",state="parked",tier="fast"} 6.0' in scrape
 
         # And a live id is deduplicated exactly, in its tier's Redis
         again = api.router.enqueue_many(
