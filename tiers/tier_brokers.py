@@ -33,9 +33,9 @@ kill switches (pause flags)              neither     Flipper's tables in Postgre
 A job id lives in exactly one Redis, its tier's, which the router resolves from the request
 (``Family.tier_of``). For a family with a fixed tier that is the family's tier. A family
 routed by provider keeps identity exact because an id always comes with the same provider:
-every such id names a record whose provider does not change (a source, a document, a crawl
-task, a data source); the same id sent with another provider would be a second job in the
-other tier's Redis.
+every such id names something whose provider does not change (a source, a document, a
+connection, a webhook delivery of one source); the same id sent with another provider would
+be a second job in the other tier's Redis.
 """
 
 from __future__ import annotations
