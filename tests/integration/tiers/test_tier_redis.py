@@ -24,11 +24,13 @@ from router.requests import JobRequest
 from services.app.api import create_app
 from services.app.bootstrap import Platform
 from services.app.dashboard.snapshot import take_snapshot
+from tests import platform_harness as h
 from tests.fixtures_platform import AUTH, MakePlatform
 from tests.fixtures_redis import MakeRedisServer
 from tests.platform_harness import wait_until
 from tiers.families import Family
 from tiers.policies import WindowRule
+from tiers.tier_brokers import TierBrokers
 from tiers.worker import serve
 
 RUNS: list[tuple[str, str]] = []  # (family, item) of every run, in this process
@@ -237,3 +239,30 @@ def _state(platform: Platform, job_id: str) -> str:
 
 def _states(platform: Platform, answers: list[Any], suffix: str) -> set[str]:
     return {_state(platform, a.job_id) for a in answers if a.queue.endswith(suffix)}
+
+
+def test_a_record_left_in_another_tiers_redis_is_passed_over(
+    make_redis_server: MakeRedisServer, redis_url: str, namespace: str
+) -> None:
+    # Given a control Redis and a slow tier moved to a Redis of its own
+    slow_url = make_redis_server()
+    control, slow = h.make_broker(redis_url, namespace), h.make_broker(slow_url, namespace)
+    brokers = TierBrokers(control, {"slow": slow})
+    try:
+        # When a slow job's finished record was left behind in the control Redis
+        control.client.hset(
+            f"{namespace}:job:j-1", mapping={"state": "completed", "queue": "x.slow"}
+        )
+        # Then it is not the job's: the lookup passes it over
+        assert brokers.find("j-1") is None
+        slow.client.hset(f"{namespace}:job:j-1", mapping={"state": "waiting", "queue": "x.slow"})
+        found = brokers.find("j-1")
+        assert found is not None and found[0] is slow and found[1]["state"] == "waiting"
+        assert brokers.broker_of_job("j-1") is slow
+        # And a fast job's record is found on the control Redis, the fast tier's
+        control.client.hset(f"{namespace}:job:j-2", mapping={"state": "active", "queue": "y.fast"})
+        assert brokers.broker_of_job("j-2") is control
+        assert brokers.record("j-3") is None
+    finally:
+        slow.client.delete(f"{namespace}:job:j-1")
+        brokers.close()
