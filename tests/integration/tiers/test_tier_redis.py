@@ -132,7 +132,10 @@ def test_each_tier_on_its_own_redis(
     namespace: str,
     flag: str,
 ) -> None:
-    settings = {"fast_redis_url": servers["fast"], "slow_redis_url": servers["slow"]}
+    settings: dict[str, Any] = {
+        "fast_redis_url": servers["fast"],
+        "slow_redis_url": servers["slow"],
+    }
     families = test_families(flag)
     api = make_platform(services=[], families=families, **settings)
     worker = make_platform(services=[], families=families, component="worker", **settings)
