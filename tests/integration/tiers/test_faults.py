@@ -46,8 +46,11 @@ def all_in(broker: TierBroker, items: list[str], state: str) -> bool:
 
 @pytest.fixture
 def durable_redis(tmp_path: Path) -> Iterator[list[EmbeddedService]]:
-    """The embedded Redis (append-only file), in a list so a test can swap in its restart."""
-    servers = [start_embedded_redis(tmp_path / "redis")]
+    """The embedded Redis (append-only file), in a list so a test can swap in its restart.
+
+    On a free port, not the default 16379, which another test process may be taking or
+    may take while this one's Redis is down."""
+    servers = [start_embedded_redis(tmp_path / "redis", port=0)]
     yield servers
     servers[-1].stop()
 

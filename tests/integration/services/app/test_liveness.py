@@ -100,7 +100,7 @@ def test_a_redis_outage_makes_a_worker_unready_but_not_dead(
     tmp_path: Path, heartbeats: Path, database_url: str, namespace: str
 ) -> None:
     # Given a worker on its own Redis, ready and beating
-    server = start_embedded_redis(tmp_path / "redis")
+    server = start_embedded_redis(tmp_path / "redis", port=0)  # not 16379: others may use it
     broker = h.make_broker(server.url, namespace)
     beat_file = heartbeat.heartbeat_path("worker-fast")
     thread, stop = serving(broker, beat_file)
