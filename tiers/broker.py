@@ -60,25 +60,26 @@ class TierBroker(RedisBroker):
         #: running, waiting in a delay queue); what Redis says is ours beyond that was lost
         #: in transit and is handed back by :meth:`recover_unheld`.
         self._held: defaultdict[str, set[str]] = defaultdict(set)
-        #: queue -> prefetched data a closed consumer could not hand back (Redis was down).
-        self._leftovers: defaultdict[str, list[bytes]] = defaultdict(list)
+        #: queue -> prefetched messages a closed consumer could not hand back (Redis was
+        #: down).
+        self._leftovers: defaultdict[str, list[Message[Any]]] = defaultdict(list)
 
     @property
     def consumer_class(self) -> type[TierConsumer]:
         return TierConsumer
 
-    def do_fetch(self, queue_name: str, count: int) -> list[bytes | None]:
-        """Dramatiq's fetch, screened: a message no worker can run (undecodable, unknown
-        actor, no job id) is dead-lettered and its job failed here, so it neither stops the
-        consumer nor comes back. Then (main queues) one claim for the batch's jobs without
-        a group; when that claim cannot reach Redis the messages are claimed one by one
-        when their runs start, as grouped ones always are."""
+    def fetch_messages(self, queue_name: str, count: int) -> list[Message[Any]]:
+        """Dramatiq's fetch, screened and decoded (once: the consumer hands out these
+        objects): a message no worker can run (undecodable, unknown actor, no job id) is
+        dead-lettered and its job failed here, so it neither stops the consumer nor comes
+        back. Then (main queues) one claim for the batch's jobs without a group; when that
+        claim cannot reach Redis the messages are claimed one by one when their runs start,
+        as grouped ones always are."""
         fetched: list[bytes | None] = self._dispatch("fetch")(  # type: ignore[no-untyped-call]
             queue_name, count
         )
         if not fetched:
-            return fetched
-        kept: list[bytes | None] = []
+            return []
         decoded: list[Message[Any]] = []
         rejected: list[tuple[bytes, Message[Any] | None, str]] = []
         for data in fetched:
@@ -89,7 +90,6 @@ class TierBroker(RedisBroker):
                 rejected.append((data, message, reason))
                 continue
             assert message is not None
-            kept.append(data)
             decoded.append(message)
         held = self._held[queue_name]
         held.update(message.options[REDIS_MESSAGE_ID] for message in decoded)
@@ -101,7 +101,7 @@ class TierBroker(RedisBroker):
             except Exception as exc:  # the fetched messages must reach the consumer regardless
                 log.warning("claiming a fetched batch failed (%r); claiming at start", exc)
         fault_point("fetch.after")
-        return kept
+        return decoded
 
     def _screen(self, data: bytes) -> tuple[Message[Any] | None, str]:
         """The decoded message and, when no worker can run it, why."""
@@ -168,13 +168,13 @@ class TierBroker(RedisBroker):
         for redis_id in redis_ids:
             held.discard(redis_id)
 
-    def keep_leftovers(self, queue_name: str, datas: Iterable[bytes]) -> None:
+    def keep_leftovers(self, queue_name: str, messages: Iterable[Message[Any]]) -> None:
         """Prefetched messages a consumer could not hand back; the next one serves them."""
-        self._leftovers[queue_name].extend(datas)
+        self._leftovers[queue_name].extend(messages)
 
-    def take_leftovers(self, queue_name: str) -> list[bytes | None]:
+    def take_leftovers(self, queue_name: str) -> list[Message[Any]]:
         leftovers, self._leftovers[queue_name] = self._leftovers[queue_name], []
-        return list(leftovers)
+        return leftovers
 
     def recover_unheld(self, queue_name: str) -> int:
         """Hand back to ``queue_name`` the messages Redis lists as this worker's but this

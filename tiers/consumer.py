@@ -10,6 +10,13 @@ Redis unreachable while fetching        delayed messages held in memory are KEPT
                                         them in a live worker's ack set for good
 prefetched messages when the consumer   handed back to the queue; if Redis is down they
 restarts                                are served by the next consumer of the queue
+the prefetch buffer is nearly full,     no fetch until a quarter of it is free, and after
+or the queue only trickles in           a fetch that found fewer messages than it asked
+                                        for, none until the worker threads could run out
+                                        (Dramatiq fetches after every ack: a round trip
+                                        for a handful of messages, or for one, when a
+                                        group's settles feed its queue one by one); each
+                                        message is decoded once
 a delayed message is due                moved to its queue and its delayed copy acked in
                                         one script (``promote.lua``): a crash between
                                         the two cannot make a finished job run again
@@ -21,17 +28,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Iterable
 from queue import PriorityQueue
 from typing import TYPE_CHECKING, Any
 
+import redis
 from dramatiq import Worker
 from dramatiq.broker import MessageProxy
 from dramatiq.brokers.redis import _RedisConsumer
-from dramatiq.common import current_millis, iter_queue, q_name
+from dramatiq.common import compute_backoff, current_millis, iter_queue, q_name
 from dramatiq.errors import BrokerConnectionError, ConnectionClosed
-from dramatiq.message import Message
 from dramatiq.worker import ConsumerThread
 
 from tiers.faults import fault_point
@@ -53,6 +61,11 @@ RESTART_DELAY_SECONDS = 1.0
 class TierConsumer(_RedisConsumer):
     """Dramatiq's Redis consumer, plus:
 
+    - it fetches when a quarter of its prefetch is free (at least one message), not after
+      every ack; after a fetch that found fewer messages than it asked for, only once no
+      more than ``worker_threads`` of its messages are left (so none of them waits for a
+      thread: the threads cannot run dry meanwhile); and it hands out the messages the
+      fetch decoded (``TierBroker.fetch_messages``);
     - ``ack`` is skipped (no round trip) for a message a script already acked;
     - messages handed back unrun (``requeue``, on shutdown) have their fetch-time claim undone
       first, and ``close`` hands back the fetched messages no thread has taken yet; when
@@ -64,6 +77,52 @@ class TierConsumer(_RedisConsumer):
     def __init__(self, broker: TierBroker, queue_name: str, prefetch: int, timeout: int) -> None:
         super().__init__(broker, queue_name, prefetch, timeout)  # type: ignore[no-untyped-call]
         self.message_cache = broker.take_leftovers(queue_name)
+        #: Fetch once this many of the prefetch are free: enough fetched messages are still
+        #: waiting for a worker thread meanwhile, and a fetch carries a batch, not a handful.
+        self.refill_at = max(1, prefetch // 4)
+        #: The worker threads this consumer's messages go to (None: a delay queue, whose
+        #: messages wait for their time, not for a thread).
+        self.worker_threads: int | None = None
+        #: The last fetch found fewer messages than it asked for.
+        self._trickling = False
+        #: Set by the worker threads when an ack (or nack, or hand-back) frees enough room.
+        self._room = threading.Event()
+
+    def __next__(self) -> MessageProxy | None:
+        """The next fetched message; None when there is none to hand out this poll (the
+        consumer thread then moves its due delayed messages and asks again)."""
+        try:
+            if self.message_cache:
+                self.misses = 0
+                message = self.message_cache.pop(0)
+                self.queued_message_ids.add(message.message_id)
+                return MessageProxy(message)
+            if not self._may_fetch():
+                self._room.clear()
+                if not self._may_fetch():  # checked again: an ack may have come in between
+                    self._room.wait(self.timeout / 1000)
+                return None
+            free = self.prefetch - self.outstanding_message_count
+            self.message_cache = self.broker.fetch_messages(self.queue_name, free)
+            self._trickling = 0 < len(self.message_cache) < free
+            if self.message_cache:
+                return self.__next__()
+            self.misses, backoff_ms = compute_backoff(self.misses, max_backoff=self.timeout)
+            time.sleep(backoff_ms / 1000)
+            return None
+        except redis.ConnectionError as exc:
+            raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
+
+    def _may_fetch(self) -> bool:
+        outstanding = len(self.queued_message_ids) + len(self.message_cache)
+        free: int = self.prefetch - outstanding
+        if free < self.refill_at:
+            return False
+        return not (self._trickling and self.worker_threads and outstanding > self.worker_threads)
+
+    def _freed(self) -> None:
+        if self._may_fetch():
+            self._room.set()
 
     def ack(self, message: Any) -> None:
         redis_id = message.options.get(REDIS_MESSAGE_ID)
@@ -73,12 +132,14 @@ class TierConsumer(_RedisConsumer):
         else:
             super().ack(message)  # type: ignore[no-untyped-call]
         self.broker.release_held(self.queue_name, [redis_id])
+        self._freed()
 
     def nack(self, message: Any) -> None:
         redis_id = message.options.get(REDIS_MESSAGE_ID)
         self.broker.jobs.claimed_at_fetch.pop(redis_id, None)
         super().nack(message)  # type: ignore[no-untyped-call]
         self.broker.release_held(self.queue_name, [redis_id])
+        self._freed()
 
     def requeue(self, messages: Iterable[Any]) -> None:
         messages = list(messages)
@@ -93,19 +154,18 @@ class TierConsumer(_RedisConsumer):
         self.broker.release_held(
             self.queue_name, (message.options[REDIS_MESSAGE_ID] for message in messages)
         )
+        self._freed()
 
     def close(self) -> None:
-        cached = [data for data in self.message_cache if data is not None]
+        cached = list(self.message_cache)
         self.message_cache = []
-        # Fetched data was screened by TierBroker.do_fetch, so it decodes.
-        messages = [MessageProxy(Message.decode(data)) for data in cached]
-        if messages:
+        if cached:
             try:
-                self.requeue(messages)
+                self.requeue([MessageProxy(message) for message in cached])
             except ConnectionClosed:
                 log.warning(
                     "redis unreachable: %d prefetched message(s) of %s stay with this worker",
-                    len(messages),
+                    len(cached),
                     self.queue_name,
                 )
                 self.broker.keep_leftovers(self.queue_name, cached)
@@ -118,6 +178,8 @@ class TierConsumerThread(ConsumerThread):
     the delayed messages this worker holds."""
 
     broker: TierBroker
+    #: The worker threads its messages go to; None for a delay queue's consumer.
+    worker_threads: int | None = None
 
     def run(self) -> None:
         self.running = True
@@ -135,6 +197,8 @@ class TierConsumerThread(ConsumerThread):
                 self.consumer = self.broker.consume(
                     queue_name=self.queue_name, prefetch=self.prefetch, timeout=self.worker_timeout
                 )
+                if isinstance(self.consumer, TierConsumer):
+                    self.consumer.worker_threads = self.worker_threads
                 for message in self.consumer:
                     if message is not None:
                         self.handle_message(message)
@@ -223,4 +287,5 @@ class TierWorker(Worker):
             work_queue=self.work_queue,
             worker_timeout=self.worker_timeout,
         )
+        thread.worker_threads = None if delay else self.worker_threads
         thread.start()

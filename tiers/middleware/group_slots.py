@@ -28,7 +28,7 @@ GROUP_PARKED = metrics.counter(
 
 
 class GroupSlots(Middleware):
-    """Claim at start (a job without a group: at fetch, see ``TierBroker.do_fetch``), lease
+    """Claim at start (a job without a group: at fetch, see ``TierBroker.fetch_messages``), lease
     while running; the outcomes middleware settles and releases.
 
     Parameters:
@@ -51,7 +51,7 @@ class GroupSlots(Middleware):
         options = message.options
         if JOB_ID not in options:
             return
-        # A job without a group was claimed when its batch was fetched (TierBroker.do_fetch).
+        # A job without a group was claimed when its batch was fetched (TierBroker.fetch_messages).
         verdict = self.jobs.claimed_at_fetch.pop(options[REDIS_MESSAGE_ID], None)
         if verdict is None:
             verdict = until_redis_answers(

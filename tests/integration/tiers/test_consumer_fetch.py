@@ -1,0 +1,87 @@
+"""When a worker's consumer fetches: once a quarter of its prefetch is free (Dramatiq fetches
+after every ack, one round trip for a handful of messages), and after a fetch that found the
+queue running dry, only once no more of its messages are left than there are worker threads
+(a group's settles feed its queue one message at a time)."""
+
+from __future__ import annotations
+
+import redis
+
+from router.enqueue import Router
+from router.requests import JobRequest
+from tiers.broker import TierBroker
+from tiers.consumer import TierConsumer
+
+QUEUE = "t_plain.fast"
+
+
+def enqueue(router: Router, items: range) -> None:
+    router.enqueue_many([JobRequest("t_plain", 1, {"item": str(i)}) for i in items])
+
+
+def queued(redis_client: redis.Redis, namespace: str) -> int:
+    return int(redis_client.llen(f"{namespace}:{QUEUE}"))
+
+
+def consumer_of(broker: TierBroker, prefetch: int) -> TierConsumer:
+    consumer = broker.consume(QUEUE, prefetch=prefetch, timeout=10)
+    assert isinstance(consumer, TierConsumer)
+    return consumer
+
+
+def test_the_next_fetch_waits_for_a_quarter_of_the_prefetch(
+    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
+) -> None:
+    enqueue(router, range(20))
+    consumer = consumer_of(broker, prefetch=8)
+    # Given a consumer that fetched its 8 and handed them all out
+    handed = [next(consumer) for _ in range(8)]
+    assert all(message is not None for message in handed)
+    assert queued(redis_client, namespace) == 12
+    # When one is acknowledged, Then nothing is fetched for one free place
+    consumer.ack(handed[0])
+    assert next(consumer) is None
+    assert queued(redis_client, namespace) == 12
+    # When a second one is (a quarter of 8 free), Then the next fetch takes both places
+    consumer.ack(handed[1])
+    assert next(consumer) is not None
+    assert queued(redis_client, namespace) == 10
+    consumer.close()
+
+
+def test_after_the_queue_ran_dry_the_next_fetch_waits_until_the_threads_could_run_out(
+    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
+) -> None:
+    enqueue(router, range(6))
+    consumer = consumer_of(broker, prefetch=20)
+    consumer.worker_threads = 2
+    # Given a fetch that found 6 messages where it asked for 20
+    handed = [next(consumer) for _ in range(6)]
+    assert all(message is not None for message in handed)
+    enqueue(router, range(6, 9))
+    # When acks leave 4, then 3 of its messages outstanding (more than its 2 threads)
+    for message in handed[:3]:
+        consumer.ack(message)
+        # Then the three new messages stay in the queue, for any worker to take
+        assert next(consumer) is None
+        assert queued(redis_client, namespace) == 3
+    # When the acks leave 2 (as many as its threads), Then it fetches them
+    consumer.ack(handed[3])
+    assert next(consumer) is not None
+    assert queued(redis_client, namespace) == 0
+    consumer.close()
+
+
+def test_a_fetch_of_a_full_batch_does_not_wait_for_the_threads(
+    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
+) -> None:
+    enqueue(router, range(30))
+    consumer = consumer_of(broker, prefetch=8)
+    consumer.worker_threads = 1
+    handed = [next(consumer) for _ in range(8)]
+    consumer.ack(handed[0])
+    consumer.ack(handed[1])
+    # A full fetch says the queue is not running dry: a quarter free is enough
+    assert next(consumer) is not None
+    assert queued(redis_client, namespace) == 20
+    consumer.close()
