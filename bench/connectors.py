@@ -23,6 +23,10 @@ slow``), a fresh database and Redis namespace, every root's first import enqueue
 it reports node rows against the expected count, jobs failed and attempts spent (both must
 be 0), jobs delayed by the rate limits, and the load average.
 
+``--kb`` runs them into knowledge bases instead: connector bindings synced by the
+``kb_connector_sync`` family and their documents ingested (``bench/connectors_kb.py``); its
+default size is a quick 200 + 200 per organization.
+
 Quick: ``python -m bench.connectors --drive 200 --sharepoint 200`` (``--product`` too).
 """
 
@@ -41,6 +45,7 @@ from typing import Any, TypeVar
 
 import redis
 
+from bench import connectors_kb
 from services.connectors import google_drive, sharepoint
 from services.connectors.nodes import Connection, Node, NodeRef, NodeSource, RateLimitState
 from shared.errors import Delay, Retryable
@@ -132,21 +137,36 @@ def _load() -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.connectors", description=__doc__)
     parser.add_argument("--orgs", type=int, default=3)
-    parser.add_argument("--drive", type=int, default=5000, help="Google Docs per organization")
-    parser.add_argument("--sharepoint", type=int, default=5000, help="files per organization")
+    parser.add_argument(
+        "--drive", type=int, default=None, help="Google Docs per organization (5000; --kb: 200)"
+    )
+    parser.add_argument(
+        "--sharepoint", type=int, default=None, help="files per organization (5000; --kb: 200)"
+    )
     parser.add_argument("--limit", type=int, default=60, help="calls per window per fake")
     parser.add_argument("--window", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=2, help="index threads per root")
     parser.add_argument("--attempts", type=int, default=5)
     parser.add_argument("--changes", type=int, default=10)
     parser.add_argument("--product", action="store_true", help="through real workers")
+    parser.add_argument(
+        "--kb", action="store_true", help="into knowledge bases, through real workers"
+    )
     parser.add_argument("--processes", type=int, default=2, help="slow-tier workers")
     parser.add_argument("--worker-threads", type=int, default=8)
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument(
         "--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
     )
+    connectors_kb.add_arguments(parser)
     options = parser.parse_args(argv)
+    small = 200 if options.kb else 5000
+    options.drive = small if options.drive is None else options.drive
+    options.sharepoint = small if options.sharepoint is None else options.sharepoint
+    if options.kb:
+        report = connectors_kb.run_kb(options)
+        print(json.dumps(report, indent=2))
+        return 0 if connectors_kb.kb_ok(report) else 1
     if options.product:
         report = _product(options)
         print(json.dumps(report, indent=2))

@@ -25,8 +25,11 @@ google-api-python-client reaches it with its bundled discovery document
 (``build("drive", "v3", static_discovery=True, client_options={"api_endpoint":
 f"{base_url}/drive/v3/"})``). ``fields`` is honoured for the top-level keys only (the SDK and
 the connector see the same shape either way). Authorization: ``Authorization: Bearer
-<token>`` or ``?key=<developer key>``, else 401. Rate limit: ``rate_limit=N`` requests per
-``rate_window`` seconds, then 403 ``userRateLimitExceeded`` (Drive's per-user answer).
+<token>`` or ``?key=<developer key>`` (``token``, or any of ``tokens``: several users of one
+server), else 401. Rate limit: ``rate_limit=N`` requests per ``rate_window`` seconds **per
+token**, then 403 ``userRateLimitExceeded``: Drive's per-user quota ("queries per minute per
+user per project", https://developers.google.com/workspace/drive/api/guides/limits), so
+one user's burst does not throttle another's.
 
 Large data sets: ``server.populate(MY_DRIVE, files=5000)`` builds Google Docs in memory;
 :meth:`touch` edits one (a change is recorded), :meth:`remove` deletes one.
@@ -73,17 +76,23 @@ class FakeFile:
 
 class GoogleDriveServer(ProtocolServer):
     def __init__(
-        self, token: str, *, rate_limit: int | None = None, rate_window: float = 1.0
+        self,
+        token: str,
+        *,
+        rate_limit: int | None = None,
+        rate_window: float = 1.0,
+        tokens: tuple[str, ...] = (),
     ) -> None:
         super().__init__()
         self.token = token
+        self.tokens = frozenset((token, *tokens))
         self.files: dict[str, FakeFile] = {}
         self.drives: dict[str, str] = {}  # shared drive id -> name
         #: the change log: (change number, file id, removed)
         self.changes: list[tuple[int, str, bool]] = []
         self.rate_limit = rate_limit
         self.rate_window = rate_window
-        self._window: tuple[float, int] = (0.0, 0)
+        self._windows: dict[str, tuple[float, int]] = {}
         self._data_lock = threading.Lock()
         self._counter = 0
 
@@ -128,8 +137,7 @@ class GoogleDriveServer(ProtocolServer):
     # -- protocol ------------------------------------------------------------------------
 
     def authorized(self, request: Request) -> bool:
-        bearer = request.headers.get("authorization", "")
-        return bearer == f"Bearer {self.token}" or request.param("key") == self.token
+        return _caller(request) in self.tokens
 
     def status_reply(self, status: int, message: str) -> Reply:
         reason = {
@@ -150,7 +158,7 @@ class GoogleDriveServer(ProtocolServer):
         )
 
     def route(self, request: Request) -> Reply:
-        if self._over_limit():
+        if self._over_limit(_caller(request)):
             return self.status_reply(403, "User rate limit exceeded.")
         path = request.path.removeprefix(PREFIX)
         if request.method != "GET" or path == request.path:
@@ -184,15 +192,15 @@ class GoogleDriveServer(ProtocolServer):
                 return Reply(200, _fields(file.resource(), request.param("fields")))
         return self.status_reply(404, "not found")
 
-    def _over_limit(self) -> bool:
+    def _over_limit(self, caller: str) -> bool:
         if self.rate_limit is None:
             return False
         with self._data_lock:
-            start, count = self._window
+            start, count = self._windows.get(caller, (0.0, 0))
             now = time.monotonic()
             if now - start >= self.rate_window:
                 start, count = now, 0
-            self._window = (start, count + 1)
+            self._windows[caller] = (start, count + 1)
             return count + 1 > self.rate_limit
 
     def _head(self) -> str:
@@ -263,6 +271,16 @@ class GoogleDriveServer(ProtocolServer):
             html = f"<html><body><p>{file.content}</p></body></html>"
             return Reply(200, html.encode(), {"Content-Type": "text/html"})
         return Reply(400, {"error": {"code": 400, "message": f"bad export mimeType {mime}"}})
+
+
+def _caller(request: Request) -> str:
+    """The token a request carries (bearer or developer key)."""
+    bearer = request.headers.get("authorization", "")
+    return (
+        bearer.removeprefix("Bearer ")
+        if bearer.startswith("Bearer ")
+        else request.param("key") or ""
+    )
 
 
 def _fields(body: dict[str, Any], fields: str | None) -> dict[str, Any]:

@@ -20,9 +20,11 @@ Checked against Microsoft's published reference:
   (429/503 with ``Retry-After`` seconds; ``RateLimit-Limit``, ``RateLimit-Remaining``,
   ``RateLimit-Reset`` (seconds) near the limit)
 
-Authorization: ``Authorization: Bearer <token>``, else 401. Rate limit: ``rate_limit=N``
-requests per ``rate_window`` seconds, then 429 with ``Retry-After``; the RateLimit-* headers
-are sent once 80% of the window is spent.
+Authorization: ``Authorization: Bearer <token>`` (``token``, or any of ``tokens``: several
+tenants' apps on one server), else 401. Rate limit: ``rate_limit=N`` requests per
+``rate_window`` seconds **per token** (Graph throttles per app per tenant:
+https://learn.microsoft.com/en-us/graph/throttling-limits), then 429 with ``Retry-After``;
+the RateLimit-* headers are sent once 80% of the window is spent.
 
 Large data sets: ``server.populate(site, drive, files=5000)`` builds text files in memory;
 :meth:`touch` edits one, :meth:`remove` deletes one (delta then reports it ``deleted``).
@@ -72,17 +74,23 @@ class FakeItem:
 
 class SharepointServer(ProtocolServer):
     def __init__(
-        self, token: str, *, rate_limit: int | None = None, rate_window: float = 1.0
+        self,
+        token: str,
+        *,
+        rate_limit: int | None = None,
+        rate_window: float = 1.0,
+        tokens: tuple[str, ...] = (),
     ) -> None:
         super().__init__()
         self.token = token
+        self.tokens = frozenset((token, *tokens))
         self.sites: dict[str, list[str]] = {}  # site id -> drive ids
         self.items: dict[str, FakeItem] = {}
         #: the change log: (sequence, item id, drive id, deleted)
         self.log: list[tuple[int, str, str, bool]] = []
         self.rate_limit = rate_limit
         self.rate_window = rate_window
-        self._window: tuple[float, int] = (0.0, 0)
+        self._windows: dict[str, tuple[float, int]] = {}
         self._lock_data = threading.Lock()
         self._counter = 0
 
@@ -124,7 +132,7 @@ class SharepointServer(ProtocolServer):
     def authorized(self, request: Request) -> bool:
         if request.path.startswith("/download/"):
             return True  # pre-authenticated URLs
-        return request.headers.get("authorization") == f"Bearer {self.token}"
+        return request.headers.get("authorization", "").removeprefix("Bearer ") in self.tokens
 
     def status_reply(self, status: int, message: str) -> Reply:
         code = {
@@ -144,10 +152,11 @@ class SharepointServer(ProtocolServer):
             if item is None:
                 return self.status_reply(404, "gone")
             return Reply(200, item.content.encode(), {"Content-Type": item.mime_type})
-        limited, headers = self._quota()
+        caller = request.headers.get("authorization", "")
+        limited, headers = self._quota(caller)
         if limited:
             reply = self.status_reply(429, "Too many requests")
-            return Reply(429, reply.body, {**headers, "Retry-After": str(self._retry())})
+            return Reply(429, reply.body, {**headers, "Retry-After": str(self._retry(caller))})
         reply = self._route(request)
         return Reply(reply.status, reply.body, {**headers, **reply.headers})
 
@@ -187,27 +196,27 @@ class SharepointServer(ProtocolServer):
                 return Reply(200, item.resource(self.base_url))
         return self.status_reply(404, "not found")
 
-    def _quota(self) -> tuple[bool, dict[str, str]]:
+    def _quota(self, caller: str) -> tuple[bool, dict[str, str]]:
         if self.rate_limit is None:
             return False, {}
         with self._lock_data:
-            start, count = self._window
+            start, count = self._windows.get(caller, (0.0, 0))
             now = time.monotonic()
             if now - start >= self.rate_window:
                 start, count = now, 0
             count += 1
-            self._window = (start, count)
+            self._windows[caller] = (start, count)
         headers: dict[str, str] = {}
         if count >= 0.8 * self.rate_limit:
             headers = {
                 "RateLimit-Limit": str(self.rate_limit),
                 "RateLimit-Remaining": str(max(0, self.rate_limit - count)),
-                "RateLimit-Reset": str(self._retry()),
+                "RateLimit-Reset": str(self._retry(caller)),
             }
         return count > self.rate_limit, headers
 
-    def _retry(self) -> int:
-        start, _ = self._window
+    def _retry(self, caller: str) -> int:
+        start, _ = self._windows.get(caller, (0.0, 0))
         return max(1, math.ceil(start + self.rate_window - time.monotonic()))
 
     def _delta(self, drive: str, request: Request) -> Reply:

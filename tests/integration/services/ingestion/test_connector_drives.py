@@ -236,3 +236,33 @@ def test_a_sharepoint_item_binding_refreshes_one_document(
     graph.remove(items[1].id)  # 404 on the item: proven gone
     assert bound.sync(scheduled=True).removed == 1
     assert bound.documents() == {}
+
+
+def test_rate_limits_are_per_user(platform: Platform) -> None:
+    # Given one Drive serving two organizations' users, 4 calls a minute each
+    server = GoogleDriveServer("user-a", tokens=("user-b",), rate_limit=4, rate_window=60.0)
+    with server:
+        server.populate("0Ashared", files=6)
+        a = bind(
+            platform,
+            "google_drive",
+            server.base_url,
+            {"access_token": "user-a"},
+            settings={"drive_id": "0Ashared"},
+        )
+        b = bind(
+            platform,
+            "google_drive",
+            server.base_url,
+            {"access_token": "user-b"},
+            settings={"drive_id": "0Ashared"},
+        )
+        # When the first user's sync spends its quota
+        with pytest.raises(Delay):
+            a.sync()
+        # Then the second user's calls still go through until its own quota is spent
+        with pytest.raises(Delay):
+            b.sync()
+        assert b.documents() and a.documents()
+        callers = {r.headers.get("authorization") for r in server.requests}
+        assert callers == {"Bearer user-a", "Bearer user-b"}
