@@ -62,7 +62,12 @@ def test_without_a_key_nothing_is_sealed_or_opened() -> None:
         box.open(b"gAAAA")
 
 
-@pytest.mark.parametrize("value", ["not-a-key", "", " , ", Fernet.generate_key().decode()[:-4]])
+@pytest.mark.parametrize(
+    "value",
+    ["not-a-key", "", " , ", Fernet.generate_key().decode()[:-4]],
+    # ids of their own: the generated key differs in each xdist worker, which must agree
+    ids=["not a key", "empty", "blank items", "truncated key"],
+)
 def test_a_malformed_key_stops_the_settings(value: str) -> None:
     with pytest.raises(ValueError, match="SPEEDTIER_CONNECTOR_CREDENTIALS_KEY"):
         load_settings(connector_credentials_key=value)
