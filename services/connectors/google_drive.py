@@ -3,7 +3,14 @@
 Protocol (Drive API v3 under ``/drive/v3``, ``Authorization: Bearer <access token>``):
 
 * roots: ``GoogleDrive`` ``my-drive`` (the user's My Drive) plus the shared drives of
-  ``GET /drives`` (``pageToken`` / ``nextPageToken``), or ``settings.drives``.
+  ``GET /drives`` (``pageToken`` / ``nextPageToken``), or ``settings.drives``; or
+  ``GoogleDriveFolder`` ``<drive>/<folder id>`` for each of ``settings.folders``.
+* a folder's walk lists its subtree: ``GET /files?q='<folder>' in parents and trashed =
+  false`` folder by folder (subfolders queued as they are listed, in the checkpoint), after
+  ``changes.getStartPageToken``. Its watermark is ``{"start": token, "folders": [ids]}``;
+  the incremental walk reads ``changes.list`` and keeps the files whose ``parents`` are in
+  the subtree (a folder created in it joins it), plus removed files (their ``fetch``
+  answers None). A file moved out of the subtree is left to the next complete walk.
 * complete walk: ``GET /changes/startPageToken`` first (changes made while the walk runs are
   listed by the next walk), then ``GET /files?q=trashed=false&fields=nextPageToken,files(...)``
   page by page (``pageToken`` / ``nextPageToken``; shared drives with ``corpora=drive&
@@ -46,6 +53,7 @@ DEFAULT_WAIT = 30.0
 MY_DRIVE = "my-drive"
 
 DRIVE = "GoogleDrive"
+FOLDER_ROOT = "GoogleDriveFolder"
 FILE = "GoogleDriveFile"
 
 FOLDER = "application/vnd.google-apps.folder"
@@ -56,7 +64,7 @@ EXPORTS = {
     "application/vnd.google-apps.presentation": "text/plain",
 }
 TEXT_TYPES = ("text/", "application/json", "application/xml", "application/x-yaml")
-FILE_FIELDS = "id,name,mimeType,modifiedTime,webViewLink,trashed"
+FILE_FIELDS = "id,name,mimeType,modifiedTime,webViewLink,trashed,parents"
 LIST_FIELDS = f"nextPageToken,files({FILE_FIELDS})"
 CHANGE_FIELDS = f"nextPageToken,newStartPageToken,changes(fileId,removed,time,file({FILE_FIELDS}))"
 RATE_REASONS = ("userRateLimitExceeded", "rateLimitExceeded")
@@ -66,10 +74,13 @@ class GoogleDriveSource:
     """The files of the connection's drives; Google Docs read through their export."""
 
     source = "google_drive"
-    root_node_types: tuple[str, ...] = (DRIVE,)
+    root_node_types: tuple[str, ...] = (DRIVE, FOLDER_ROOT)
     indexable_node_types: tuple[str, ...] = (FILE,)
 
     def list_roots(self, conn: Connection) -> list[NodeRef]:
+        folders = conn.settings.get("folders")
+        if folders:
+            return [NodeRef(FOLDER_ROOT, str(ident)) for ident in folders]
         named = conn.settings.get("drives")
         if named:
             return [NodeRef(DRIVE, str(ident)) for ident in named]
@@ -88,6 +99,8 @@ class GoogleDriveSource:
     def walk(
         self, conn: Connection, root: NodeRef, checkpoint: str | None, since: str | None = None
     ) -> WalkPage:
+        if root.node_type == FOLDER_ROOT:
+            return _folder_walk(conn, root.node_id, checkpoint, since)
         state = _state(checkpoint)
         drive = root.node_id
         with closing(_client(conn)) as client:
@@ -188,6 +201,78 @@ def _changes_page(client: NodeClient, drive: str, token: str) -> WalkPage:
     if not following:
         raise Retryable("google_drive: a changes page with neither nextPageToken nor newStart")
     return WalkPage(refs, json.dumps({"changes": following}), dates=dates)
+
+
+def _folder_walk(
+    conn: Connection, root_id: str, checkpoint: str | None, since: str | None
+) -> WalkPage:
+    """One page of a folder subtree's walk (see the module docstring)."""
+    drive, _, folder = root_id.rpartition("/")
+    if not drive or not folder:
+        raise Unrecoverable(f"google_drive: bad folder root {root_id!r}")
+    state = _state(checkpoint)
+    with closing(_client(conn)) as client:
+        if state.get("changes") or (since and not state):
+            mark = state or _state(since)
+            return _folder_changes(client, drive, mark)
+        start = state.get("start") or _start_token(client, drive)
+        queue: list[str] = list(state.get("queue") or [folder])
+        folders: list[str] = list(state.get("folders") or [folder])
+        query: dict[str, Any] = {
+            "q": f"'{queue[0]}' in parents and trashed = false",
+            "fields": LIST_FIELDS,
+            "pageSize": int(conn.settings.get("page_size") or PAGE_SIZE),
+            **_drive_params(drive),
+        }
+        if state.get("page"):
+            query["pageToken"] = state["page"]
+        body = client.get(f"/files?{urlencode(query)}")
+    files = body.get("files")
+    refs, dates = _refs(drive, files, "files")
+    for file in files or []:
+        if file.get("mimeType") == FOLDER and file.get("id") and file["id"] not in folders:
+            folders.append(str(file["id"]))
+            queue.append(str(file["id"]))
+    following = body.get("nextPageToken")
+    if not following:
+        queue = queue[1:]
+    if not following and not queue:
+        return WalkPage(
+            refs, None, watermark=json.dumps({"start": start, "folders": folders}), dates=dates
+        )
+    after = {"start": start, "queue": queue, "folders": folders, "page": following}
+    return WalkPage(refs, json.dumps(after), dates=dates)
+
+
+def _folder_changes(client: NodeClient, drive: str, mark: dict[str, Any]) -> WalkPage:
+    """A page of ``changes.list`` narrowed to a folder subtree (``mark["folders"]``)."""
+    folders: list[str] = list(mark.get("folders") or [])
+    token = str(mark.get("changes") or mark.get("start") or "")
+    if not token or not folders:
+        raise Unrecoverable("google_drive: a folder watermark without its token or folders")
+    query: dict[str, Any] = {"pageToken": token, "pageSize": PAGE_SIZE, "fields": CHANGE_FIELDS}
+    if drive != MY_DRIVE:
+        query.update(driveId=drive, includeItemsFromAllDrives="true", **_all())
+    body = client.get(f"/changes?{urlencode(query)}")
+    kept: list[dict[str, Any]] = []
+    for change in body.get("changes") or []:
+        file = change.get("file") or {}
+        if change.get("removed") or not file:
+            kept.append({"id": change.get("fileId"), "modifiedTime": change.get("time")})
+            continue
+        if not set(file.get("parents") or []) & set(folders):
+            continue
+        if file.get("mimeType") == FOLDER and file.get("id") not in folders:
+            folders.append(str(file["id"]))
+        kept.append(file)
+    refs, dates = _refs(drive, kept, "changes")
+    if body.get("newStartPageToken"):
+        mark = {"start": str(body["newStartPageToken"]), "folders": folders}
+        return WalkPage(refs, None, watermark=json.dumps(mark), dates=dates)
+    following = body.get("nextPageToken")
+    if not following:
+        raise Retryable("google_drive: a changes page with neither nextPageToken nor newStart")
+    return WalkPage(refs, json.dumps({"changes": following, "folders": folders}), dates=dates)
 
 
 def _refs(drive: str, files: Any, what: str) -> tuple[list[NodeRef], dict[NodeRef, datetime]]:

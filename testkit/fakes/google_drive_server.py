@@ -6,6 +6,11 @@ Checked against Google's published reference:
   ``pageSize`` <= 1000, ``pageToken``; answer ``{kind: "drive#fileList", nextPageToken,
   incompleteSearch, files}``, ``nextPageToken`` absent on the last page; ``corpora``,
   ``driveId``, ``includeItemsFromAllDrives``, ``supportsAllDrives``)
+* https://developers.google.com/workspace/drive/api/guides/search-files (``q``: ``'<folder
+  id>' in parents`` lists a folder's children, ``trashed = false``; terms joined by ``and``)
+  and .../reference/rest/v3/files (``parents``: the ids of a file's parent folders; a file
+  at a drive's top has the drive's root folder, whose alias is ``root`` in My Drive and the
+  shared drive's id in a shared drive)
 * https://developers.google.com/workspace/drive/api/guides/fields-parameter (``fields``:
   a partial response, e.g. ``nextPageToken,files(id,name)``)
 * https://developers.google.com/workspace/drive/api/reference/rest/v3/files/export
@@ -32,17 +37,22 @@ user per project", https://developers.google.com/workspace/drive/api/guides/limi
 one user's burst does not throttle another's.
 
 Large data sets: ``server.populate(MY_DRIVE, files=5000)`` builds Google Docs in memory;
-:meth:`touch` edits one (a change is recorded), :meth:`remove` deletes one.
+:meth:`touch` edits one (a change is recorded), :meth:`remove` deletes one; ``add(...,
+parent=folder.id)`` puts a file (or a folder: ``mime_type=FOLDER``) in a folder.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from testkit.fakes.protocol_server import ProtocolServer, Reply, Request, iso
+
+#: ``'<folder id>' in parents`` in a files.list query.
+_PARENT = re.compile(r"'([^']+)' in parents")
 
 MY_DRIVE = "my-drive"
 BASE_TIME = 1_767_225_600  # 2026-01-01T00:00:00Z
@@ -60,6 +70,11 @@ class FakeFile:
     content: str
     modified: float
     trashed: bool = False
+    parent: str | None = None
+
+    def parent_id(self) -> str:
+        """Its parent folder: the one it was put in, else the drive's root folder."""
+        return self.parent or ("root" if self.drive == MY_DRIVE else self.drive)
 
     def resource(self) -> dict[str, Any]:
         return {
@@ -70,6 +85,7 @@ class FakeFile:
             "modifiedTime": iso(self.modified),
             "webViewLink": f"https://docs.google.com/document/d/{self.id}/edit",
             "trashed": self.trashed,
+            "parents": [self.parent_id()],
             **({} if self.drive == MY_DRIVE else {"driveId": self.drive}),
         }
 
@@ -106,12 +122,19 @@ class GoogleDriveServer(ProtocolServer):
         *,
         mime_type: str = DOC,
         modified: float | None = None,
+        parent: str | None = None,
     ) -> FakeFile:
         with self._data_lock:
             self._counter += 1
             ident = f"f{self._counter:07d}{drive[:4]}"
             file = FakeFile(
-                ident, drive, name, mime_type, content, modified or BASE_TIME + self._counter
+                ident,
+                drive,
+                name,
+                mime_type,
+                content,
+                modified or BASE_TIME + self._counter,
+                parent=parent,
             )
             self.files[ident] = file
             self.changes.append((len(self.changes) + 1, ident, False))
@@ -211,11 +234,14 @@ class GoogleDriveServer(ProtocolServer):
         offset = int(request.param("pageToken") or 0)
         drive = request.param("driveId") if request.param("corpora") == "drive" else MY_DRIVE
         query = request.param("q") or ""
+        within = _PARENT.search(query)
         with self._data_lock:
             chosen = [
                 f
                 for f in self.files.values()
-                if f.drive == drive and not ("trashed = false" in query and f.trashed)
+                if f.drive == drive
+                and not ("trashed = false" in query and f.trashed)
+                and (within is None or within.group(1) == f.parent_id())
             ]
         page = chosen[offset : offset + size]
         body: dict[str, Any] = {

@@ -1,13 +1,14 @@
 """Google Drive and SharePoint as knowledge-base connectors, on the kernel's node sources
 (``services.connectors.google_drive``, ``services.connectors.sharepoint``).
 
-A binding's scope is a list of roots (a Drive: My Drive or a shared drive; a SharePoint
-document library, or every library of a site), walked one after the other. The checkpoint
-is ``{"roots", "i", "cp", "wm"}``: the roots, the one being walked, the kernel's checkpoint
-in it, and the watermarks of the roots already finished (the pass's watermark is that map,
-as JSON). An incremental pass walks each root from its watermark (Drive's
-``changes.list`` from the start page token, Graph's ``@odata.deltaLink``): a removed file
-is listed there and its ``fetch`` answers None. A full pass lists every file, so what it
+A binding's scope is a list of roots (a Drive: My Drive or a shared drive, or a folder's
+subtree in one; a SharePoint document library, or every library of a site), walked one
+after the other. The checkpoint is ``{"roots", "i", "cp", "wm"}``: the roots (``[type,
+id]``), the one being walked, the kernel's checkpoint in it, and the watermarks of the roots
+already finished (the pass's watermark is that map, as JSON). An incremental pass walks
+each root from its watermark (Drive's ``changes.list`` from the start page token, narrowed
+to a folder's subtree for a folder; Graph's ``@odata.deltaLink``): a removed file is listed
+there and its ``fetch`` answers None. A full pass lists every file, so what it
 does not list is gone (``removal = "listing"``).
 
 Quotas the providers report (Graph's ``RateLimit-*``, a 403/429 with Retry-After) are
@@ -65,6 +66,13 @@ class DriveSettings(StrictSettings):
     export_format: Literal["text", "html"] = Field(
         "text", description="Google Docs exported as plain text or as HTML."
     )
+    folder_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=512,
+        pattern=r"^[^\x00/\s]+$",
+        description="Only this folder's subtree of the drive.",
+    )
     page_size: int = Field(1000, ge=1, le=1000)
 
 
@@ -103,12 +111,9 @@ class NodeSourceConnector:
     credentials_model = AccessToken
     connection_model = NoSettings
 
-    def __init__(
-        self, provider: str, source: NodeSource, root_type: str, file_type: str, base_url: str
-    ) -> None:
+    def __init__(self, provider: str, source: NodeSource, file_type: str, base_url: str) -> None:
         self.provider = provider
         self.source = source
-        self.root_type = root_type
         self.file_type = file_type
         self.base_url = base_url
 
@@ -131,22 +136,23 @@ class NodeSourceConnector:
     def kernel_settings(self, settings: Mapping[str, Any]) -> dict[str, Any]:
         return dict(settings)
 
-    def roots(self, conn: Connection) -> list[str]:
-        return [ref.node_id for ref in self.source.list_roots(conn)]
+    def roots(self, conn: Connection) -> list[list[str]]:
+        return [[ref.node_type, ref.node_id] for ref in self.source.list_roots(conn)]
 
     def list_page(
         self, access: ConnectorAccess, checkpoint: str | None, since: str | None
     ) -> ListedPage:
         conn = self.connection(access)
         state = _state(checkpoint) or {"roots": self.roots(conn), "i": 0, "cp": None, "wm": {}}
-        roots: list[str] = list(state["roots"])
+        roots: list[list[str]] = list(state["roots"])
         marks: dict[str, str] = _marks(since)
         index = int(state["i"])
         if index >= len(roots):
             return ListedPage([], None, watermark=json.dumps(state["wm"]))
-        root = roots[index]
+        node_type, node_id = roots[index]
+        root = f"{node_type}:{node_id}"
         since_root = None if state["cp"] else marks.get(root)
-        page = self.source.walk(conn, NodeRef(self.root_type, root), state["cp"], since_root)
+        page = self.source.walk(conn, NodeRef(node_type, node_id), state["cp"], since_root)
         items = [ListedItem(ref.node_id, page.dates.get(ref)) for ref in page.refs]
         if page.checkpoint is not None:
             state["cp"] = page.checkpoint
@@ -188,14 +194,17 @@ class GoogleDriveConnector(NodeSourceConnector):
         super().__init__(
             "google_drive",
             google_drive.SOURCE,
-            google_drive.DRIVE,
             google_drive.FILE,
             google_drive.DEFAULT_BASE_URL,
         )
 
     def kernel_settings(self, settings: Mapping[str, Any]) -> dict[str, Any]:
+        drive = settings.get("drive_id") or google_drive.MY_DRIVE
+        scope: dict[str, Any] = {"drives": [drive]}
+        if settings.get("folder_id"):
+            scope = {"folders": [f"{drive}/{settings['folder_id']}"]}
         return {
-            "drives": [settings.get("drive_id") or google_drive.MY_DRIVE],
+            **scope,
             "export_format": settings.get("export_format") or "text",
             "page_size": settings.get("page_size") or google_drive.PAGE_SIZE,
         }
@@ -210,7 +219,6 @@ class SharepointConnector(NodeSourceConnector):
         super().__init__(
             "sharepoint",
             sharepoint.SOURCE,
-            sharepoint.DRIVE,
             sharepoint.FILE,
             sharepoint.DEFAULT_BASE_URL,
         )

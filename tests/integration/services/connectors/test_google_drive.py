@@ -17,7 +17,7 @@ from googleapiclient.errors import HttpError
 from services.connectors import google_drive as connector
 from services.connectors.nodes import Connection, NodeRef, RateLimitState
 from shared.errors import Delay, JobError, Unrecoverable
-from testkit.fakes.google_drive_server import MY_DRIVE, GoogleDriveServer
+from testkit.fakes.google_drive_server import FOLDER, MY_DRIVE, GoogleDriveServer
 from testkit.fakes.protocol_server import TRANSIENT_FAILURES
 
 TOKEN = "ya29.fake"
@@ -106,6 +106,39 @@ def test_the_sdk_lists_exports_and_follows_changes(server: GoogleDriveServer) ->
     with pytest.raises(HttpError) as refused:
         wrong_key.files().list().execute()
     assert refused.value.resp.status == 401
+
+
+def test_the_sdk_lists_a_folder_and_reads_parents(server: GoogleDriveServer) -> None:
+    # Given a folder with a file and a subfolder, and a file at the top of My Drive
+    folder = server.add(MY_DRIVE, "Handbook", "", mime_type=FOLDER)
+    inside = server.add(MY_DRIVE, "Holidays", "August.", parent=folder.id)
+    sub = server.add(MY_DRIVE, "Policies", "", mime_type=FOLDER, parent=folder.id)
+    server.add(MY_DRIVE, "Elsewhere", "Not in the handbook.")
+    service = build(
+        "drive",
+        "v3",
+        credentials=Credentials(token=TOKEN),
+        static_discovery=True,
+        client_options={"api_endpoint": f"{server.base_url}/drive/v3/"},
+    )
+    # When the SDK lists the folder's children, as Drive's search guide writes the query
+    answer = (
+        service.files()
+        .list(
+            q=f"'{folder.id}' in parents and trashed = false",
+            fields="nextPageToken,files(id,name,mimeType,parents)",
+        )
+        .execute()
+    )
+    # Then only its children come back, each naming its parent
+    assert [(f["id"], f["parents"]) for f in answer["files"]] == [
+        (inside.id, [folder.id]),
+        (sub.id, [folder.id]),
+    ]
+    top = service.files().list(q="'root' in parents", fields="files(id)").execute()
+    assert folder.id in [f["id"] for f in top["files"]] and inside.id not in str(top)
+    got = service.files().get(fileId=inside.id, fields="id,parents").execute()
+    assert got["parents"] == [folder.id]
 
 
 # -- the connector ------------------------------------------------------------------------
@@ -208,3 +241,34 @@ def test_user_rate_limit_delays_and_blocks_the_connection(
     assert connector.DEFAULT_WAIT - 5 < caught.value.until - time.time() <= connector.DEFAULT_WAIT
     until = state.blocked_until(conn)
     assert until is not None and until.timestamp() >= caught.value.until - 1
+
+
+def test_a_folder_walk_lists_its_subtree_then_only_its_changes(
+    server: GoogleDriveServer, conn: Connection
+) -> None:
+    # Given a folder tree in My Drive and files outside it
+    top = server.add(MY_DRIVE, "Handbook", "", mime_type=FOLDER)
+    sub = server.add(MY_DRIVE, "Policies", "", mime_type=FOLDER, parent=top.id)
+    inside = [server.add(MY_DRIVE, f"Top {n}", "t", parent=top.id) for n in range(3)]
+    deep = [server.add(MY_DRIVE, f"Deep {n}", "d", parent=sub.id) for n in range(2)]
+    outside = server.add(MY_DRIVE, "Elsewhere", "o")
+    root = NodeRef(connector.FOLDER_ROOT, f"{MY_DRIVE}/{top.id}")
+    small = replace(conn, settings={"page_size": 2, "folders": [root.node_id]})
+    assert connector.SOURCE.list_roots(small) == [root]
+    # When it is walked, two results a page: its files and its subfolder's, not the others
+    refs, watermark = walk_all(small, root)
+    assert {r.node_id.split("/")[1] for r in refs} == {f.id for f in inside + deep}
+    assert watermark is not None
+    # Then the incremental walk lists the subtree's changes only (a new subfolder joins it)
+    newer = server.add(MY_DRIVE, "Security", "", mime_type=FOLDER, parent=sub.id)
+    fresh = server.add(MY_DRIVE, "Passwords", "p", parent=newer.id)
+    server.touch(deep[0].id, "edited")
+    server.touch(outside.id, "edited elsewhere")
+    server.remove(inside[1].id)
+    changed, after = walk_all(small, root, since=watermark)
+    assert {r.node_id.split("/")[1] for r in changed} == {fresh.id, deep[0].id, inside[1].id}
+    assert (
+        connector.SOURCE.fetch(small, NodeRef(connector.FILE, f"{MY_DRIVE}/{inside[1].id}")) is None
+    )
+    nothing, _ = walk_all(small, root, since=after)
+    assert nothing == []

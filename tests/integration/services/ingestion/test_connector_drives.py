@@ -13,7 +13,7 @@ import pytest
 
 from services.app.bootstrap import Platform
 from shared.errors import Delay, Retryable, Unrecoverable
-from testkit.fakes.google_drive_server import MY_DRIVE, GoogleDriveServer
+from testkit.fakes.google_drive_server import FOLDER, MY_DRIVE, GoogleDriveServer
 from testkit.fakes.sharepoint_server import SharepointServer
 from tests.fixtures_platform import MakePlatform
 from tests.integration.services.ingestion.connector_factories import KEY, Bound, bind
@@ -266,3 +266,24 @@ def test_rate_limits_are_per_user(platform: Platform) -> None:
         assert b.documents() and a.documents()
         callers = {r.headers.get("authorization") for r in server.requests}
         assert callers == {"Bearer user-a", "Bearer user-b"}
+
+
+def test_a_drive_folder_binding_syncs_its_subtree_only(
+    platform: Platform, drive: GoogleDriveServer
+) -> None:
+    # Given a folder with a subfolder, in a shared drive with other files
+    top = drive.add("0Ateam", "Handbook", "", mime_type=FOLDER)
+    sub = drive.add("0Ateam", "Policies", "", mime_type=FOLDER, parent=top.id)
+    drive.add("0Ateam", "Welcome", "Hello.", parent=top.id)
+    drive.add("0Ateam", "Leave", "Twenty days.", parent=sub.id)
+    outside = drive.add("0Ateam", "Budget", "Secret numbers.")
+    bound = drive_bound(platform, drive, drive_id="0Ateam", folder_id=top.id)
+    # When it syncs, only the subtree's files land
+    assert bound.sync().landed == 2
+    assert set(bound.documents()) == {"Welcome", "Leave"}
+    # And the next pass takes the subtree's changes only
+    drive.add("0Ateam", "Travel", "Book early.", parent=sub.id)
+    drive.touch(outside.id, "More secret numbers.")
+    second = bound.sync()
+    assert (second.listed, second.landed) == (1, 1)
+    assert set(bound.documents()) == {"Welcome", "Leave", "Travel"}
