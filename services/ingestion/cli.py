@@ -81,19 +81,31 @@ def sync_connector(load: LoadContext, organization_id: int, binding_id: int, ful
 
 
 @ingestion.command("rotate-credentials-key")
+@click.option(
+    "--organization",
+    "organization_id",
+    type=click.IntRange(min=1),
+    help="Only this organization's connections (default: every organization's).",
+)
 @click.pass_obj
-def rotate_credentials_key(load: LoadContext) -> None:
-    """Re-encrypt every stored connection's credentials under the first key of
-    SPEEDTIER_CONNECTOR_CREDENTIALS_KEY (then the old keys can be dropped from it)."""
+def rotate_credentials_key(load: LoadContext, organization_id: int | None) -> None:
+    """Re-encrypt the stored connections' credentials under the first key of
+    SPEEDTIER_CONNECTOR_CREDENTIALS_KEY (then the old keys can be dropped from it). Fails
+    naming the connections no configured key opens (they keep their token)."""
     platform = load()
     key = platform.settings.connector_credentials_key
     box = CredentialBox.from_setting(key.get_secret_value() if key else None)
     if not box.configured:
         raise click.ClickException("SPEEDTIER_CONNECTOR_CREDENTIALS_KEY is not set")
     with session_scope(platform.sessions) as session:
-        count = store.rotate_all(session, box.rotate)
+        count, unreadable = store.rotate_all(session, box.rotate, organization_id=organization_id)
         session.commit()
     click.echo(f"{count} connection(s) re-encrypted under the first key")
+    if unreadable:
+        listed = ", ".join(str(ident) for ident in unreadable[:20])
+        raise click.ClickException(
+            f"{len(unreadable)} connection(s) open under no configured key: {listed}"
+        )
 
 
 def register(main: click.Group) -> None:

@@ -8,7 +8,7 @@ stores the token and the credential *names*, and reads the token back only for a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +23,7 @@ from services.ingestion.store.paging import keyset_page
 from shared.db.base import utcnow
 from shared.db.models.kb_connectors import KbConnection, KbConnectorBinding
 from shared.db.tenant import select_scoped
-from shared.errors import RecordMissing, SpeedtierError
+from shared.errors import RecordMissing, SpeedtierError, Unrecoverable
 
 
 class ConnectionInUse(SpeedtierError):
@@ -153,26 +153,36 @@ def delete_connection(session: Session, *, organization_id: int, connection_id: 
     session.flush()
 
 
-def rotate_all(session: Session, rotate: Any, *, batch: int = 500) -> int:
-    """Re-seal every stored token with ``rotate(token) -> token`` (key rotation, every
-    organization); returns how many. The caller commits."""
-    count = 0
+def rotate_all(
+    session: Session,
+    rotate: Callable[[bytes], bytes],
+    *,
+    organization_id: int | None = None,
+    batch: int = 500,
+) -> tuple[int, list[int]]:
+    """Re-seal every stored token (of one organization, or of all: key rotation) with
+    ``rotate(token) -> token``; returns how many were re-sealed and the ids of the
+    connections whose token ``rotate`` could not open (left as they are). The caller
+    commits."""
+    count, unreadable = 0, list[int]()
     after = 0
     while True:
+        statement = select(KbConnection.id, KbConnection.credentials).where(KbConnection.id > after)
+        if organization_id is not None:
+            statement = statement.where(KbConnection.organization_id == organization_id)
         rows = session.execute(
-            select(KbConnection.id, KbConnection.credentials)
-            .where(KbConnection.id > after)
-            .order_by(KbConnection.id)
-            .limit(batch)
-            .with_for_update()
+            statement.order_by(KbConnection.id).limit(batch).with_for_update()
         ).all()
         if not rows:
-            return count
+            return count, unreadable
         for ident, token in rows:
+            try:
+                sealed = rotate(bytes(token))
+            except Unrecoverable:
+                unreadable.append(ident)
+                continue
             session.execute(
-                update(KbConnection)
-                .where(KbConnection.id == ident)
-                .values(credentials=rotate(bytes(token))),
+                update(KbConnection).where(KbConnection.id == ident).values(credentials=sealed),
                 execution_options={"synchronize_session": False},
             )
             count += 1
