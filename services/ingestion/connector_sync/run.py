@@ -78,6 +78,9 @@ class SyncOutcome:
     landed: int = 0
     unchanged: int = 0
     removed: int = 0
+    #: items the provider refused to give (a 403 on one file, an export too large): kept as
+    #: they were, named in the binding's ``last_error``
+    unreadable: list[str] = field(default_factory=list)
     finished: bool = False
     document_ids: list[int] = field(default_factory=list)
 

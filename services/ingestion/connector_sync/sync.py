@@ -25,11 +25,16 @@ the last page of a **full** pass whose    items it did not list are removed (``r
 every page was complete                   "listing"``); with ``removal = "proof"`` (Notion)
                                           each is removed only if ``confirm_gone`` says so
 a partial page (``complete`` False)       nothing is removed by absence this pass
+one item's fetch refused                  the item is kept as it was and the pass goes
+(``Unrecoverable``: a 403 on that file,   on; the binding's ``last_error`` names it
+an export over the provider's limit)
+another failure (5xx, timeout,            the items landed so far are committed; the job
+truncated)                                retries from the page's checkpoint
 =======================================  ==================================================
 
 A pass that completes sets the binding's freshness clock (``next_sync_at``: its base's
 refresh schedule, else the platform's recrawl interval); a failed sync backs it off
-exponentially (``connector_job``).
+exponentially (:mod:`.job`).
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ from services.ingestion.connector_sync.run import (
 from services.ingestion.connector_sync.single_item import sync_item
 from shared.db.base import utcnow
 from shared.db.engine import session_scope
-from shared.errors import Delay
+from shared.errors import Delay, Unrecoverable
 from tiers.options import CHECKPOINT
 
 log = logging.getLogger(__name__)
@@ -113,7 +118,11 @@ def sync_binding(
         checkpoint = following
     _remove_unlisted(sessions, run, outcome)
     with session_scope(sessions) as session:
-        record_success(locked_binding(session, run), run, utcnow())
+        binding = locked_binding(session, run)
+        record_success(binding, run, utcnow())
+        if outcome.unreadable:
+            count, first = len(outcome.unreadable), outcome.unreadable[0]
+            binding.last_error = f"{count} item(s) could not be read, e.g. {first}"[:300]
         session.commit()
     outcome.finished = True
     log.info("connector sync of binding %s (%s) done: %s", binding_id, run.mode, outcome)
@@ -172,6 +181,19 @@ def _apply(
                 except Delay as delay:
                     _commit(uow, run, unchanged)
                     raise _with_progress(delay, run, checkpoint, handled) from None
+                except Unrecoverable as refused:
+                    # One item the provider will not give (its permissions, an export over
+                    # the provider's limit) must not stop the pass: it is kept as it was.
+                    log.warning(
+                        "binding %s: item %s unreadable: %s", binding_id, item.external_id, refused
+                    )
+                    outcome.unreadable.append(f"{item.external_id}: {refused}")
+                    unchanged.append(item.external_id)
+                    handled += 1
+                    continue
+                except Exception:
+                    _commit(uow, run, unchanged)  # the items landed so far stay landed
+                    raise
             now = utcnow()
             if content is None:
                 outcome.removed += store.remove_items(

@@ -497,3 +497,38 @@ def test_credentials_under_a_dropped_key_fail_unrecoverable(platform: Platform) 
     with pytest.raises(Unrecoverable, match="store them again"):
         run()
     assert bound.binding().last_error.startswith("CredentialsUnreadable")
+
+
+def test_one_unreadable_item_does_not_stop_the_pass(platform: Platform) -> None:
+    provider = MemoryProvider(page_size=10)
+    for i in range(4):
+        provider.put(f"f{i}", f"Body {i}.")
+    bound = bind(platform, provider)
+    bound.sync()
+    # Given the provider refusing one edited file (its permissions changed, say)
+    provider.put("f1", "Body 1, edited.", minutes=3)
+    provider.put("f2", "Body 2, edited.", minutes=3)
+    provider.failures[("fetch", provider.calls["fetch"] + 1)] = Unrecoverable(
+        "GET /files/f1: HTTP 403 (invalid credentials)"
+    )
+    # When it syncs, the pass goes on: the other edit lands, the refused file is kept
+    outcome = bound.sync(full=True)
+    assert outcome.finished and outcome.landed == 1 and outcome.removed == 0
+    assert set(bound.documents()) == {f"Title f{i}" for i in range(4)}
+    assert bound.binding().last_error == (
+        "1 item(s) could not be read, e.g. f1: GET /files/f1: HTTP 403 (invalid credentials)"
+    )
+
+
+def test_a_transient_fetch_failure_keeps_what_landed_before_it(platform: Platform) -> None:
+    provider = MemoryProvider(page_size=10)
+    for i in range(5):
+        provider.put(f"f{i}", f"Body {i}.")
+    bound = bind(platform, provider)
+    provider.failures[("fetch", 3)] = Retryable("HTTP 502")
+    with pytest.raises(Retryable):
+        bound.sync()
+    assert set(bound.documents()) == {"Title f0", "Title f1"}
+    provider.fetched.clear()
+    assert bound.sync().finished
+    assert sorted(provider.fetched) == ["f2", "f3", "f4"]
