@@ -30,7 +30,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from queue import PriorityQueue
 from typing import TYPE_CHECKING, Any
 
@@ -53,9 +53,41 @@ log = logging.getLogger(__name__)
 
 #: Set on a delivered message once a script (settle, promote) has acknowledged it to Dramatiq.
 ACKED_IN_SETTLE = "_st_acked_in_settle"
+#: Set on a delivered message whose settle is on its way (a :class:`Settling`).
+SETTLING = "_st_settling"
 #: The longest a consumer waits before reconnecting after an error; it waits no longer than
 #: the poll interval, so work resumes within a poll of Redis coming back.
 RESTART_DELAY_SECONDS = 1.0
+
+
+class Settling:
+    """A run's settle on its way to Redis. The message's post-processing (Dramatiq's ack or
+    nack, and this worker letting go of the message) waits for it: until the settle is
+    answered the message is still this worker's, in Redis and in memory, so a Redis blip
+    cannot hand it to another worker before its outcome is recorded."""
+
+    __slots__ = ("_done", "_lock", "_then")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._done = False
+        self._then: Callable[[], None] | None = None
+
+    def then(self, action: Callable[[], None]) -> None:
+        """Run ``action`` once the settle is answered (now, when it already is)."""
+        with self._lock:
+            if not self._done:
+                self._then = action
+                return
+        action()
+
+    def finish(self) -> None:
+        """The settle is answered: run what waited for it."""
+        with self._lock:
+            self._done = True
+            action, self._then = self._then, None
+        if action is not None:
+            action()
 
 
 class TierConsumer(_RedisConsumer):
@@ -224,6 +256,14 @@ class TierConsumerThread(ConsumerThread):
                 time.sleep(min(RESTART_DELAY_SECONDS, self.worker_timeout / 1000))
         self.broker.emit_before("consumer_thread_shutdown", self)
 
+    def post_process_message(self, message: MessageProxy) -> None:
+        """Dramatiq's ack or nack, once the run's settle (if it is on its way) is answered."""
+        settling: Settling | None = getattr(message, SETTLING, None)
+        if settling is None:
+            super().post_process_message(message)
+        else:
+            settling.then(lambda: ConsumerThread.post_process_message(self, message))
+
     def handle_delayed_messages(self) -> None:
         """Move every due delayed message to its queue, each in one atomic step."""
         for item in iter_queue(self.delay_queue):  # type: ignore[no-untyped-call]
@@ -273,7 +313,20 @@ class TierConsumerThread(ConsumerThread):
 
 
 class TierWorker(Worker):
-    """Dramatiq's worker with :class:`TierConsumerThread` consumers."""
+    """Dramatiq's worker with :class:`TierConsumerThread` consumers, whose stop waits for
+    the settles still on their way (up to its timeout)."""
+
+    broker: TierBroker
+
+    def stop(self, timeout: int = 600_000) -> None:
+        started = time.monotonic()
+        super().stop(timeout)
+        left = max(0.0, timeout / 1000 - (time.monotonic() - started))
+        if not self.broker.jobs.flush_settles(max(left, 1.0)):
+            log.warning(
+                "settles still unanswered at shutdown: their messages return after this "
+                "worker's heartbeat expires"
+            )
 
     def _add_consumer(self, queue_name: str, *, delay: bool = False) -> None:
         if queue_name in self.consumers:

@@ -10,8 +10,11 @@ point                  between
 =====================  ========================================================
 ``fetch.after``        a batch fetched (and its ungrouped jobs claimed) and any run
 ``claim.after``        a grouped job's slot claimed and its run
-``run.after``          the handler returning and the outcome being settled
-``settle.after``       the outcome settled (and acked) and the thread moving on
+``run.after``          the handler returning and the outcome being settled (a settle
+                       handed to the settle sender and not yet answered is the same:
+                       its outcome was never recorded)
+``settle.after``       the outcome settled (and acked) and the worker letting go of the
+                       message (in the settle sender's thread)
 ``promote.before``     a delayed message being due and its move to its queue
 ``promote.after``      the move (and ack) of a delayed message and forgetting it
 ``step.after``         a resumable step marked completed and the job's next step

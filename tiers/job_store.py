@@ -7,7 +7,7 @@ a run and hand its slot on) is one Lua script, so Redis applies it whole or not 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -25,7 +25,7 @@ from tiers.options import (
     ORGANIZATION,
     REDIS_MESSAGE_ID,
 )
-from tiers.script_batch import ScriptBatch
+from tiers.script_batch import ScriptBatch, ScriptQueue
 
 if TYPE_CHECKING:
     from tiers.run_rates import RunCount
@@ -91,8 +91,10 @@ class JobStore:
                 "reject",
             )
         }
-        #: A worker's claims and settles, from all its threads, share round trips.
+        #: A worker's claims (and synchronous settles), from all its threads, share round
+        #: trips; settles nobody waits for go with the settle sender's.
         self._batch = ScriptBatch(client, namespace, self._scripts)
+        self._settles = ScriptQueue(client, namespace, self._scripts, name="settle-sender")
 
     def record_key(self, job_id: str) -> str:
         return f"{self.namespace}:job:{job_id}"
@@ -217,7 +219,30 @@ class JobStore:
         if args:
             self._scripts["unclaim"](keys=[self.namespace], args=args)
 
-    def settle(
+    def settle(self, message: Message[Any], **outcome: Any) -> str:
+        """After a run, record its end (see :meth:`settle_args` for ``outcome``) and return
+        the script's verdict: ``ok``, or ``stale`` when the record points at another
+        message (its slot and state are left alone)."""
+        return as_text(self._batch.call("settle", self.settle_args(message, **outcome)))
+
+    def settle_later(
+        self, args: Sequence[Any], then: Callable[[str | None, Exception | None], None]
+    ) -> None:
+        """Settle with ``args`` (:meth:`settle_args`) in a round trip of the settle sender;
+        ``then(verdict, None)`` or ``then(None, error)`` runs in its thread once Redis has
+        answered (it is retried while Redis is unreachable)."""
+
+        def answered(reply: Any, error: Exception | None) -> None:
+            then(None if error else as_text(reply), error)
+
+        self._settles.submit("settle", args, answered)
+
+    def flush_settles(self, timeout: float) -> bool:
+        """Wait until every settle handed to :meth:`settle_later` is answered; False when
+        ``timeout`` seconds passed first."""
+        return self._settles.flush(timeout)
+
+    def settle_args(
         self,
         message: Message[Any],
         *,
@@ -229,38 +254,35 @@ class JobStore:
         delay: str = "",
         ack: tuple[str, str] | None = None,
         count: RunCount | None = None,
-    ) -> str:
-        """After a run: record its end and free its slot; with ``next_message`` the job goes
-        back to the broker (retry or delay) in the same atomic step. ``delay`` says why a
-        delayed job waits (kept as ``last_delay``; a delay is not an error). With
-        ``ack=(queue, worker id)`` the delivered message is acknowledged to Dramatiq in the
-        same step (the consumer then skips its own ack); with ``count`` the run is counted
-        in the rates (``tiers.run_rates``) in that step too."""
+    ) -> list[Any]:
+        """The settle script's arguments for the end of a run: record it and free its slot;
+        with ``next_message`` the job goes back to the broker (retry or delay) in the same
+        atomic step. ``delay`` says why a delayed job waits (kept as ``last_delay``; a delay
+        is not an error). With ``ack=(queue, worker id)`` the delivered message is
+        acknowledged to Dramatiq in the same step (the consumer then skips its own ack);
+        with ``count`` the run is counted in the rates (``tiers.run_rates``) in that step
+        too."""
         options = message.options
         counted: tuple[str | int, ...] = (
             (count.key, count.keep_seconds, *count.fields) if count else ()
         )
-        reply = self._batch.call(
-            "settle",
-            [
-                options[JOB_ID],
-                options[REDIS_MESSAGE_ID],
-                options.get(GROUP, ""),
-                state,
-                now_ms(),
-                int(retention_seconds * 1000),
-                error[:2000],
-                failures,
-                next_message.options[REDIS_MESSAGE_ID] if next_message else "",
-                next_message.encode() if next_message else "",
-                next_message.queue_name if next_message else "",
-                QUEUED_LEASE_MS,
-                delay[:500],
-                *(ack or ("", "")),
-                *counted,
-            ],
-        )
-        return reply.decode() if isinstance(reply, bytes) else str(reply)
+        return [
+            options[JOB_ID],
+            options[REDIS_MESSAGE_ID],
+            options.get(GROUP, ""),
+            state,
+            now_ms(),
+            int(retention_seconds * 1000),
+            error[:2000],
+            failures,
+            next_message.options[REDIS_MESSAGE_ID] if next_message else "",
+            next_message.encode() if next_message else "",
+            next_message.queue_name if next_message else "",
+            QUEUED_LEASE_MS,
+            delay[:500],
+            *(ack or ("", "")),
+            *counted,
+        ]
 
     def promote(self, delayed: Message[Any], queue: str, worker_id: str) -> str:
         """Move a due delayed message to ``queue`` (its group's slot or parked list) and ack

@@ -1,24 +1,30 @@
 """Script calls of many worker threads sent together: one round trip for all the calls that
 arrived while the previous one was in flight (a group commit).
 
-A worker thread that claims or settles a job hands its script call to the batch and waits
-for its reply. The first thread to arrive while nothing is in flight sends the call at once
-(alone, it costs what a direct call costs); calls that arrive meanwhile wait, and when the
-reply comes back the oldest waiting thread sends every waiting call in one pipeline. Each
-call is still its own script, applied atomically by Redis on its own: batching changes
-how many round trips carry the calls, never what a call does.
+Two ways in. :class:`ScriptBatch` is for a call its thread waits for (a claim: the thread
+runs the job only on its verdict): the first thread to arrive while nothing is in flight
+sends its call at once (alone, it costs what a direct call costs); calls that arrive
+meanwhile wait, and when the reply comes back the oldest waiting thread sends every waiting
+call in one pipeline. :class:`ScriptQueue` is for a call nobody waits for (a settle: the
+thread goes on to its next job, and what must follow the settle is handed to the call's
+``then``): one sender thread sends whatever was submitted while its previous round trip was
+in flight. Each call is still its own script, applied atomically by Redis on its own:
+batching changes how many round trips carry the calls, never what a call does.
 
 =========================================  ===============================================
-what goes wrong                            what each caller sees
+what goes wrong                            what the caller sees
 =========================================  ===============================================
-Redis unreachable (connection, timeout)    the error, in every thread of the batch; each
-                                           retries its own call (``until_redis_answers``)
+Redis unreachable (connection, timeout)    waited-for calls: the error, in every thread of
+                                           the batch; each retries its own call
+                                           (``until_redis_answers``). Queued calls: the
+                                           sender sends them again until Redis answers
 Redis forgot the script (restart, flush)   nothing: the script is loaded and the calls it
                                            refused are sent again (only those: the others
                                            ran)
-one call's script fails                    that call's error, in its thread only
-the sending thread interrupted (its own    its own error; the other threads send their
-job's time limit, an async exception)      calls again. Redis may already have run them:
+one call's script fails                    that call's error, in its thread (or ``then``)
+                                           only
+the sending thread interrupted (an async   its own error; the other threads send their
+exception)                                 calls again. Redis may already have run them:
                                            a claim or settle run twice records the same
                                            outcome (the second sees its message active or
                                            superseded) and counts one more attempt
@@ -27,12 +33,18 @@ job's time limit, an async exception)      calls again. Redis may already have r
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import redis
 from redis.commands.core import Script
+
+from tiers.redis_retry import REDIS_DOWN
+
+log = logging.getLogger(__name__)
 
 #: The most calls one round trip carries (a batch holds one call per worker thread, so this
 #: is reached only by processes with more threads).
@@ -40,21 +52,27 @@ MAX_BATCH = 256
 
 
 class _Call:
-    """One thread's script call and, once sent, its reply or error."""
+    """One script call and, once sent, its reply or error."""
 
-    __slots__ = ("answered", "args", "error", "lead", "name", "reply", "waiting")
+    __slots__ = ("answered", "args", "error", "lead", "name", "reply", "then", "waiting")
 
-    def __init__(self, name: str, args: Sequence[Any]) -> None:
+    def __init__(
+        self, name: str, args: Sequence[Any], then: Callable[[Any, Exception | None], None] | None
+    ) -> None:
         self.name = name
         self.args = args
         self.answered = False
         self.reply: Any = None
         self.error: BaseException | None = None
+        #: What to do with the answer (a call nobody waits for); None: a thread waits.
+        self.then = then
         #: Set when this call's thread is to send the waiting calls (its own among them).
         self.lead = False
-        #: Held until the call is answered or its thread is to send.
-        self.waiting = threading.Lock()
-        self.waiting.acquire()
+        #: Held until the call is answered or its thread is to send (a waited-for call).
+        self.waiting: threading.Lock | None = None
+        if then is None:
+            self.waiting = threading.Lock()
+            self.waiting.acquire()
 
     def answer(self, reply: Any = None, error: BaseException | None = None) -> None:
         self.reply, self.error, self.answered = reply, error, True
@@ -86,13 +104,14 @@ class ScriptBatch:
     def call(self, name: str, args: Sequence[Any]) -> Any:
         """Run script ``name`` with ``args`` (in a round trip shared with other threads'
         calls) and return its reply."""
-        call = _Call(name, args)
+        call = _Call(name, args, None)
         with self._lock:
             self._pending.append(call)
             call.lead = not self._sending
             self._sending = True
         while not call.answered:
             if not call.lead:
+                assert call.waiting is not None
                 call.waiting.acquire()
             if call.lead:
                 call.lead = False
@@ -105,7 +124,7 @@ class ScriptBatch:
         with self._lock:
             batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
         try:
-            self._send(batch)
+            send_calls(self.client, self.namespace, self.scripts, batch)
         except BaseException:
             # Interrupted while sending (not a Redis error: those are answers): this
             # thread's call fails with it; the other unanswered calls go back to the front
@@ -118,53 +137,155 @@ class ScriptBatch:
                 following = self._pending[0] if self._pending else None
                 self._sending = following is not None
             for call in batch:
-                if call is not own and call.answered:
+                if call is not own and call.answered and call.waiting is not None:
                     call.waiting.release()
             if following is not None:
                 following.lead = True
-                if following is not own:
+                if following is not own and following.waiting is not None:
                     following.waiting.release()
 
-    def _send(self, batch: Sequence[_Call]) -> None:
-        """Answer every call of ``batch`` with its reply or its error (a failed round trip
-        is every call's error)."""
-        try:
-            if len(batch) == 1:
-                self._send_one(batch[0])
-            else:
-                self._send_many(batch)
-        except Exception as exc:
+
+class ScriptQueue:
+    """Send script calls nobody waits for: a sender thread (started with the first call)
+    carries every call submitted while its previous round trip was in flight in the next
+    one, and hands each call's answer to the call's ``then`` (in the sender thread).
+
+    While Redis is unreachable the sender sends the same calls again (0.1 s doubling to
+    0.5 s between tries, each failure logged); a call's own error goes to its ``then``.
+
+    Parameters:
+      client, namespace, scripts: as for :class:`ScriptBatch`.
+      name: the sender thread's name.
+    """
+
+    def __init__(
+        self, client: redis.Redis, namespace: str, scripts: Mapping[str, Script], name: str
+    ) -> None:
+        self.client = client
+        self.namespace = namespace
+        self.scripts = scripts
+        self.name = name
+        self._ready = threading.Condition(threading.Lock())
+        self._pending: list[_Call] = []
+        #: Calls submitted and not answered yet (the pending ones and the batch in flight).
+        self._unanswered = 0
+        self._idle = False
+        self._thread: threading.Thread | None = None
+
+    def submit(
+        self, name: str, args: Sequence[Any], then: Callable[[Any, Exception | None], None]
+    ) -> None:
+        """Send script ``name`` with ``args`` soon; ``then(reply, None)`` or ``then(None,
+        error)`` runs in the sender thread once Redis answered."""
+        with self._ready:
+            self._pending.append(_Call(name, args, then))
+            self._unanswered += 1
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._send_forever, name=self.name)
+                self._thread.daemon = True
+                self._thread.start()
+            elif self._idle:
+                self._ready.notify()
+
+    def flush(self, timeout: float) -> bool:
+        """Wait until every call submitted so far is answered (a worker stopping); False
+        when ``timeout`` seconds passed first."""
+        deadline = time.monotonic() + timeout
+        with self._ready:
+            while self._unanswered:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._ready.wait(min(left, 0.1))
+        return True
+
+    def _send_forever(self) -> None:
+        while True:
+            with self._ready:
+                while not self._pending:
+                    self._idle = True
+                    self._ready.wait()
+                self._idle = False
+                batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            self._send_until_answered(batch)
             for call in batch:
-                if not call.answered:
-                    call.answer(error=exc)
+                assert call.then is not None
+                error = call.error if isinstance(call.error, Exception) else None
+                try:
+                    call.then(call.reply, error)
+                except Exception:
+                    log.exception("handling the answer to a %s call failed", call.name)
+            with self._ready:
+                self._unanswered -= len(batch)
+                if not self._unanswered:
+                    self._ready.notify_all()
 
-    def _send_one(self, call: _Call) -> None:
-        try:
-            reply = self.scripts[call.name](keys=[self.namespace], args=call.args)
-        except redis.ResponseError as exc:
-            call.answer(error=exc)
-        else:
-            call.answer(reply)
-
-    def _send_many(self, batch: Sequence[_Call]) -> None:
-        """One pipeline of EVALSHA calls; the calls Redis refused for not knowing their
-        script (a restart or flush) are sent again once it is loaded."""
-        unanswered = list(batch)
-        for attempt in (1, 2):
-            pipe = self.client.pipeline(transaction=False)
-            for call in unanswered:
-                pipe.evalsha(self.scripts[call.name].sha, 1, self.namespace, *call.args)
-            replies = pipe.execute(raise_on_error=False)
-            refused: list[_Call] = []
-            for call, reply in zip(unanswered, replies, strict=True):
-                if isinstance(reply, redis.exceptions.NoScriptError) and attempt == 1:
-                    refused.append(call)
-                elif isinstance(reply, Exception):
-                    call.answer(error=reply)
-                else:
-                    call.answer(reply)
-            if not refused:
+    def _send_until_answered(self, batch: Sequence[_Call]) -> None:
+        wait = 0.1
+        while True:
+            send_calls(self.client, self.namespace, self.scripts, batch)
+            down = [call for call in batch if isinstance(call.error, REDIS_DOWN)]
+            if not down:
                 return
-            for name in {call.name for call in refused}:
-                self.client.script_load(self.scripts[name].script)
-            unanswered = refused
+            log.warning(
+                "redis unreachable while sending %d %s call(s) (%s); retrying in %.1fs",
+                len(down),
+                batch[0].name,
+                down[0].error,
+                wait,
+            )
+            time.sleep(wait)
+            wait = min(wait * 2, 0.5)
+            for call in batch:
+                call.answered, call.error = False, None
+
+
+def send_calls(
+    client: redis.Redis, namespace: str, scripts: Mapping[str, Script], batch: Sequence[_Call]
+) -> None:
+    """Answer every call of ``batch`` with its reply or its error (a failed round trip is
+    every call's error), in one round trip (two when Redis forgot a script)."""
+    try:
+        if len(batch) == 1:
+            _send_one(namespace, scripts, batch[0])
+        else:
+            _send_many(client, namespace, scripts, batch)
+    except Exception as exc:
+        for call in batch:
+            if not call.answered:
+                call.answer(error=exc)
+
+
+def _send_one(namespace: str, scripts: Mapping[str, Script], call: _Call) -> None:
+    try:
+        reply = scripts[call.name](keys=[namespace], args=call.args)
+    except redis.ResponseError as exc:
+        call.answer(error=exc)
+    else:
+        call.answer(reply)
+
+
+def _send_many(
+    client: redis.Redis, namespace: str, scripts: Mapping[str, Script], batch: Sequence[_Call]
+) -> None:
+    """One pipeline of EVALSHA calls; the calls Redis refused for not knowing their script
+    (a restart or flush) are sent again once it is loaded."""
+    unanswered = list(batch)
+    for attempt in (1, 2):
+        pipe = client.pipeline(transaction=False)
+        for call in unanswered:
+            pipe.evalsha(scripts[call.name].sha, 1, namespace, *call.args)
+        replies = pipe.execute(raise_on_error=False)
+        refused: list[_Call] = []
+        for call, reply in zip(unanswered, replies, strict=True):
+            if isinstance(reply, redis.exceptions.NoScriptError) and attempt == 1:
+                refused.append(call)
+            elif isinstance(reply, Exception):
+                call.answer(error=reply)
+            else:
+                call.answer(reply)
+        if not refused:
+            return
+        for name in {call.name for call in refused}:
+            client.script_load(scripts[name].script)
+        unanswered = refused

@@ -28,7 +28,10 @@ a retry) starts the next delivery with no streak. A delay that carries a new che
 is progress, not a stall: the streak starts again from that delay.
 
 :func:`classify` reads this table (exception -> :class:`Settlement`); :class:`Outcomes`
-records the settlement, its slot release and its next delivery in one atomic step.
+records the settlement, its slot release and its next delivery in one atomic step. The
+worker thread does not wait for it: the settle goes to the job store's settle sender (one
+round trip for the settles of every thread meanwhile), and the message's ack and release
+wait for its answer (``tiers.consumer.Settling``).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from shared.errors import (
 from shared.outages import is_infrastructure_outage
 from tiers.attempts import delay_streak, set_running_policy
 from tiers.broker import ACKED_IN_SETTLE, TierBroker
+from tiers.consumer import SETTLING, Settling
 from tiers.families import Family, family_of
 from tiers.faults import fault_point
 from tiers.job_store import JobStore
@@ -74,7 +78,6 @@ from tiers.options import (
     WINDOW_RESERVATION,
 )
 from tiers.policies import DEFAULT_RETRY, RetryPolicy
-from tiers.redis_retry import until_redis_answers
 from tiers.run_rates import run_count
 
 log = logging.getLogger(__name__)
@@ -113,7 +116,6 @@ class Outcomes(Middleware):
             self._settle(broker, message, exception)
         finally:
             self.slots.forget(message)
-        fault_point("settle.after")
 
     def _settle(self, broker: Broker, message: Any, exception: BaseException | None) -> None:
         family = family_of(message, self.families)
@@ -136,26 +138,34 @@ class Outcomes(Middleware):
         ack = None
         if not message.failed and isinstance(broker, TierBroker):
             ack = (message.queue_name, broker.broker_id)
-        count = run_count(self.jobs.namespace, message)
-        verdict = until_redis_answers(
-            lambda: self.jobs.settle(
-                message,
-                state=settlement.state,
-                retention_seconds=retention,
-                error=settlement.error,
-                failures=settlement.failures,
-                next_message=settlement.next_message,
-                delay=settlement.delay,
-                ack=ack,
-                count=count,
-            ),
-            what="settling a job",
+        args = self.jobs.settle_args(
+            message,
+            state=settlement.state,
+            retention_seconds=retention,
+            error=settlement.error,
+            failures=settlement.failures,
+            next_message=settlement.next_message,
+            delay=settlement.delay,
+            ack=ack,
+            count=run_count(self.jobs.namespace, message),
         )
-        if ack is not None:
-            setattr(message, ACKED_IN_SETTLE, True)
         setattr(message, SETTLEMENT, settlement)
-        if verdict == "stale":
-            log.warning("job %s was superseded while it ran", message.options[JOB_ID])
+        # The thread goes on to its next job; the message's ack waits for the answer.
+        settling = Settling()
+        setattr(message, SETTLING, settling)
+
+        def settled(verdict: str | None, error: Exception | None) -> None:
+            if error is not None:
+                log.error("settling job %s failed: %s", message.options[JOB_ID], error)
+            else:
+                if ack is not None:
+                    setattr(message, ACKED_IN_SETTLE, True)
+                if verdict == "stale":
+                    log.warning("job %s was superseded while it ran", message.options[JOB_ID])
+                fault_point("settle.after")
+            settling.finish()
+
+        self.jobs.settle_later(args, settled)
 
 
 @dataclass(frozen=True)

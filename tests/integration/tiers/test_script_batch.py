@@ -1,7 +1,9 @@
 """Script calls of many threads share round trips (``tiers.script_batch``), on a real Redis:
 every call gets its own reply, fewer round trips than calls carry them, a forgotten script is
 loaded and only the refused calls sent again, one call's failure stays its own, and a
-sending thread interrupted mid-trip leaves the other calls to be sent, not lost."""
+sending thread interrupted mid-trip leaves the other calls to be sent, not lost. Calls
+nobody waits for (a settle) are sent by the sender thread, answered through their ``then``,
+and sent again until a restarted Redis answers."""
 
 from __future__ import annotations
 
@@ -9,12 +11,14 @@ import ctypes
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-from tiers.script_batch import ScriptBatch
+from services.app.embedded import start_embedded_redis
+from tiers.script_batch import ScriptBatch, ScriptQueue
 
 ECHO = "return ARGV[1]"
 COUNT = "return redis.call('incr', KEYS[1] .. ':count:' .. ARGV[1])"
@@ -50,12 +54,32 @@ def counting_client(redis_url: str) -> redis.Redis:
     return redis.Redis(connection_pool=pool)
 
 
-def make_batch(client: redis.Redis, namespace: str) -> ScriptBatch:
-    scripts = {
+def scripts_on(client: redis.Redis) -> dict[str, Any]:
+    return {
         name: client.register_script(text)
         for name, text in (("echo", ECHO), ("count", COUNT), ("fail", FAIL), ("slow", SLOW))
     }
-    return ScriptBatch(client, namespace, scripts)
+
+
+def make_batch(client: redis.Redis, namespace: str) -> ScriptBatch:
+    return ScriptBatch(client, namespace, scripts_on(client))
+
+
+class Answers:
+    """The answers a ScriptQueue hands to its calls' ``then``, with the threads they ran in."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.got: dict[str, tuple[Any, Exception | None]] = {}
+        self.threads: set[str] = set()
+
+    def then(self, key: str) -> Callable[[Any, Exception | None], None]:
+        def record(reply: Any, error: Exception | None) -> None:
+            with self.lock:
+                self.got[key] = (reply, error)
+                self.threads.add(threading.current_thread().name)
+
+        return record
 
 
 def in_threads(calls: list[Callable[[], Any]]) -> list[Any]:
@@ -173,3 +197,67 @@ def test_calls_waiting_behind_an_interrupted_sender_are_still_sent(
     assert [outcome[t] for t in range(3)] == [b"0", b"1", b"2"]
     # And the batch goes on sending
     assert batch.call("echo", ["after"]) == b"after"
+
+
+def test_calls_nobody_waits_for_are_answered_through_then_in_shared_round_trips(
+    counting_client: redis.Redis, namespace: str
+) -> None:
+    queue = ScriptQueue(counting_client, namespace, scripts_on(counting_client), "sender")
+    answers = Answers()
+    queue.submit("echo", ["warm"], answers.then("warm"))
+    assert queue.flush(10)
+    before = CountingConnection.sent
+    # When 8 threads each submit 50 calls without waiting, and one call fails
+    in_threads(
+        [
+            (
+                lambda t=t: [
+                    queue.submit(
+                        "fail" if (t, i) == (3, 7) else "count",
+                        [str(t)],
+                        answers.then(f"{t}-{i}"),
+                    )
+                    for i in range(50)
+                ]
+            )
+            for t in range(8)
+        ]
+    )
+    assert queue.flush(10)
+    # Then each call ran once and its answer reached its then, in the sender thread
+    counts = [int(counting_client.get(f"{namespace}:count:{t}") or 0) for t in range(8)]
+    assert counts == [50] * 3 + [49] + [50] * 4
+    assert len(answers.got) == 401
+    reply, error = answers.got["3-7"]
+    assert reply is None and isinstance(error, redis.ResponseError)
+    assert all(error is None for key, (_, error) in answers.got.items() if key != "3-7")
+    assert answers.threads == {"sender"}
+    # And the 400 calls shared round trips
+    assert CountingConnection.sent - before < 400
+
+
+def test_calls_are_sent_again_until_a_restarted_redis_answers(
+    tmp_path: Path, namespace: str
+) -> None:
+    server = start_embedded_redis(tmp_path / "redis")
+    port = int(server.url.rsplit(":", 1)[1].split("/")[0])
+    client = redis.Redis.from_url(server.url, socket_connect_timeout=0.5)
+    queue = ScriptQueue(client, namespace, scripts_on(client), "sender")
+    answers = Answers()
+    try:
+        # Given Redis down
+        server.crash()
+        # When calls are submitted
+        for i in range(5):
+            queue.submit("count", ["down"], answers.then(str(i)))
+        # Then they wait (flush says they are not answered)
+        assert not queue.flush(0.5)
+        assert answers.got == {}
+        # And once Redis is back, each is answered, having run once
+        server = start_embedded_redis(tmp_path / "redis", port=port)
+        assert queue.flush(20)
+        assert sorted(answers.got) == [str(i) for i in range(5)]
+        assert all(error is None for _, error in answers.got.values())
+        assert int(client.get(f"{namespace}:count:down") or 0) == 5
+    finally:
+        server.stop()
