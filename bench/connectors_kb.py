@@ -215,12 +215,10 @@ def run_kb(options: argparse.Namespace) -> dict[str, Any]:
             incremental["re_landed"] = _connector_versions(platform) - expected
             incremental["http_calls"] = len(drive.requests) + len(graph.requests) - calls_full
         records = job_records(client, namespace)
-        delayed = sum(
-            1
+        syncs = [
+            client.hmget(key, "attempts", "finished_at")
             for key in client.scan_iter(match=f"{namespace}:job:kb-connector-sync-*", count=2000)
-            if b"rate-limit" in (client.hget(key, "last_delay") or b"")
-            or b"retry-after" in (client.hget(key, "last_delay") or b"")
-        )
+        ]
         counts = _documents(platform)
         result = {
             "route": "kb_connector_sync (slow tier) + ingestion (fast tier) on worker processes",
@@ -238,7 +236,9 @@ def run_kb(options: argparse.Namespace) -> dict[str, Any]:
             "jobs": len(records),
             "jobs_failed": sum(1 for r in records.values() if r["state"] == "failed"),
             "attempts_spent": sum(int(r["failures"] or 0) for r in records.values()),
-            "sync_jobs_last_delayed_by_a_rate_limit": delayed,
+            # a delivery is a start: the first, and one after each delay (rate limits)
+            "sync_job_deliveries": sum(int(attempts or 0) for attempts, _ in syncs),
+            "sync_jobs": len(syncs),
             "http_calls_first_round": calls_full,
             "incremental": incremental,
             "settled": settled,
