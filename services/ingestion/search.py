@@ -1,13 +1,15 @@
 """Hybrid retrieval (``search_knowledge``): vector and full-text rankings fused by reciprocal
-rank. One unit at ~400 lines on purpose: the two rankings, the planner between exact and
-index paths and the fusion share one visibility rule, and reading them apart hides it.
+rank.
 
 A query is embedded with the embedder that indexed the chunks and ranked twice over the
 chunks the caller may see: by cosine distance (:func:`vector_search`) and by PostgreSQL full
 text (:func:`text_search`, ``websearch_to_tsquery`` in the ``simple`` configuration that
 ``kb_chunks.content_tsv`` is generated with, ranked by ``ts_rank_cd``). The two top-N lists
 are fused with reciprocal rank fusion (``sum 1 / (60 + rank)``), which needs no calibration
-between a distance and a text rank.
+between a distance and a text rank. :func:`search` does all of it (both rankings, the
+fusion, the hits' text and documents) in one statement, one round trip
+(:mod:`services.ingestion.search_sql`); on the HNSW path the vector ranking is a statement
+of its own (it needs its settings), and the rest is still one.
 
 Visibility is decided in SQL, in every statement: the caller's organization (always), the
 knowledge base when given, documents not deleted, and the audience: a chunk with an empty
@@ -20,15 +22,14 @@ one transaction, or, when the new content fails, stays on that last good version
 Vector planner. pgvector's HNSW index knows nothing of tenants: ``ORDER BY distance LIMIT n``
 filtered to one organization walks the graph and filters afterwards, which measured 0.055
 recall@10 for an organization with 1% of 100,000 chunks (``bench/search.py``). So the
-vector ranking counts the organization's (or base's) chunks, stopping at
-``exact_threshold`` (an index-only count, cheap for the tenants it sends to the exact path):
+vector ranking looks at the organization's (or base's) size, counted up to
+``exact_threshold`` and remembered for a few seconds (:mod:`services.ingestion.search_planner`):
 
-* up to the threshold (default 50,000), the **exact** path scores every one of those rows
-  (a ``MATERIALIZED`` CTE, so the planner cannot hand the ``ORDER BY`` to the HNSW index)
-  through the ``(organization_id, knowledge_base_id)`` index; the vectors are stored in the
-  row (``SET STORAGE PLAIN``), so this is one heap visit per chunk. Recall is 1 by
-  construction; the cost is linear, about 1.3 us per chunk on these machines (p50 2.6 ms
-  for 1,000 chunks, 13.5 ms for 10,000), so ~70 ms at the threshold;
+* up to the threshold (default 50,000), the **exact** path scores every one of those rows.
+  Where migration ``api2_0006`` ran it reads the tenant's half-precision vectors from a
+  covering index (index-only, ~830 bytes a chunk) and re-ranks a shortlist by the exact
+  distance, so recall is 1 by construction (see :mod:`services.ingestion.search_sql`);
+  the cost is linear in the tenant's chunks, and it is what the scan reads;
 * above it, the **HNSW** path uses pgvector 0.8's iterative index scan
   (``hnsw.iterative_scan = relaxed_order``, ``hnsw.ef_search`` 200), which keeps walking
   the graph until enough rows pass the filters; it takes four times the candidates asked
@@ -48,8 +49,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -58,7 +58,9 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from services.indexing.embedders import Embedder
-from shared.db.vector import embedding_storage, vector_literal
+from services.ingestion import search_sql
+from services.ingestion.search_planner import layout, local_settings, scope_size
+from shared.db.vector import EmbeddingStorage, embedding_storage, vector_literal
 
 #: Above this many chunks in the searched scope, the vector ranking uses the HNSW index.
 DEFAULT_EXACT_THRESHOLD = 50_000
@@ -72,12 +74,8 @@ HNSW_EF_SEARCH = 200
 HNSW_OVERSAMPLING = 4
 MAX_TOP_K = 200
 #: The full-text configuration of ``kb_chunks.content_tsv`` (see the migration).
-TEXT_SEARCH_CONFIG = "simple"
+TEXT_SEARCH_CONFIG = search_sql.TEXT_SEARCH_CONFIG
 SNIPPET_CHARS = 240
-_HEADLINE_OPTIONS = (
-    'MaxWords=40, MinWords=15, ShortWord=2, MaxFragments=2, FragmentDelimiter=" … ", '
-    'StartSel="**", StopSel="**"'
-)
 _WORD = re.compile(r"\w", re.UNICODE)
 
 
@@ -157,30 +155,50 @@ def search(
     scope = SearchScope(organization_id, knowledge_base_id, tuple(audience))
     depth = min(max(4 * top_k, 40), 1_000)
     vector = embedder.embed([query])[0]
-    by_vector = vector_search(
-        session, scope=scope, vector=vector, limit=depth, exact_threshold=exact_threshold
-    )
-    by_text = text_search(session, scope=scope, query=query, limit=depth)
-    vector_ranks = _ranks(chunk_id for chunk_id, _ in by_vector.chunks)
-    text_ranks = _ranks(by_text)
-    fused = fuse([vector_ranks, text_ranks])[:top_k]
-    rows = _details(session, scope, [chunk_id for chunk_id, _ in fused], query, set(text_ranks))
-    return [
-        SearchHit(
-            chunk_id=chunk_id,
-            score=score,
-            vector_rank=vector_ranks.get(chunk_id),
-            text_rank=text_ranks.get(chunk_id),
-            **rows[chunk_id],
+    params: dict[str, Any] = {
+        **scope.params(),
+        "query": query,
+        "depth": depth,
+        "top_k": top_k,
+        "rrf_k": RRF_K,
+        "options": search_sql.HEADLINE_OPTIONS,
+    }
+    storage = _checked_storage(session, vector)
+    if storage.is_pgvector and _exact_path(session, scope, exact_threshold):
+        # The whole search in one statement: both rankings, the fusion, the hits' rows.
+        params |= _exact_params(vector, depth)
+        nearest = search_sql.exact_nearest(scope.where(), half_scan=layout(session).half_scan)
+        vector_ranked = search_sql.ranked_in_sql(nearest)
+    else:
+        ranking = vector_search(
+            session, scope=scope, vector=vector, limit=depth, exact_threshold=exact_threshold
         )
-        for chunk_id, score in fused
-        if chunk_id in rows  # deleted since it was ranked
-    ]
+        params["vector_ids"] = [chunk_id for chunk_id, _ in ranking.chunks]
+        vector_ranked = search_sql.ranked_given()
+    statement = search_sql.hybrid(scope.where(), vector_ranked)
+    return [_hit(row) for row in session.execute(text(statement), params)]
+
+
+def _hit(row: Any) -> SearchHit:
+    return SearchHit(
+        chunk_id=int(row[0]),
+        score=float(row[1]),
+        vector_rank=None if row[2] is None else int(row[2]),
+        text_rank=None if row[3] is None else int(row[3]),
+        document_id=int(row[4]),
+        knowledge_base_id=int(row[5]),
+        position=int(row[6]),
+        snippet=row[7] or _lead(row[8]),
+        content=str(row[8]),
+        document_name=str(row[9]),
+        document_version=int(row[10]),
+    )
 
 
 def fuse(rankings: Sequence[dict[int, int]], k: int = RRF_K) -> list[tuple[int, float]]:
     """Reciprocal rank fusion of ``{chunk_id: 1-based rank}`` rankings: ``(chunk_id,
-    score)``, best first; ties go to the better single rank, then the smaller id."""
+    score)``, best first; ties go to the better single rank, then the smaller id. (The
+    same fusion as :func:`search`'s statement, for callers holding rankings.)"""
     scores: dict[int, float] = {}
     best: dict[int, int] = {}
     for ranking in rankings:
@@ -188,10 +206,6 @@ def fuse(rankings: Sequence[dict[int, int]], k: int = RRF_K) -> list[tuple[int, 
             scores[chunk_id] = scores.get(chunk_id, 0.0) + 1.0 / (k + rank)
             best[chunk_id] = min(best.get(chunk_id, rank), rank)
     return sorted(scores.items(), key=lambda item: (-item[1], best[item[0]], item[0]))
-
-
-def _ranks(chunk_ids: Iterable[int]) -> dict[int, int]:
-    return {chunk_id: rank for rank, chunk_id in enumerate(chunk_ids, start=1)}
 
 
 # -- the visible chunks -----------------------------------------------------------------------
@@ -246,54 +260,62 @@ def vector_search(
 ) -> VectorRanking:
     """The ``limit`` visible chunks nearest to ``vector`` by cosine distance (chunks or a
     query with a zero vector have no distance and are left out)."""
-    storage = embedding_storage(session)
+    storage = _checked_storage(session, vector)
     if not storage.is_pgvector:
         return VectorRanking(
             VectorPath.FLOAT_ARRAY, _float_array_nearest(session, scope, vector, limit)
         )
-    if storage.dims is not None and len(vector) != storage.dims:
-        raise ValueError(f"the query vector has {len(vector)} dimensions, the index {storage.dims}")
     if not any(vector):
         return VectorRanking(VectorPath.EXACT, [])
     params: dict[str, Any] = {**scope.params(), "vector": vector_literal(vector), "limit": limit}
-    if _scope_size(session, scope, exact_threshold + 1) <= exact_threshold:
-        statement = (
-            "WITH scored AS MATERIALIZED (SELECT c.id, c.embedding <=> CAST(:vector AS vector) "
-            f"AS distance FROM api2.kb_chunks c WHERE {scope.where()}) "
-            "SELECT id, distance FROM scored WHERE distance <> 'NaN' "
-            "ORDER BY distance, id LIMIT :limit"
-        )
+    if _exact_path(session, scope, exact_threshold):
+        params |= _exact_params(vector, limit)
+        statement = search_sql.exact_nearest(scope.where(), half_scan=layout(session).half_scan)
         return VectorRanking(VectorPath.EXACT, _pairs(session.execute(text(statement), params)))
     # The index walk hands rows over in (roughly) distance order and the filters run on
     # them; LIMIT stops it. Sorting is disabled so the planner cannot prefer sorting the
     # organization's rows (that is the exact path, decided above), and the candidates,
-    # which relaxed order may return slightly out of order, are re-sorted here.
-    statement = (
-        "SELECT c.id, c.embedding <=> CAST(:vector AS vector) FROM api2.kb_chunks c "
-        f"WHERE {scope.where()} ORDER BY c.embedding <=> CAST(:vector AS vector) LIMIT :limit"
-    )
+    # which relaxed order may return slightly out of order, are re-sorted here. The plan
+    # is made for this organization (never a prepared statement's generic plan), so a
+    # partial HNSW index of its own (``WHERE organization_id = <id>``) is used when it
+    # exists: a walk over the tenant's graph alone.
     candidates = min(max(HNSW_OVERSAMPLING * limit, 40), 1_000)
     params["limit"] = candidates
     settings = {
         "hnsw.ef_search": str(max(HNSW_EF_SEARCH, candidates)),
         "enable_sort": "off",
+        "plan_cache_mode": "force_custom_plan",
     }
-    if _has_iterative_scan(session):
+    if layout(session).iterative_scan:
         settings["hnsw.iterative_scan"] = "relaxed_order"
-    with _local_settings(session, settings):
-        found = _pairs(session.execute(text(statement), params))
+    with local_settings(session, settings):
+        found = _pairs(session.execute(text(search_sql.index_nearest(scope.where())), params))
     rows = sorted(((i, d) for i, d in found if not math.isnan(d)), key=lambda r: (r[1], r[0]))
     return VectorRanking(VectorPath.HNSW, rows[:limit])
 
 
-def _scope_size(session: Session, scope: SearchScope, cap: int) -> int:
-    """How many chunks the scope's organization (and base) holds, counting at most ``cap``:
-    an index-only count that stays cheap for the small tenants the exact path serves."""
-    where = "c.organization_id = :organization_id"
-    if scope.knowledge_base_id is not None:
-        where += " AND c.knowledge_base_id = :knowledge_base_id"
-    statement = f"SELECT count(*) FROM (SELECT 1 FROM api2.kb_chunks c WHERE {where} LIMIT :cap) s"
-    return int(session.execute(text(statement), {**scope.params(), "cap": cap}).scalar_one())
+def _checked_storage(session: Session, vector: Sequence[float]) -> EmbeddingStorage:
+    storage = embedding_storage(session)
+    if storage.is_pgvector and storage.dims is not None and len(vector) != storage.dims:
+        raise ValueError(f"the query vector has {len(vector)} dimensions, the index {storage.dims}")
+    return storage
+
+
+def _exact_path(session: Session, scope: SearchScope, exact_threshold: int) -> bool:
+    size = scope_size(session, scope.organization_id, scope.knowledge_base_id, exact_threshold + 1)
+    return size <= exact_threshold
+
+
+def _exact_params(vector: Sequence[float], limit: int) -> dict[str, Any]:
+    literal = vector_literal(vector)
+    # Two parameters, one text: a parameter has one type, and the second use of one would
+    # cast it per row where the plan is generic (prepared statements).
+    return {
+        "vector": literal,
+        "vector_half": literal,
+        "limit": limit,
+        "shortlist": search_sql.SHORTLIST_FACTOR * limit,
+    }
 
 
 def _float_array_nearest(
@@ -302,15 +324,6 @@ def _float_array_nearest(
     norm = math.sqrt(sum(value * value for value in vector))
     if norm == 0.0:
         return []
-    # Rows of another length come from another embedder's space: not comparable, skipped.
-    statement = (
-        "WITH scored AS MATERIALIZED (SELECT c.id, (SELECT 1 - sum(a * b) / "
-        "NULLIF(sqrt(sum(a * a)) * :norm, 0) FROM unnest(c.embedding, "
-        "CAST(:vector AS float8[])) AS t(a, b)) AS distance FROM api2.kb_chunks c "
-        f"WHERE {scope.where()} AND cardinality(c.embedding) = :dims) "
-        "SELECT id, distance FROM scored WHERE distance IS NOT NULL "
-        "ORDER BY distance, id LIMIT :limit"
-    )
     params = {
         **scope.params(),
         "vector": [float(value) for value in vector],
@@ -318,39 +331,12 @@ def _float_array_nearest(
         "dims": len(vector),
         "limit": limit,
     }
+    statement = search_sql.float_array_nearest(scope.where())
     return _pairs(session.execute(text(statement), params))
 
 
 def _pairs(result: Any) -> list[tuple[int, float]]:
     return [(int(chunk_id), float(distance)) for chunk_id, distance in result]
-
-
-def _has_iterative_scan(session: Session) -> bool:
-    version = session.execute(
-        text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
-    ).scalar_one_or_none()
-    if version is None:
-        return False
-    major, minor = (int(part) for part in str(version).split(".")[:2])
-    return (major, minor) >= (0, 8)
-
-
-@contextmanager
-def _local_settings(session: Session, settings: dict[str, str]) -> Iterator[None]:
-    """Run the block with ``settings`` in a savepoint that is rolled back afterwards, which
-    undoes them: the caller's transaction keeps its own settings. The block only reads."""
-    savepoint = session.begin_nested()
-    try:
-        assignments = ", ".join(
-            f"set_config(:name{i}, :value{i}, true)" for i in range(len(settings))
-        )
-        params: dict[str, str] = {}
-        for i, (name, value) in enumerate(settings.items()):
-            params |= {f"name{i}": name, f"value{i}": value}
-        session.execute(text(f"SELECT {assignments}"), params)
-        yield
-    finally:
-        savepoint.rollback()
 
 
 # -- the text ranking -------------------------------------------------------------------------
@@ -361,53 +347,9 @@ def text_search(session: Session, *, scope: SearchScope, query: str, limit: int)
     ``or``, ``-word``), by ``ts_rank_cd`` (proximity counts), best first."""
     if not _WORD.search(query):
         return []
-    statement = (
-        f"SELECT c.id FROM api2.kb_chunks c, websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', "
-        f":query) q WHERE {scope.where()} AND c.content_tsv @@ q "
-        "ORDER BY ts_rank_cd(c.content_tsv, q) DESC, c.id LIMIT :limit"
-    )
-    result = session.execute(text(statement), {**scope.params(), "query": query, "limit": limit})
-    return [int(chunk_id) for chunk_id in result.scalars()]
-
-
-# -- the answer's rows ------------------------------------------------------------------------
-
-
-def _details(
-    session: Session, scope: SearchScope, chunk_ids: list[int], query: str, matched: set[int]
-) -> dict[int, dict[str, Any]]:
-    """``chunk_id -> SearchHit fields`` (document, base, position, snippet, content, the
-    document's name and version) of the chunks still visible."""
-    if not chunk_ids:
-        return {}
-    statement = (
-        "SELECT c.id, c.document_id, c.knowledge_base_id, c.position, CASE WHEN c.id = "
-        f"ANY(CAST(:matched AS bigint[])) THEN ts_headline('{TEXT_SEARCH_CONFIG}', c.content, "
-        f"websearch_to_tsquery('{TEXT_SEARCH_CONFIG}', :query), :options) END, "
-        "c.content, doc.name, doc.current_version FROM api2.kb_chunks c "
-        "JOIN api2.kb_documents doc ON doc.organization_id = c.organization_id "
-        "AND doc.id = c.document_id "
-        f"WHERE c.id = ANY(CAST(:ids AS bigint[])) AND {scope.where()}"
-    )
-    params = {
-        **scope.params(),
-        "ids": chunk_ids,
-        "matched": sorted(matched.intersection(chunk_ids)),
-        "query": query,
-        "options": _HEADLINE_OPTIONS,
-    }
-    return {
-        int(row[0]): {
-            "document_id": int(row[1]),
-            "knowledge_base_id": int(row[2]),
-            "position": int(row[3]),
-            "snippet": row[4] or _lead(row[5]),
-            "content": str(row[5]),
-            "document_name": str(row[6]),
-            "document_version": int(row[7]),
-        }
-        for row in session.execute(text(statement), params)
-    }
+    statement = f"SELECT id FROM ({search_sql.text_ranked(scope.where())}) t ORDER BY rank"
+    params = {**scope.params(), "query": query, "depth": limit}
+    return [int(chunk_id) for chunk_id in session.execute(text(statement), params).scalars()]
 
 
 def _lead(content: str) -> str:

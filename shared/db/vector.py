@@ -45,8 +45,17 @@ class Vector(UserDefinedType[list[float]]):
         return "vector" if self.dims is None else f"vector({self.dims})"
 
 
-# Reflection (autogenerate's comparison) names the type instead of warning about it.
+class HalfVector(Vector):
+    """pgvector's ``halfvec(<dims>)`` (16-bit floats), for reflection of
+    ``kb_chunks.embedding_half`` (migration ``api2_0006``)."""
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "halfvec" if self.dims is None else f"halfvec({self.dims})"
+
+
+# Reflection (autogenerate's comparison) names the types instead of warning about them.
 ischema_names.setdefault("vector", Vector)
+ischema_names.setdefault("halfvec", HalfVector)
 
 
 def parse_vector(value: object) -> list[float] | None:
@@ -158,15 +167,26 @@ def has_pgvector(session: Session) -> bool:
 # -- autogenerate hooks (used by shared/migrations/env.py and the migration tests) ----------
 
 #: Indexes that exist only where pgvector does; the models cannot declare them.
-PGVECTOR_ONLY_INDEXES = frozenset({"ix_kb_chunks_embedding_hnsw"})
+PGVECTOR_ONLY_INDEXES = frozenset({"ix_kb_chunks_embedding_hnsw", "ix_kb_chunks_scan"})
+#: Columns that exist only where pgvector does: ``kb_chunks.embedding_half``, the
+#: half-precision copy retrieval's exact scan reads (migration ``api2_0006``).
+PGVECTOR_ONLY_COLUMNS = frozenset({"embedding_half"})
+#: The name of a large tenant's own HNSW index, followed by its organization id; operators
+#: create them (``services.ingestion.tenant_index``), no migration or model declares them.
+TENANT_INDEX_PREFIX = "ix_kb_chunks_hnsw_org_"
 
 
 def include_object(
     obj: object, name: str | None, type_: str, reflected: bool, compare_to: object
 ) -> bool:
-    """Leave pgvector-only indexes out of autogenerate: the migration creates them only on
-    a server with pgvector, so the models (which serve both storages) do not declare them."""
-    return not (type_ == "index" and reflected and name in PGVECTOR_ONLY_INDEXES)
+    """Leave pgvector-only indexes and columns out of autogenerate: the migrations create
+    them only on a server with pgvector, so the models (which serve both storages) do not
+    declare them; nor do they declare tenants' own HNSW indexes, which operators create."""
+    if not reflected:
+        return True
+    if type_ == "index":
+        return not (name in PGVECTOR_ONLY_INDEXES or str(name).startswith(TENANT_INDEX_PREFIX))
+    return not (type_ == "column" and name in PGVECTOR_ONLY_COLUMNS)
 
 
 def compare_type(
