@@ -1,5 +1,5 @@
 """``speedtier ingestion``: the ingestion's usage events, summarized per organization; a
-connector binding's sync; the connections' key rotation."""
+connector binding's sync; the connections' key rotation; a large tenant's own HNSW index."""
 
 from __future__ import annotations
 
@@ -11,6 +11,12 @@ from router.context import LoadContext
 from services.ingestion import store
 from services.ingestion.credentials import CredentialBox
 from services.ingestion.families import sync_request
+from services.ingestion.tenant_index import (
+    create_tenant_index,
+    drop_tenant_index,
+    index_name,
+    tenant_indexes,
+)
 from shared.db.engine import session_scope
 from shared.errors import RecordMissing
 
@@ -106,6 +112,37 @@ def rotate_credentials_key(load: LoadContext, organization_id: int | None) -> No
         raise click.ClickException(
             f"{len(unreadable)} connection(s) open under no configured key: {listed}"
         )
+
+
+@ingestion.command("tenant-index")
+@click.option(
+    "--organization",
+    "organization_id",
+    type=click.IntRange(min=1),
+    help="Build this organization's index (default: list the organizations that have one).",
+)
+@click.option("--drop", is_flag=True, help="Drop the organization's index instead.")
+@click.pass_obj
+def tenant_index(load: LoadContext, organization_id: int | None, drop: bool) -> None:
+    """An organization's own HNSW index over its chunks, which search then walks instead of
+    the shared one (for tenants above the exact-search threshold, 50,000 chunks); built
+    CONCURRENTLY, so writes go on meanwhile."""
+    platform = load()
+    with platform.sessions() as session:
+        if organization_id is None:
+            listed = tenant_indexes(session)
+            click.echo(", ".join(map(str, listed)) or "no organization has an index of its own")
+            return
+        engine = session.get_bind().engine
+    if drop:
+        done = drop_tenant_index(engine, organization_id)
+        click.echo(f"{index_name(organization_id)}: {'dropped' if done else 'none to drop'}")
+        return
+    try:
+        done = create_tenant_index(engine, organization_id)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{index_name(organization_id)}: {'built' if done else 'exists already'}")
 
 
 def register(main: click.Group) -> None:
