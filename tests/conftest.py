@@ -1,5 +1,15 @@
 """Shared pytest fixtures: one plugin module per piece of real infrastructure, and the
-platform built on them (``make_platform``, ``platform``)."""
+platform built on them (``make_platform``, ``platform``).
+
+Hypothesis runs without its timing checks (the 200 ms deadline per example, the slow-data
+health check): under pytest-xdist on a shared 2-core machine they measure the machine, not
+the code; what a property test asserts is unchanged.
+"""
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 pytest_plugins = [
     "tests.fixtures_redis",
