@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -59,7 +59,12 @@ from sqlalchemy.orm import Session
 
 from services.indexing.embedders import Embedder
 from services.ingestion import search_sql
-from services.ingestion.search_planner import layout, local_settings, scope_size
+from services.ingestion.search_planner import (
+    execute_with_settings,
+    layout,
+    local_settings,
+    scope_size,
+)
 from shared.db.vector import EmbeddingStorage, embedding_storage, vector_literal
 
 #: Above this many chunks in the searched scope, the vector ranking uses the HNSW index.
@@ -164,19 +169,30 @@ def search(
         "options": search_sql.HEADLINE_OPTIONS,
     }
     storage = _checked_storage(session, vector)
-    if storage.is_pgvector and _exact_path(session, scope, exact_threshold):
-        # The whole search in one statement: both rankings, the fusion, the hits' rows.
-        params |= _exact_params(vector, depth)
-        nearest = search_sql.exact_nearest(scope.where(), half_scan=layout(session).half_scan)
-        vector_ranked = search_sql.ranked_in_sql(nearest)
-    else:
+    where = scope.where()
+    if not storage.is_pgvector or not any(vector):
+        # float8[] (or no query vector): the vector ranking first, then the rest in one.
         ranking = vector_search(
             session, scope=scope, vector=vector, limit=depth, exact_threshold=exact_threshold
         )
         params["vector_ids"] = [chunk_id for chunk_id, _ in ranking.chunks]
-        vector_ranked = search_sql.ranked_given()
-    statement = search_sql.hybrid(scope.where(), vector_ranked)
-    return [_hit(row) for row in session.execute(text(statement), params)]
+        statement = search_sql.hybrid(where, search_sql.ranked_given())
+        rows: Iterable[Any] = session.execute(text(statement), params)
+    elif _exact_path(session, scope, exact_threshold):
+        # The whole search in one statement: both rankings, the fusion, the hits' rows.
+        params |= _exact_params(vector, depth)
+        nearest = search_sql.exact_nearest(where, half_scan=layout(session).half_scan)
+        statement = search_sql.hybrid(where, search_sql.ranked_in_sql(nearest))
+        rows = session.execute(text(statement), params)
+    else:
+        # The same statement with the index walk as its vector ranking, under the index
+        # path's settings: savepoint, settings, statement and rollback in one round trip.
+        params |= _index_params(vector, depth)
+        ranked = search_sql.ranked_in_sql(search_sql.index_nearest_sorted(where))
+        statement = search_sql.hybrid(where, ranked)
+        settings = _index_settings(session, params["candidates"])
+        rows = execute_with_settings(session, settings, statement, params)
+    return [_hit(row) for row in rows]
 
 
 def _hit(row: Any) -> SearchHit:
@@ -273,14 +289,27 @@ def vector_search(
         statement = search_sql.exact_nearest(scope.where(), half_scan=layout(session).half_scan)
         return VectorRanking(VectorPath.EXACT, _pairs(session.execute(text(statement), params)))
     # The index walk hands rows over in (roughly) distance order and the filters run on
-    # them; LIMIT stops it. Sorting is disabled so the planner cannot prefer sorting the
-    # organization's rows (that is the exact path, decided above), and the candidates,
-    # which relaxed order may return slightly out of order, are re-sorted here. The plan
-    # is made for this organization (never a prepared statement's generic plan), so a
-    # partial HNSW index of its own (``WHERE organization_id = <id>``) is used when it
-    # exists: a walk over the tenant's graph alone.
+    # them; LIMIT stops it. The candidates, which relaxed order may return slightly out of
+    # order, are re-sorted here.
+    params |= _index_params(vector, limit)
+    with local_settings(session, _index_settings(session, params["candidates"])):
+        statement = search_sql.index_nearest(scope.where(), "candidates")
+        found = _pairs(session.execute(text(statement), params))
+    rows = sorted(((i, d) for i, d in found if not math.isnan(d)), key=lambda r: (r[1], r[0]))
+    return VectorRanking(VectorPath.HNSW, rows[:limit])
+
+
+def _index_params(vector: Sequence[float], limit: int) -> dict[str, Any]:
     candidates = min(max(HNSW_OVERSAMPLING * limit, 40), 1_000)
-    params["limit"] = candidates
+    return {"vector": vector_literal(vector), "limit": limit, "candidates": candidates}
+
+
+def _index_settings(session: Session, candidates: int) -> dict[str, str]:
+    """The HNSW path's settings. Sorting is disabled so the planner cannot prefer sorting
+    the organization's rows (that is the exact path, chosen by size); the plan is made for
+    this organization (never a prepared statement's generic plan), so a partial HNSW index
+    of its own (``WHERE organization_id = <id>``, :mod:`services.ingestion.tenant_index`)
+    is used where it exists: a walk over the tenant's graph alone."""
     settings = {
         "hnsw.ef_search": str(max(HNSW_EF_SEARCH, candidates)),
         "enable_sort": "off",
@@ -288,10 +317,7 @@ def vector_search(
     }
     if layout(session).iterative_scan:
         settings["hnsw.iterative_scan"] = "relaxed_order"
-    with local_settings(session, settings):
-        found = _pairs(session.execute(text(search_sql.index_nearest(scope.where())), params))
-    rows = sorted(((i, d) for i, d in found if not math.isnan(d)), key=lambda r: (r[1], r[0]))
-    return VectorRanking(VectorPath.HNSW, rows[:limit])
+    return settings
 
 
 def _checked_storage(session: Session, vector: Sequence[float]) -> EmbeddingStorage:

@@ -23,7 +23,9 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
+import psycopg
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
@@ -32,6 +34,7 @@ SCOPE_SIZE_TTL_SECONDS = 30.0
 #: The stored half-precision copy of ``kb_chunks.embedding`` and the index carrying it.
 HALF_COLUMN = "embedding_half"
 SCAN_INDEX = "ix_kb_chunks_scan"
+_SAVEPOINT = "search_settings"
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,38 @@ def forget_sizes() -> None:
     """Drop every remembered scope size (tests and benchmarks that reload a tenant)."""
     with _lock:
         _sizes.clear()
+
+
+def execute_with_settings(
+    session: Session, settings: dict[str, str], statement: str, params: dict[str, Any]
+) -> list[Any]:
+    """The rows of ``statement`` (SQLAlchemy ``:name`` parameters) run with ``settings``,
+    which are undone afterwards as by :func:`local_settings`, in one round trip: the
+    savepoint, the settings, the statement and the rollback to the savepoint go out as one
+    psycopg pipeline. The statement only reads."""
+    connection = session.connection()
+    driver = connection.connection.driver_connection
+    if not isinstance(driver, psycopg.Connection):
+        raise TypeError(f"expected a psycopg connection, got {type(driver).__name__}")
+    compiled = str(text(statement).compile(dialect=connection.dialect))
+    assignments = ", ".join(
+        f"set_config(%(name{i})s, %(value{i})s, true)" for i in range(len(settings))
+    )
+    names: dict[str, str] = {}
+    for i, (name, value) in enumerate(settings.items()):
+        names |= {f"name{i}": name, f"value{i}": value}
+    setup, cursor = driver.cursor(), driver.cursor()
+    try:
+        with driver.pipeline():
+            setup.execute(f"SAVEPOINT {_SAVEPOINT}")
+            setup.execute(f"SELECT {assignments}", names)
+            cursor.execute(compiled, params)
+            setup.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}")
+            setup.execute(f"RELEASE SAVEPOINT {_SAVEPOINT}")
+        return cursor.fetchall()
+    finally:
+        setup.close()
+        cursor.close()
 
 
 @contextmanager

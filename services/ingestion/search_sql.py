@@ -51,12 +51,21 @@ def exact_nearest(where: str, *, half_scan: bool) -> str:
     )
 
 
-def index_nearest(where: str) -> str:
+def index_nearest(where: str, limit: str = "limit") -> str:
     """``(id, distance)`` of visible chunks in the HNSW index's order (roughly nearest
-    first), at most ``:limit``; run with the index path's settings."""
+    first), at most ``:<limit>``; run with the index path's settings."""
     return (
-        f"SELECT c.id, c.embedding <=> {_QUERY_VECTOR} FROM api2.kb_chunks c "
-        f"WHERE {where} ORDER BY c.embedding <=> {_QUERY_VECTOR} LIMIT :limit"
+        f"SELECT c.id, c.embedding <=> {_QUERY_VECTOR} AS distance FROM api2.kb_chunks c "
+        f"WHERE {where} ORDER BY c.embedding <=> {_QUERY_VECTOR} LIMIT :{limit}"
+    )
+
+
+def index_nearest_sorted(where: str) -> str:
+    """:func:`index_nearest` taking ``:candidates`` rows, re-sorted by exact distance: the
+    ``:limit`` nearest of them, nearest first."""
+    return (
+        f"SELECT id, distance FROM ({index_nearest(where, 'candidates')}) i "
+        "WHERE distance <> 'NaN' ORDER BY distance, id LIMIT :limit"
     )
 
 
