@@ -10,9 +10,11 @@ Redis unreachable while fetching        delayed messages held in memory are KEPT
                                         them in a live worker's ack set for good
 prefetched messages when the consumer   handed back to the queue; if Redis is down they
 restarts                                are served by the next consumer of the queue
-the prefetch buffer is nearly full,     no fetch until a quarter of it is free, and after
+the prefetch buffer is nearly full,     no fetch until a quarter of it is free (and no
+                                        more than that fetched at once), and after
 or the queue only trickles in           a fetch that found fewer messages than it asked
-                                        for, none until the worker threads could run out
+                                        for, none until the worker threads have little
+                                        left (twice their number)
                                         (Dramatiq fetches after every ack: a round trip
                                         for a handful of messages, or for one, when a
                                         group's settles feed its queue one by one); each
@@ -94,10 +96,12 @@ class TierConsumer(_RedisConsumer):
     """Dramatiq's Redis consumer, plus:
 
     - it fetches when a quarter of its prefetch is free (at least one message), not after
-      every ack; after a fetch that found fewer messages than it asked for, only once no
-      more than ``worker_threads`` of its messages are left (so none of them waits for a
-      thread: the threads cannot run dry meanwhile); and it hands out the messages the
-      fetch decoded (``TierBroker.fetch_messages``);
+      every ack, and no more than that quarter (or twice its worker threads) at a time;
+      after a fetch that found fewer messages than it asked for (the queue runs dry: it is
+      fed as fast as it is drained, one message per settle for a group at its cap), only
+      once no more than twice its worker threads of its messages are left (a thread's worth
+      still waits for a thread while the fetch is on its way); and it hands out the
+      messages the fetch decoded (``TierBroker.fetch_messages``);
     - ``ack`` is skipped (no round trip) for a message a script already acked;
     - messages handed back unrun (``requeue``, on shutdown) have their fetch-time claim undone
       first, and ``close`` hands back the fetched messages no thread has taken yet; when
@@ -134,9 +138,9 @@ class TierConsumer(_RedisConsumer):
                 if not self._may_fetch():  # checked again: an ack may have come in between
                     self._room.wait(self.timeout / 1000)
                 return None
-            free = self.prefetch - self.outstanding_message_count
-            self.message_cache = self.broker.fetch_messages(self.queue_name, free)
-            self._trickling = 0 < len(self.message_cache) < free
+            asked = self._batch_size()
+            self.message_cache = self.broker.fetch_messages(self.queue_name, asked)
+            self._trickling = 0 < len(self.message_cache) < asked
             if self.message_cache:
                 return self.__next__()
             self.misses, backoff_ms = compute_backoff(self.misses, max_backoff=self.timeout)
@@ -150,7 +154,18 @@ class TierConsumer(_RedisConsumer):
         free: int = self.prefetch - outstanding
         if free < self.refill_at:
             return False
-        return not (self._trickling and self.worker_threads and outstanding > self.worker_threads)
+        if self._trickling and self.worker_threads:
+            return outstanding <= 2 * self.worker_threads
+        return True
+
+    def _batch_size(self) -> int:
+        """How many messages to fetch: the free places, but no more than a quarter of the
+        prefetch (or twice the worker threads, when more): a queue that only trickles in is
+        shared with the other workers, not taken whole by the first one to find it full."""
+        free: int = self.prefetch - len(self.queued_message_ids) - len(self.message_cache)
+        if not self.worker_threads:
+            return free
+        return min(free, max(self.refill_at, 2 * self.worker_threads))
 
     def _freed(self) -> None:
         if self._may_fetch():

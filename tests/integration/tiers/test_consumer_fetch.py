@@ -1,7 +1,8 @@
-"""When a worker's consumer fetches: once a quarter of its prefetch is free (Dramatiq fetches
-after every ack, one round trip for a handful of messages), and after a fetch that found the
-queue running dry, only once no more of its messages are left than there are worker threads
-(a group's settles feed its queue one message at a time)."""
+"""When a worker's consumer fetches, and how much: once a quarter of its prefetch is free
+(Dramatiq fetches after every ack, one round trip for a handful of messages), at most that
+quarter (or twice its threads) at a time, and after a fetch that found the queue running dry,
+only once no more of its messages are left than there are worker threads (a group's settles
+feed its queue one message at a time)."""
 
 from __future__ import annotations
 
@@ -49,23 +50,24 @@ def test_the_next_fetch_waits_for_a_quarter_of_the_prefetch(
     consumer.close()
 
 
-def test_after_the_queue_ran_dry_the_next_fetch_waits_until_the_threads_could_run_out(
+def test_after_the_queue_ran_dry_the_next_fetch_waits_until_the_threads_have_little_left(
     router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
 ) -> None:
-    enqueue(router, range(6))
-    consumer = consumer_of(broker, prefetch=20)
+    enqueue(router, range(8))
+    consumer = consumer_of(broker, prefetch=40)
     consumer.worker_threads = 2
-    # Given a fetch that found 6 messages where it asked for 20
-    handed = [next(consumer) for _ in range(6)]
+    # Given a fetch that found 8 messages where it asked for 10
+    handed = [next(consumer) for _ in range(8)]
     assert all(message is not None for message in handed)
-    enqueue(router, range(6, 9))
-    # When acks leave 4, then 3 of its messages outstanding (more than its 2 threads)
+    enqueue(router, range(8, 11))
+    # When acks leave 7, then 6, then 5 of its messages outstanding (more than twice its
+    # 2 threads)
     for message in handed[:3]:
         consumer.ack(message)
         # Then the three new messages stay in the queue, for any worker to take
         assert next(consumer) is None
         assert queued(redis_client, namespace) == 3
-    # When the acks leave 2 (as many as its threads), Then it fetches them
+    # When the acks leave 4 (twice its threads), Then it fetches them
     consumer.ack(handed[3])
     assert next(consumer) is not None
     assert queued(redis_client, namespace) == 0
@@ -82,6 +84,17 @@ def test_a_fetch_of_a_full_batch_does_not_wait_for_the_threads(
     consumer.ack(handed[0])
     consumer.ack(handed[1])
     # A full fetch says the queue is not running dry: a quarter free is enough
+    assert next(consumer) is not None
+    assert queued(redis_client, namespace) == 20
+    consumer.close()
+
+
+def test_a_fetch_takes_a_quarter_of_the_prefetch_and_leaves_the_rest_to_other_workers(
+    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
+) -> None:
+    enqueue(router, range(30))
+    consumer = consumer_of(broker, prefetch=40)
+    consumer.worker_threads = 2
     assert next(consumer) is not None
     assert queued(redis_client, namespace) == 20
     consumer.close()
