@@ -16,6 +16,8 @@ from dramatiq.middleware import Middleware
 from tiers.consumer import ACKED_IN_SETTLE, TierConsumer
 from tiers.faults import fault_point
 from tiers.job_store import EnqueueResult, JobStore, as_text
+from tiers.middleware.group_slots import GROUP_PARKED
+from tiers.middleware.job_metrics import tier_of_queue
 from tiers.options import ETA, JOB_ID, REDIS_MESSAGE_ID
 
 log = logging.getLogger(__name__)
@@ -72,9 +74,9 @@ class TierBroker(RedisBroker):
         """Dramatiq's fetch, screened and decoded (once: the consumer hands out these
         objects): a message no worker can run (undecodable, unknown actor, no job id) is
         dead-lettered and its job failed here, so it neither stops the consumer nor comes
-        back. Then (main queues) one claim for the batch's jobs without a group; when that
-        claim cannot reach Redis the messages are claimed one by one when their runs start,
-        as grouped ones always are."""
+        back. Then (main queues) one claim for the batch's jobs (grouped ones take their
+        slots); when that claim cannot reach Redis the messages are claimed one by one
+        when their runs start."""
         fetched: list[bytes | None] = self._dispatch("fetch")(  # type: ignore[no-untyped-call]
             queue_name, count
         )
@@ -97,11 +99,26 @@ class TierBroker(RedisBroker):
             self._reject(queue_name, rejected)
         if not queue_name.endswith(".DQ"):
             try:
-                self.jobs.claim_fetched(decoded)
+                parked = self.jobs.claim_fetched(queue_name, self.broker_id, decoded)
             except Exception as exc:  # the fetched messages must reach the consumer regardless
                 log.warning("claiming a fetched batch failed (%r); claiming at start", exc)
+            else:
+                if parked:
+                    decoded = self._drop_parked(queue_name, decoded, parked)
         fault_point("fetch.after")
         return decoded
+
+    def _drop_parked(
+        self, queue_name: str, decoded: list[Message[Any]], parked: list[Message[Any]]
+    ) -> list[Message[Any]]:
+        """The fetched messages without those the claim parked (acked and waiting in their
+        group: no thread runs them, and no ack or hand-back of this delivery may follow)."""
+        gone = {message.options[REDIS_MESSAGE_ID] for message in parked}
+        self.release_held(queue_name, gone)
+        for message in parked:
+            GROUP_PARKED.labels(message.actor_name, tier_of_queue(queue_name)).inc()
+            log.info("job %s not run: parked", message.options[JOB_ID])
+        return [m for m in decoded if m.options[REDIS_MESSAGE_ID] not in gone]
 
     def _screen(self, data: bytes) -> tuple[Message[Any] | None, str]:
         """The decoded message and, when no worker can run it, why."""

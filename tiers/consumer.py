@@ -173,7 +173,7 @@ class TierConsumer(_RedisConsumer):
 
     def ack(self, message: Any) -> None:
         redis_id = message.options.get(REDIS_MESSAGE_ID)
-        self.broker.jobs.claimed_at_fetch.pop(redis_id, None)
+        self.broker.jobs.take_fetch_claim(redis_id)
         if getattr(message, ACKED_IN_SETTLE, False):
             self.queued_message_ids.discard(message.message_id)
         else:
@@ -183,7 +183,7 @@ class TierConsumer(_RedisConsumer):
 
     def nack(self, message: Any) -> None:
         redis_id = message.options.get(REDIS_MESSAGE_ID)
-        self.broker.jobs.claimed_at_fetch.pop(redis_id, None)
+        self.broker.jobs.take_fetch_claim(redis_id)
         super().nack(message)  # type: ignore[no-untyped-call]
         self.broker.release_held(self.queue_name, [redis_id])
         self._freed()

@@ -75,9 +75,14 @@ class JobStore:
         self.client = client
         self.namespace = namespace
         self.lease_ms = int(lease_seconds * 1000)
-        #: redis message id -> verdict of the claim made when the message was fetched (jobs
-        #: without a group only); the worker thread that picks the message up takes it.
+        #: redis message id -> verdict of the claim made when the message was fetched; the
+        #: worker thread that picks the message up takes it (:meth:`take_fetch_claim`).
         self.claimed_at_fetch: dict[str, str] = {}
+        #: redis message id -> (group key, job id) of the fetched messages whose claim took
+        #: a group slot and that no thread has started yet: their leases are kept fresh like
+        #: those of running jobs (``GroupSlots``), so a slot outlives a long prefetch wait
+        #: but not this worker.
+        self.slots_at_fetch: dict[str, tuple[str, str]] = {}
         self._scripts = {
             name: client.register_script(_load(name))
             for name in (
@@ -185,38 +190,69 @@ class JobStore:
         )
         return reply.decode() if isinstance(reply, bytes) else str(reply)
 
-    def claim_fetched(self, messages: Sequence[Message[Any]]) -> None:
-        """Claim, in one round trip, the fetched main-queue messages that carry a job id and
-        no group (a message with a group is claimed when a thread starts it, because its claim
-        takes a group slot). Verdicts (``run``, ``stale``, ``done``) wait in
-        :attr:`claimed_at_fetch` for the worker thread."""
+    def claim_fetched(
+        self, queue: str, worker_id: str, messages: Sequence[Message[Any]]
+    ) -> list[Message[Any]]:
+        """Claim, in one round trip, the messages worker ``worker_id`` fetched from main queue
+        ``queue`` that carry a job id (claim.lua's verdicts: ``run``, ``stale``, ``done``,
+        ``parked``). A grouped job's claim takes or keeps its group slot with the running
+        lease; this worker keeps it fresh from then on (:attr:`slots_at_fetch`). Verdicts
+        wait in :attr:`claimed_at_fetch` for the worker thread; ``later`` (a message whose
+        queued copy could not be read to park it) is claimed when a thread starts it.
+
+        Returns the messages parked by the claim: they are already acked and wait in their
+        group, so the worker must drop them (never ack or hand back those deliveries)."""
         batch = [
             message
             for message in messages
-            if JOB_ID in message.options
-            and not message.options.get(GROUP)
-            and ETA not in message.options
+            if JOB_ID in message.options and ETA not in message.options
         ]
         if not batch:
-            return
-        args: list[Any] = [now_ms()]
+            return []
+        args: list[Any] = [now_ms(), self.lease_ms, queue, worker_id]
         for message in batch:
             options = message.options
-            args += [options[JOB_ID], message.message_id, options[REDIS_MESSAGE_ID]]
+            args += [
+                options[JOB_ID],
+                message.message_id,
+                options[REDIS_MESSAGE_ID],
+                options.get(GROUP, ""),
+                options.get(GROUP_CAP, 0),
+            ]
         verdicts = self._scripts["claim_many"](keys=[self.namespace], args=args)
-        for message, verdict in zip(batch, verdicts, strict=True):
-            self.claimed_at_fetch[message.options[REDIS_MESSAGE_ID]] = as_text(verdict)
+        parked: list[Message[Any]] = []
+        for message, reply in zip(batch, verdicts, strict=True):
+            verdict = as_text(reply)
+            options = message.options
+            if verdict == "parked":
+                parked.append(message)
+            elif verdict != "later":
+                redis_id = options[REDIS_MESSAGE_ID]
+                if verdict == "run" and options.get(GROUP):
+                    self.slots_at_fetch[redis_id] = (options[GROUP], options[JOB_ID])
+                self.claimed_at_fetch[redis_id] = verdict
+        return parked
+
+    def take_fetch_claim(self, redis_id: str) -> str | None:
+        """The verdict of the fetch-time claim of a message (None: not claimed at fetch),
+        forgotten here: the message is started, acked or handed back."""
+        self.slots_at_fetch.pop(redis_id, None)
+        return self.claimed_at_fetch.pop(redis_id, None)
+
+    def fetched_slots(self) -> list[tuple[str, str]]:
+        """(group key, job id) of the fetched, not yet started jobs holding a group slot."""
+        return list(self.slots_at_fetch.copy().values())
 
     def unclaim_unstarted(self, messages: Iterable[Message[Any]]) -> None:
         """Messages handed back unrun (worker shutdown): drop their fetch-time verdicts and
-        set the jobs claimed at fetch back to ``waiting``."""
-        args: list[str] = []
+        set the jobs claimed at fetch back to ``waiting`` (a grouped one keeps its slot, now
+        leased as a queued job's)."""
+        args: list[Any] = [now_ms(), QUEUED_LEASE_MS]
         for message in messages:
             options = message.options
-            verdict = self.claimed_at_fetch.pop(options.get(REDIS_MESSAGE_ID, ""), None)
-            if verdict == "run":
-                args += [options[JOB_ID], options[REDIS_MESSAGE_ID]]
-        if args:
+            if self.take_fetch_claim(options.get(REDIS_MESSAGE_ID, "")) == "run":
+                args += [options[JOB_ID], options[REDIS_MESSAGE_ID], options.get(GROUP, "")]
+        if len(args) > 2:
             self._scripts["unclaim"](keys=[self.namespace], args=args)
 
     def settle(self, message: Message[Any], **outcome: Any) -> str:

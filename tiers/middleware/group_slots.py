@@ -28,8 +28,9 @@ GROUP_PARKED = metrics.counter(
 
 
 class GroupSlots(Middleware):
-    """Claim at start (a job without a group: at fetch, see ``TierBroker.fetch_messages``), lease
-    while running; the outcomes middleware settles and releases.
+    """Take the claim made at fetch (``TierBroker.fetch_messages``; at start when that
+    failed), keep the slots leased while their jobs wait in this worker or run; the outcomes
+    middleware settles and releases.
 
     Parameters:
       jobs: the job store of the broker.
@@ -51,8 +52,8 @@ class GroupSlots(Middleware):
         options = message.options
         if JOB_ID not in options:
             return
-        # A job without a group was claimed when its batch was fetched (TierBroker.fetch_messages).
-        verdict = self.jobs.claimed_at_fetch.pop(options[REDIS_MESSAGE_ID], None)
+        # Claimed when its batch was fetched (TierBroker.fetch_messages), unless that failed.
+        verdict = self.jobs.take_fetch_claim(options[REDIS_MESSAGE_ID])
         if verdict is None:
             verdict = until_redis_answers(
                 lambda: self.jobs.claim(message, q_name(message.queue_name)),
@@ -96,6 +97,7 @@ class GroupSlots(Middleware):
             try:
                 with self._lock:
                     held = [entry for entry in self._running.values() if entry[0]]
+                held += self.jobs.fetched_slots()
                 self.jobs.refresh_leases(held)
                 reaped = self.jobs.reap()
                 if reaped:
