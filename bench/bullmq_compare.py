@@ -11,9 +11,10 @@ message. Each round measures, systems alternating:
 
 - BullMQ: ``queue.add`` one by one, ``addBulk`` (batches of 1,000), and the drain of the jobs
   by one Worker (concurrency 50, no-op processor);
-- speedtier: ``Router.enqueue`` one by one, ``Router.enqueue_many`` (one call), and the
-  drain by 2 worker processes x 8 threads (prefetch 200, poll 100 ms) of a family without a
-  group cap and of one with a cap of 5 per organization over 20 organizations.
+- speedtier: raw Dramatiq's ``actor.send`` one by one (the baseline of a single enqueue),
+  ``Router.enqueue`` one by one, ``Router.enqueue_many`` (one call), and the drain by 2
+  worker processes x 8 threads (prefetch 200, poll 100 ms) of a family without a group cap
+  and of one with a cap of 5 per organization over 20 organizations.
 
 Ratios are speedtier / BullMQ (above 1: speedtier faster); the median of the rounds is shown
 with the load average at each measure (the machine is shared).
@@ -126,6 +127,32 @@ def speedtier_enqueue(mode: str, jobs: int, redis_url: str) -> float:
     return jobs / seconds
 
 
+def raw_send(jobs: int, redis_url: str) -> float:
+    """Jobs/s of raw Dramatiq's ``actor.send`` one by one (issue 16's baseline for a single
+    enqueue), on its own namespace of the same Redis."""
+    import dramatiq
+    from dramatiq.brokers.redis import RedisBroker
+
+    namespace = new_namespace("cmp-raw-send")
+    broker = RedisBroker(url=redis_url, namespace=namespace)  # type: ignore[no-untyped-call]
+    actor = dramatiq.actor(broker=broker, actor_name="raw_noop", queue_name="raw_noop")(_noop)
+    try:
+        started = time.perf_counter()
+        for i in range(jobs):
+            actor.send(organization_id=1, item=str(i))
+        seconds = time.perf_counter() - started
+    finally:
+        broker.close()
+        client = connect(redis_url)
+        delete_namespace(client, namespace)
+        client.close()
+    return jobs / seconds
+
+
+def _noop(organization_id: int, item: str) -> None:
+    """Raw Dramatiq's actor: nothing (never run here)."""
+
+
 def speedtier_drain(kind: str, jobs: int, redis_url: str) -> tuple[float, dict[str, float]]:
     """Jobs/s of 2 worker processes draining ``jobs`` enqueued before they start, and what a
     job cost: the workers' CPU and Redis's CPU (µs), Redis commands and script calls (Redis's
@@ -189,6 +216,7 @@ def run(
         "speedtier": {m: [] for m in measures},
     }
     loads: list[float] = []
+    raw_sends: list[float] = []
     costs: dict[str, list[dict[str, float]]] = {"drain": [], "drain_grouped": []}
 
     def bullmq_round() -> None:
@@ -202,6 +230,7 @@ def run(
     def speedtier_round() -> None:
         side = samples["speedtier"]
         if not drain_only:
+            raw_sends.append(raw_send(jobs, redis_url))
             side["single_enqueue"].append(speedtier_enqueue("single", jobs, redis_url))
             side["bulk_enqueue"].append(speedtier_enqueue("bulk", jobs, redis_url))
         for measure, kind in (("drain", "bench_noop"), ("drain_grouped", "bench_grouped")):
@@ -229,6 +258,11 @@ def run(
     ratios["grouped_to_ungrouped"] = rnd(
         medians["speedtier"]["drain_grouped"] / medians["speedtier"]["drain"], 2
     )
+    raw = {"raw_dramatiq_send": round(statistics.median(raw_sends))} if raw_sends else {}
+    if raw:
+        ratios["single_to_raw_send"] = rnd(
+            medians["speedtier"]["single_enqueue"] / raw["raw_dramatiq_send"], 2
+        )
     return {
         "machine": info,
         "bullmq_version": json.loads((DIRECTORY / "package.json").read_text())["devDependencies"][
@@ -237,13 +271,21 @@ def run(
         "settings": {"jobs": jobs, "rounds": rounds, **SETTINGS, "organizations": ORGANIZATIONS},
         "samples": samples,
         "medians": medians,
+        **raw,
         "ratios": ratios,
         "drain_costs_per_job": drain_costs,
         "load_averages": loads,
         "targets": {
             "drain_met": ratios["drain"] >= 1.0,
             "grouped_met": ratios["grouped_to_ungrouped"] >= 0.8,
-            **({} if drain_only else {"bulk_met": ratios["bulk_enqueue"] >= 1.0}),
+            **(
+                {}
+                if drain_only
+                else {
+                    "bulk_met": ratios["bulk_enqueue"] >= 1.0,
+                    "single_met": ratios["single_to_raw_send"] >= 1.0,
+                }
+            ),
         },
     }
 
@@ -276,6 +318,16 @@ def summary(result: dict[str, Any]) -> str:
             markdown_table(["measure", "BullMQ", "speedtier", "speedtier / BullMQ"], rows),
             "",
             f"Grouped drain / ungrouped drain: {ratios['grouped_to_ungrouped']} (target >= 0.8).",
+            *(
+                [
+                    "",
+                    f"Raw Dramatiq's `send` one by one: {result['raw_dramatiq_send']:,}/s; "
+                    f"`Router.enqueue` / raw send: {ratios['single_to_raw_send']} "
+                    "(target >= 1.0).",
+                ]
+                if "raw_dramatiq_send" in result
+                else []
+            ),
             "",
             "speedtier's drain, per job (median; Redis figures are server-wide):",
             "",
