@@ -11,32 +11,49 @@ from router.context import ServiceContext
 from shared.errors import NotConfigured
 from shared.redis_persistence import VolatileRedis
 
-_COMMAND_MODULES = (
-    "services.app.cli.db",
-    "services.app.cli.api",
-    "services.app.cli.ready",
-    "services.app.cli.alive",
-    "services.app.cli.worker",
-    "services.app.cli.scheduler",
-    "services.app.cli.jobs",
-    "services.app.cli.flags",
-    "services.app.cli.claims",
-    "services.app.cli.up",
-)
-#: Products' command groups, each module exposing ``register(main)``; their commands receive
-#: :func:`load_context` as click's context object rather than bootstrapping themselves.
-PRODUCT_COMMAND_MODULES = (
-    "services.knowledge_sync.cli",
-    "services.ingestion.cli",
-    "services.maintenance.cli",
-    "services.uploads.cli",
-    "services.super_sources.cli",
-    "services.reports.cli",
-)
+#: Every command (or group) of ``speedtier`` -> the module whose ``register(main)`` adds it.
+#: A module is imported only when one of its commands runs (or ``--help`` lists them): a
+#: worker process does not load the API server, the migrations or the scheduler, and neither
+#: does each child of its pool, which imports this package again when it is spawned.
+COMMANDS: dict[str, str] = {
+    "db": "services.app.cli.db",
+    "api": "services.app.cli.api",
+    "ready": "services.app.cli.ready",
+    "alive": "services.app.cli.alive",
+    "worker": "services.app.cli.worker",
+    "scheduler": "services.app.cli.scheduler",
+    "ticks": "services.app.cli.scheduler",
+    "tick": "services.app.cli.scheduler",
+    "jobs": "services.app.cli.jobs",
+    "status": "services.app.cli.jobs",
+    "queues": "services.app.cli.jobs",
+    "pause": "services.app.cli.flags",
+    "resume": "services.app.cli.flags",
+    "claims": "services.app.cli.claims",
+    "up": "services.app.cli.up",
+    # Products' command groups: their commands receive :func:`load_context` as click's
+    # context object rather than bootstrapping themselves.
+    "kb": "services.knowledge_sync.cli",
+    "ingestion": "services.ingestion.cli",
+    "maintenance": "services.maintenance.cli",
+    "uploads": "services.uploads.cli",
+    "super": "services.super_sources.cli",
+    "reports": "services.reports.cli",
+}
 
 
 class _Main(click.Group):
-    """Start-up refusals end a command with their message, not a traceback."""
+    """Commands are loaded from :data:`COMMANDS` when asked for; start-up refusals end a
+    command with their message, not a traceback."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = COMMANDS.get(cmd_name)
+        if module is not None and cmd_name not in self.commands:
+            importlib.import_module(module).register(self)
+        return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -57,11 +74,3 @@ def load_context() -> ServiceContext:
 def main(ctx: click.Context) -> None:
     """speedtier: speed-tier job platform next to Rails."""
     ctx.obj = load_context
-
-
-def _register() -> None:
-    for name in (*_COMMAND_MODULES, *PRODUCT_COMMAND_MODULES):
-        importlib.import_module(name).register(main)
-
-
-_register()
