@@ -233,8 +233,13 @@ class TierBroker(RedisBroker):
         return prepared
 
     def enqueue_identified(self, messages: Sequence[Message[Any]]) -> list[EnqueueResult]:
-        """Enqueue messages carrying job ids in one round trip; report each one's outcome."""
-        prepared = [self.prepare(message) for message in messages]
+        """Enqueue messages carrying job ids, built for this call (``Router.message_for``), in
+        one round trip; report each one's outcome. A new message's first copy takes its
+        message id as its Redis id (unique as well: a later copy of it, a retry or a move,
+        gets a fresh one), set in place: no copy and no second uuid per enqueue."""
+        prepared = list(messages)
+        for message in prepared:
+            message.options[REDIS_MESSAGE_ID] = message.message_id
         for message in prepared:
             self.emit_before("enqueue", message, None)
         results = self.jobs.enqueue_many(prepared)
