@@ -7,6 +7,7 @@ compiled into its wheel, so nothing is downloaded at run time.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -70,10 +71,25 @@ class Chunker:
         self.overlap_tokens = overlap_tokens
         self.markdown = markdown
         self.tokenizer_model = tokenizer_model
-        kind = MarkdownSplitter if markdown else TextSplitter
-        self._splitter = kind.from_tiktoken_model(
-            tokenizer_model, max_tokens, overlap=overlap_tokens, trim=True
-        )
+        self._built: _Splitter | None = None
+        self._building = threading.Lock()
+
+    @property
+    def _splitter(self) -> _Splitter:
+        # Built at the first split, not here: building it loads the encoding's ranks (about
+        # 23 MiB), which a process that never chunks (a maintenance worker, the scheduler,
+        # the API) would otherwise carry because bootstrap builds every product's chunker.
+        if self._built is None:
+            with self._building:
+                if self._built is None:
+                    kind = MarkdownSplitter if self.markdown else TextSplitter
+                    self._built = kind.from_tiktoken_model(
+                        self.tokenizer_model,
+                        self.max_tokens,
+                        overlap=self.overlap_tokens,
+                        trim=True,
+                    )
+        return self._built
 
     @property
     def fingerprint(self) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
 
 import pytest
@@ -92,6 +93,20 @@ def test_splitting_is_deterministic() -> None:
 
     assert first == second
     assert all(isinstance(chunk, Chunk) for chunk in first)
+
+
+def test_the_splitter_is_built_at_the_first_split() -> None:
+    # Bootstrap builds every product's chunker, also in processes that never split (a
+    # maintenance worker, the scheduler, the API): building the splitter loads the encoding.
+    chunker = Chunker(max_tokens=80, overlap_tokens=15)
+    assert chunker._built is None
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda _: chunker.split(MARKDOWN), range(8)))
+
+    assert chunker._built is not None
+    expected = Chunker(max_tokens=80, overlap_tokens=15).split(MARKDOWN)
+    assert all(result == expected for result in results)
 
 
 @pytest.mark.parametrize("text", ["", "   ", "\n\n\t"])
