@@ -11,6 +11,14 @@ slope of a least-squares line through the samples after the warm-up, in MiB per 
 jobs: "flat" means the slope stays under 1 MiB per 100,000 jobs. Redis's ``used_memory`` is
 reported beside it (the platform keeps each finished job's record for its retention).
 
+The soaked platform worker runs the benchmark's families, not the products: it measures
+what the platform adds to a Dramatiq worker. What a deployed worker holds is measured
+after the soaks: ``speedtier worker --tier <tier> --processes 1`` itself (the console
+script, every product registered, metrics on with ``SPEEDTIER_METRICS_PORT=0``) is started
+once per tier on a fresh namespace and PostgreSQL (``TEST_DATABASE_URL`` / ``DATABASE_URL``;
+it runs no job, so an unmigrated database does), and its resident set is read once it
+consumes (``--no-speedtier-worker`` skips it).
+
   python -m bench.memory_soak                  # 1,000,000 jobs a side (long: ~1 h here)
   python -m bench.memory_soak --jobs 100000    # a shorter soak
 """
@@ -149,6 +157,80 @@ def soak(side: str, options: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+DATABASE_URL = (
+    os.environ.get("TEST_DATABASE_URL")
+    or os.environ.get("DATABASE_URL")
+    or "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+#: How long a started ``speedtier worker`` may take to consume, and to settle after that.
+START_SECONDS = 90.0
+SETTLE_SECONDS = 3.0
+
+
+def speedtier_worker_idle(tier: str, redis_url: str, database_url: str) -> dict[str, Any]:
+    """Start ``speedtier worker --tier <tier> --processes 1``; once it consumes and has
+    settled, its VmRSS and PSS in MiB (None when it did not start in time)."""
+    # Imported here: both soaked workers import this module (their parent's main module).
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    namespace = new_namespace(f"soak-worker-{tier}")
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "DATABASE_URL": database_url,
+        "SPEEDTIER_REDIS_NAMESPACE": namespace,
+        "SPEEDTIER_ALLOW_VOLATILE_REDIS": "true",
+        "SPEEDTIER_METRICS_PORT": "0",
+        "LOG_LEVEL": "INFO",
+    }
+    binary = str(Path(sys.executable).with_name("speedtier"))
+    command = [binary, "worker", "--tier", tier, "--processes", "1", "--prefetch", "200"]
+    result: dict[str, Any] = {"rss_mib": None, "pss_mib": None}
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + START_SECONDS
+            while time.monotonic() < deadline and process.poll() is None:
+                log.seek(0)
+                if "worker consuming" in log.read():
+                    time.sleep(SETTLE_SECONDS)
+                    result["rss_mib"] = round(
+                        (read_status_kib(process.pid, "VmRSS") or 0) / 1024, 1
+                    )
+                    result["pss_mib"] = round(_pss_kib(process.pid) / 1024, 1)
+                    break
+                time.sleep(0.2)
+            else:
+                log.seek(0)
+                print(f"  speedtier worker --tier {tier} did not start:\n{log.read()[-2000:]}")
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            client = connect(redis_url)
+            delete_namespace(client, namespace)
+            client.close()
+    return result
+
+
+def _pss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.memory_soak", description=__doc__)
     parser.add_argument("--jobs", type=int, default=1_000_000)
@@ -156,6 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--depth", type=int, default=5_000, help="jobs kept queued")
     parser.add_argument("--sample-seconds", type=float, default=5.0)
     parser.add_argument("--redis-url", default=REDIS_URL)
+    parser.add_argument("--database-url", default=DATABASE_URL)
+    parser.add_argument(
+        "--no-speedtier-worker",
+        action="store_true",
+        help="skip measuring the idle speedtier worker of each tier",
+    )
     options = parser.parse_args(argv)
     interrupt_on_sigterm()
     result = {side: soak(side, options) for side in ("raw", "platform")}
@@ -164,6 +252,13 @@ def main(argv: list[str] | None = None) -> int:
     result["flat"] = {
         side: abs(result[side]["slope_mib_per_100k_jobs"]) < 1.0 for side in ("raw", "platform")
     }
+    if not options.no_speedtier_worker:
+        from shared.config import TIER_NAMES
+
+        result["speedtier_worker_idle"] = {
+            tier: speedtier_worker_idle(tier, options.redis_url, options.database_url)
+            for tier in TIER_NAMES
+        }
     write_result("memory_soak", result)
     print("| side | jobs | jobs/s | RSS warm | RSS end | peak RSS | MiB per 100k jobs |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -175,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['slope_mib_per_100k_jobs']} |"
         )
     print(f"\npeak RSS platform / raw: {result['peak_rss_ratio']} (target <= 1.1)")
+    for tier, idle in result.get("speedtier_worker_idle", {}).items():
+        rss, pss = idle["rss_mib"], idle["pss_mib"]
+        print(f"speedtier worker --tier {tier}, idle: RSS {rss} MiB, PSS {pss} MiB")
     return 0
 
 
