@@ -1,24 +1,28 @@
 """The enqueue API under load (issue 16, target 3): ``POST /internal/jobs/enqueue``.
 
-  python -m bench.enqueue_api            # bodies of 1 and of 100 requests, a concurrency curve
-  python -m bench.enqueue_api --quick    # shorter steps, fewer concurrencies
+  python -m bench.enqueue_api                  # bodies of 1 and of 100 requests, a curve
+  python -m bench.enqueue_api --quick          # shorter steps, fewer concurrencies
+  python -m bench.enqueue_api --load aiohttp --workers 3 --threads 2
 
-``speedtier api`` (gunicorn, 2 workers x 4 threads, production settings with a bearer token,
-its access log on as in production) runs on the real Redis (``BENCH_REDIS_URL``, a fresh key
-namespace, deleted afterwards) and an embedded, migrated PostgreSQL 18. The load comes from
-aiohttp (asyncio, one keep-alive connection per simulated client) in this process: each of
-``concurrency`` clients posts as soon as its previous answer came back (closed loop), for
-a fixed time after a warm-up. Every request is a ``summarize_conversation`` job of its own
-conversation (no deduplication). Reported per step: requests/s, jobs/s, p50/p99 latency,
-non-202 answers, the 1-minute load average (the machine is shared: ratios within one run
-matter most). Target: >= 2,000 requests/s with p99 <= 20 ms for single-request bodies.
+``speedtier api`` (gunicorn, ``--workers`` x ``--threads``, production settings with a bearer
+token, its access log on as in production) runs on the real Redis (``BENCH_REDIS_URL``, a fresh
+key namespace, deleted afterwards) and an embedded, migrated PostgreSQL 18. Beside it runs the
+machine's own ceiling: the same gunicorn (same worker class, workers, threads and access log)
+serving a bare Flask app whose one route reads the body and answers a fixed 202. Load comes
+from ``bench.http_load`` (wrk when installed, else aiohttp; ``--load`` chooses), closed loop,
+each request a ``summarize_conversation`` job of its own conversation (no deduplication).
+For each concurrency of single-request bodies the API and the ceiling are loaded one after
+the other, so their ratio is taken under the same load on the machine.
+
+Reported per step: requests/s, jobs/s, p50/p99 latency, non-202 answers, the CPU (in cores)
+of the load generator, the server's processes and the Redis server (every client of it), the
+server's CPU per request and the 1-minute load average (the machine is shared: ratios within
+one run matter most). Target: >= 2,000 requests/s with p99 <= 20 ms for single-request bodies.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import itertools
 import os
 import signal
 import socket
@@ -39,52 +43,43 @@ from bench.common import (
     machine,
     markdown_table,
     new_namespace,
+    redis_cpu_seconds,
     rnd,
     write_result,
 )
+from bench.http_load import PATH, run_load, wrk_available
 
 NAME = "enqueue_api"
 TOKEN = "bench-enqueue-api-token"
-PATH = "/internal/jobs/enqueue"
-WORKERS = 2
+WORKERS, THREADS = 2, 4
 CURVE = {1: (1, 4, 8, 16, 32, 64), 100: (1, 4, 8)}
 QUICK_CURVE = {1: (1, 8, 32), 100: (4,)}
 TARGET_RPS, TARGET_P99_MS = 2_000, 20.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+#: The ceiling's fixed answer: one job, the shape of a real one.
+CEILING_ANSWER = (
+    b'{"jobs":[{"job_id":"summarize-conversation-1","outcome":"added",'
+    b'"queue":"default","kind":"summarize_conversation"}]}\n'
+)
 
 
 @contextmanager
-def api_server(redis_url: str, namespace: str, database_url: str) -> Iterator[str]:
-    """``speedtier api`` in a child process; its base URL while it runs."""
-    port = _free_port()
-    env = {
-        **os.environ,
-        "SPEEDTIER_ENV": "production",
-        "INTERNAL_API_TOKEN": TOKEN,
-        "REDIS_URL": redis_url,
-        "DATABASE_URL": database_url,
-        "SPEEDTIER_REDIS_NAMESPACE": namespace,
-        "SPEEDTIER_ALLOW_VOLATILE_REDIS": "true",
-        "LOG_LEVEL": "WARNING",
-    }
-    binary = Path(sys.executable).with_name("speedtier")
+def _served(command: list[str], env: dict[str, str]) -> Iterator[tuple[str, int]]:
+    """A server on a free port (``command`` gets ``--port``); its base URL and process group
+    while it runs."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
     process = subprocess.Popen(
-        [str(binary), "api", "--host", "127.0.0.1", "--port", str(port), "--workers", "2"],
+        [*command, "--port", str(port)],
         env=env,
-        stdout=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,  # the access log: written, as in production, not kept
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_ready(base, process)
-        yield base
+        yield base, process.pid
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGTERM)
@@ -95,6 +90,64 @@ def api_server(redis_url: str, namespace: str, database_url: str) -> Iterator[st
                 process.wait()
 
 
+def api_server(
+    redis_url: str, namespace: str, database_url: str, workers: int, threads: int
+) -> Any:
+    """``speedtier api`` in a child process (a context manager: base URL, process group)."""
+    env = {
+        **os.environ,
+        "SPEEDTIER_ENV": "production",
+        "INTERNAL_API_TOKEN": TOKEN,
+        "REDIS_URL": redis_url,
+        "DATABASE_URL": database_url,
+        "SPEEDTIER_REDIS_NAMESPACE": namespace,
+        "SPEEDTIER_ALLOW_VOLATILE_REDIS": "true",
+        "LOG_LEVEL": "WARNING",
+    }
+    binary = str(Path(sys.executable).with_name("speedtier"))
+    command = [binary, "api", "--host", "127.0.0.1", "--workers", str(workers)]
+    return _served([*command, "--threads", str(threads)], env)
+
+
+def ceiling_server(workers: int, threads: int) -> Any:
+    """The bare Flask app under the same gunicorn settings (a context manager, as above)."""
+    command = [sys.executable, "-m", "bench.enqueue_api", "--serve-ceiling"]
+    return _served(
+        [*command, "--workers", str(workers), "--threads", str(threads)], dict(os.environ)
+    )
+
+
+def ceiling_app() -> Any:
+    """A Flask app with the API's path that reads the body and answers a fixed 202."""
+    from flask import Flask, Response, request
+
+    app = Flask(__name__, static_folder=None)
+
+    @app.post(PATH)
+    def enqueue() -> Response:
+        request.get_data(cache=False)
+        return Response(CEILING_ANSWER, 202, mimetype="application/json")
+
+    @app.get("/readyz")
+    def ready() -> Response:
+        return Response(b'{"status":"ok"}', 200, mimetype="application/json")
+
+    return app
+
+
+def serve_ceiling(port: int, workers: int, threads: int) -> None:
+    """Serve :func:`ceiling_app` with ``speedtier api``'s gunicorn options."""
+    from services.app.cli.api import ApiServer, server_options
+
+    class CeilingServer(ApiServer):
+        def load(self) -> Any:
+            return ceiling_app()
+
+    options = server_options("127.0.0.1", port, workers, "WARNING", threads)
+    options.pop("child_exit")  # no metrics here
+    CeilingServer(options).run()
+
+
 def _wait_ready(base: str, process: subprocess.Popen[bytes]) -> None:
     import httpx
 
@@ -102,83 +155,94 @@ def _wait_ready(base: str, process: subprocess.Popen[bytes]) -> None:
     while time.monotonic() < deadline:
         if process.poll() is not None:
             error = process.stderr.read().decode() if process.stderr else ""
-            raise RuntimeError(f"speedtier api exited with {process.returncode}: {error[-2000:]}")
+            raise RuntimeError(f"the server exited with {process.returncode}: {error[-2000:]}")
         try:
             if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.3)
-    raise RuntimeError("speedtier api did not become ready in 90 s")
+    raise RuntimeError("the server did not become ready in 90 s")
 
 
-def _body(counter: Iterator[int], size: int) -> bytes:
-    import json
+def group_cpu_seconds(group: int) -> float:
+    """User + system CPU time used so far by the live processes of a process group."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group:
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
-    requests = []
-    for _ in range(size):
-        number = next(counter)
-        requests.append(
-            {
-                "kind": "summarize_conversation",
-                "organization_id": 1 + number % 50,
-                "conversation_id": number + 1,
-            }
-        )
-    return json.dumps({"requests": requests}).encode()
 
-
-async def _load(
-    base: str, size: int, concurrency: int, seconds: float, warmup: float, start: int
+def _step(
+    server: str,
+    group: int,
+    base: str,
+    redis: Any,
+    *,
+    tool: str,
+    size: int,
+    concurrency: int,
+    seconds: float,
+    warmup: float,
+    start: int,
 ) -> dict[str, Any]:
-    import aiohttp
-
-    counter = itertools.count(start)
-    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
-    latencies: list[float] = []
-    statuses: dict[int, int] = {}
-    loop = asyncio.get_running_loop()
-    began = loop.time()
-    measure_from, stop_at = began + warmup, began + warmup + seconds
-
-    async def client(session: aiohttp.ClientSession) -> None:
-        while (now := loop.time()) < stop_at:
-            body = _body(counter, size)
-            sent = time.perf_counter()
-            async with session.post(base + PATH, data=body, headers=headers) as response:
-                await response.read()
-            elapsed = time.perf_counter() - sent
-            if now >= measure_from:
-                latencies.append(elapsed)
-                statuses[response.status] = statuses.get(response.status, 0) + 1
-
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        await asyncio.gather(*(client(session) for _ in range(concurrency)))
-    latencies.sort()
-    count = len(latencies)
-
-    def quantile(q: float) -> float:
-        return latencies[min(count - 1, int(q * count))] * 1000 if count else float("nan")
-
+    server_before, redis_before, began = group_cpu_seconds(group), redis_cpu_seconds(redis), 0.0
+    began = time.monotonic()
+    load = run_load(
+        tool,
+        base,
+        TOKEN,
+        size=size,
+        concurrency=concurrency,
+        seconds=seconds,
+        warmup=warmup,
+        start=start,
+    )
+    # CPU is sampled around warm-up and measurement alike: per second of both.
+    elapsed = time.monotonic() - began
+    server_cores = (group_cpu_seconds(group) - server_before) / elapsed
+    redis_cores = (redis_cpu_seconds(redis) - redis_before) / elapsed
+    rate = load["requests"] / load["seconds"]
     return {
+        "server": server,
         "body_requests": size,
         "concurrency": concurrency,
-        "requests": count,
-        "requests_per_second": rnd(count / seconds, 1),
-        "jobs_per_second": rnd(count * size / seconds, 1),
-        "p50_ms": rnd(quantile(0.50), 2),
-        "p99_ms": rnd(quantile(0.99), 2),
-        "non_202": {str(k): v for k, v in statuses.items() if k != 202},
+        "requests": load["requests"],
+        "requests_per_second": rnd(rate, 1),
+        "jobs_per_second": rnd(rate * size, 1),
+        "p50_ms": rnd(load["p50_ms"], 2),
+        "p99_ms": rnd(load["p99_ms"], 2),
+        "non_202": load["non_202"],
+        "client_cores": rnd(load["client_cpu_seconds"] / load["seconds"], 2),
+        "server_cores": rnd(server_cores, 2),
+        "redis_cores": rnd(redis_cores, 2),
+        "server_cpu_ms_per_request": rnd(server_cores / rate * 1000, 3) if rate else None,
         "load_average_1m": rnd(os.getloadavg()[0], 2),
-        "next": next(counter),
+        "next": load["next"],
     }
 
 
-def run(*, quick: bool = False, redis_url: str = REDIS_URL) -> dict[str, Any]:
+def run(
+    *,
+    quick: bool = False,
+    redis_url: str = REDIS_URL,
+    load: str | None = None,
+    workers: int = WORKERS,
+    threads: int = THREADS,
+    ceiling: bool = True,
+) -> dict[str, Any]:
     from services.app.embedded import start_embedded_postgres
     from shared.db.migrate import upgrade
 
+    tool = load or ("wrk" if wrk_available() else "aiohttp")
     curve = QUICK_CURVE if quick else CURVE
     seconds, warmup = (3.0, 1.0) if quick else (8.0, 2.0)
     client = connect(redis_url)
@@ -186,6 +250,14 @@ def run(*, quick: bool = False, redis_url: str = REDIS_URL) -> dict[str, Any]:
     namespace = new_namespace(NAME)
     steps: list[dict[str, Any]] = []
     start = 0
+    step = {"tool": tool, "seconds": seconds, "warmup": warmup}
+
+    def record(result: dict[str, Any]) -> None:
+        nonlocal start
+        start = result.pop("next")
+        steps.append(result)
+        print(f"<!-- {result} -->", file=sys.stderr, flush=True)
+
     try:
         with tempfile.TemporaryDirectory(prefix="bench-enqueue-api-") as directory:
             service = start_embedded_postgres(
@@ -193,26 +265,31 @@ def run(*, quick: bool = False, redis_url: str = REDIS_URL) -> dict[str, Any]:
             )
             try:
                 upgrade(service.url)
-                with api_server(redis_url, namespace, service.url) as base:
+                with (
+                    api_server(redis_url, namespace, service.url, workers, threads) as api,
+                    ceiling_server(workers, threads) if ceiling else _nothing() as bare,
+                ):
                     for size, concurrencies in curve.items():
                         for concurrency in concurrencies:
-                            step = asyncio.run(
-                                _load(base, size, concurrency, seconds, warmup, start)
-                            )
-                            start = step.pop("next")
-                            steps.append(step)
-                            print(f"<!-- {step} -->", file=sys.stderr, flush=True)
+                            shape = {**step, "size": size, "concurrency": concurrency}
+                            record(_step("api", api[1], api[0], client, **shape, start=start))
+                            if bare is not None and size == 1:
+                                record(
+                                    _step("ceiling", bare[1], bare[0], client, **shape, start=start)
+                                )
             finally:
                 service.stop()
     finally:
         delete_namespace(client, namespace)
         client.close()
-    singles = [s for s in steps if s["body_requests"] == 1 and not s["non_202"]]
+    singles = [
+        s for s in steps if s["server"] == "api" and s["body_requests"] == 1 and not s["non_202"]
+    ]
     within = [s for s in singles if s["p99_ms"] <= TARGET_P99_MS]
     best = max(within, key=lambda s: s["requests_per_second"], default=None)
     return {
         "machine": info,
-        "settings": {"workers": WORKERS, "threads": 4, "seconds": seconds, "warmup": warmup},
+        "settings": {"workers": workers, "threads": threads, "load": tool, **step},
         "steps": steps,
         "best_single_within_p99": best,
         "targets": {
@@ -223,9 +300,25 @@ def run(*, quick: bool = False, redis_url: str = REDIS_URL) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield None
+
+
+def _ratio(step: dict[str, Any], steps: Sequence[dict[str, Any]]) -> str:
+    if step["server"] != "api" or step["body_requests"] != 1:
+        return ""
+    for other in steps:
+        if other["server"] == "ceiling" and other["concurrency"] == step["concurrency"]:
+            return f"{step['requests_per_second'] / other['requests_per_second']:.2f}"
+    return ""
+
+
 def summary(result: dict[str, Any]) -> str:
+    steps = result["steps"]
     rows: list[Sequence[Any]] = [
         [
+            s["server"],
             s["body_requests"],
             s["concurrency"],
             f"{s['requests_per_second']:,.0f}",
@@ -233,9 +326,12 @@ def summary(result: dict[str, Any]) -> str:
             s["p50_ms"],
             s["p99_ms"],
             sum(s["non_202"].values()),
+            f"{s['client_cores']} / {s['server_cores']} / {s['redis_cores']}",
+            s["server_cpu_ms_per_request"],
+            _ratio(s, steps),
             s["load_average_1m"],
         ]
-        for s in result["steps"]
+        for s in steps
     ]
     best = result["best_single_within_p99"]
     verdict = (
@@ -245,15 +341,18 @@ def summary(result: dict[str, Any]) -> str:
         if best
         else f"no single-request step kept p99 <= {TARGET_P99_MS:.0f} ms"
     )
+    settings = result["settings"]
     return "\n".join(
         [
             "### Enqueue API",
             "",
-            f"`POST {PATH}` on `speedtier api` ({WORKERS} gunicorn workers x 4 threads), "
-            "aiohttp closed-loop clients in the driver process, same machine.",
+            f"`POST {PATH}` on `speedtier api` ({settings['workers']} gunicorn workers x "
+            f"{settings['threads']} threads) and on the ceiling (a bare Flask 202 under the same "
+            f"gunicorn), {settings['load']} closed-loop clients, same machine.",
             "",
             markdown_table(
                 [
+                    "server",
                     "requests per body",
                     "concurrency",
                     "requests/s",
@@ -261,6 +360,9 @@ def summary(result: dict[str, Any]) -> str:
                     "p50 ms",
                     "p99 ms",
                     "non-202",
+                    "CPU cores client / server / Redis",
+                    "server CPU ms per request",
+                    "of ceiling",
                     "load avg 1m",
                 ],
                 rows,
@@ -275,9 +377,27 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.enqueue_api", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="shorter steps, fewer of them")
     parser.add_argument("--redis-url", help="Redis to use (default: BENCH_REDIS_URL or db 14)")
+    parser.add_argument(
+        "--load", choices=("wrk", "aiohttp"), help="load generator (default: wrk if installed)"
+    )
+    parser.add_argument("--workers", type=int, default=WORKERS, help="gunicorn workers")
+    parser.add_argument("--threads", type=int, default=THREADS, help="threads per worker")
+    parser.add_argument("--no-ceiling", action="store_true", help="skip the bare Flask ceiling")
+    parser.add_argument("--serve-ceiling", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
+    if options.serve_ceiling:
+        serve_ceiling(options.port, options.workers, options.threads)
+        return 0
     interrupt_on_sigterm()
-    result = run(quick=options.quick, redis_url=options.redis_url or REDIS_URL)
+    result = run(
+        quick=options.quick,
+        redis_url=options.redis_url or REDIS_URL,
+        load=options.load,
+        workers=options.workers,
+        threads=options.threads,
+        ceiling=not options.no_ceiling,
+    )
     path = write_result(NAME, result)
     print(summary(result))
     print(f"\n_Results in {path}._")

@@ -62,7 +62,7 @@ def server(redis_url: str, database_url: str, namespace: str) -> Iterator[int]:
     # The real command: `speedtier api` must run the JSON-refusing worker class.
     command = [
         sys.executable, "-m", "services.app.cli", "api",
-        "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+        "--host", "127.0.0.1", "--port", str(port), "--workers", "1", "--threads", "2",
     ]  # fmt: skip
     process = subprocess.Popen(
         command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE

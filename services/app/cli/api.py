@@ -39,12 +39,14 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
         return create_app(warn_open=False)  # `speedtier api` warned once, not per worker
 
 
-def server_options(host: str, port: int, workers: int, log_level: str) -> dict[str, Any]:
+def server_options(
+    host: str, port: int, workers: int, log_level: str, threads: int = THREADS_PER_WORKER
+) -> dict[str, Any]:
     return {
         "bind": f"{host}:{port}",
         "workers": workers,
         "worker_class": WORKER_CLASS,  # gthread, answering gunicorn's own refusals in JSON
-        "threads": THREADS_PER_WORKER,
+        "threads": threads,
         "graceful_timeout": GRACEFUL_TIMEOUT_SECONDS,
         "timeout": WORKER_TIMEOUT_SECONDS,
         "accesslog": "-",
@@ -60,7 +62,14 @@ def server_options(host: str, port: int, workers: int, log_level: str) -> dict[s
 @click.option("--host", help="Listen address [default: SPEEDTIER_API_HOST].")
 @click.option("--port", type=click.IntRange(1, 65535), help="[default: SPEEDTIER_API_PORT]")
 @click.option("--workers", type=click.IntRange(min=1), help="[default: SPEEDTIER_API_WORKERS]")
-def api(host: str | None, port: int | None, workers: int | None) -> None:
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=THREADS_PER_WORKER,
+    show_default=True,
+    help="Request threads per worker.",
+)
+def api(host: str | None, port: int | None, workers: int | None, threads: int) -> None:
     """Serve the internal API with gunicorn until SIGTERM (then drain for 25 s)."""
     settings = load_settings()
     try:
@@ -77,6 +86,7 @@ def api(host: str | None, port: int | None, workers: int | None) -> None:
         port or settings.api_port,
         workers or settings.api_workers,
         settings.log_level,
+        threads,
     )
     ApiServer(options).run()
 
