@@ -26,6 +26,7 @@ from services.ingestion.search import (
     VectorPath,
     fuse,
     search,
+    text_search,
     vector_search,
 )
 from shared.db.models.ingestion import KbChunk, KbDocument, KnowledgeBase
@@ -287,6 +288,37 @@ def test_live_documents_are_searched_on_their_current_chunks_whatever_their_stat
 
     found = documents_of(tenant.search("kangaroo care guide", top_k=50))
     assert found == {ready, reprocessing, failed_update}
+
+
+@pytest.mark.parametrize("exact_threshold", [50_000, 0], ids=["exact", "hnsw"])
+def test_a_deleted_documents_chunks_are_out_of_every_ranking(
+    db: Session, exact_threshold: int
+) -> None:
+    # Deleting a document deletes its chunks too (store/deletions.py); here they are left
+    # in place, so the visibility criteria alone keep them out, on both vector paths.
+    tenant = Tenant(db)
+    base = tenant.base()
+    live = tenant.document(base, ["Platypus eggs hatch after ten days."])
+    deleted = tenant.document(base, ["Platypus eggs are leathery."], deleted=True)
+    scope = SearchScope(tenant.organization_id, base)
+
+    hits = tenant.search("platypus eggs", base, top_k=50, exact_threshold=exact_threshold)
+    nearest = vector_search(
+        db, scope=scope, vector=EMBEDDER.embed(["platypus eggs"])[0], limit=50,
+        exact_threshold=exact_threshold,
+    )  # fmt: skip
+    by_text = text_search(db, scope=scope, query="platypus eggs", limit=50)
+
+    assert documents_of(hits) == {live}
+    chunk_documents = dict(
+        db.execute(
+            text("SELECT id, document_id FROM api2.kb_chunks WHERE organization_id = :o"),
+            {"o": tenant.organization_id},
+        ).all()
+    )
+    assert {chunk_documents[i] for i, _ in nearest.chunks} == {live}
+    assert {chunk_documents[i] for i in by_text} == {live}
+    assert deleted not in documents_of(hits)
 
 
 def test_the_knowledge_base_filter(db: Session) -> None:
