@@ -121,18 +121,20 @@ def soak(side: str, options: argparse.Namespace) -> dict[str, Any]:
             acked = int(pool.total("acked"))
             if acked >= options.jobs:
                 break
-            if sent < options.jobs and sent - acked < options.depth:
-                count = min(BATCH, options.jobs - sent)
-                send(sent, count)
-                sent += count
-                continue
+            # Sampled before sending: when the driver's sends are the bottleneck (raw
+            # Dramatiq's one-by-one send), it is always sending and would never sample.
             now = time.monotonic()
             if now >= next_sample:
                 rss = (read_status_kib(pid, "VmRSS") or 0) / 1024
                 samples.append((acked, rss))
                 load.append(os.getloadavg()[0])
                 next_sample = now + options.sample_seconds
-                print(f"  {side}: {acked:,}/{options.jobs:,} acked, RSS {rss:.1f} MiB")
+                print(f"  {side}: {acked:,}/{options.jobs:,} acked, RSS {rss:.1f} MiB", flush=True)
+            if sent < options.jobs and sent - acked < options.depth:
+                count = min(BATCH, options.jobs - sent)
+                send(sent, count)
+                sent += count
+                continue
             time.sleep(0.05)
         memory = pool.memory_mib()[0]
         redis_memory = int(client.info("memory")["used_memory"])
