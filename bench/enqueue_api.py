@@ -2,7 +2,7 @@
 
   python -m bench.enqueue_api                  # bodies of 1 and of 100 requests, a curve
   python -m bench.enqueue_api --quick          # shorter steps, fewer concurrencies
-  python -m bench.enqueue_api --load aiohttp --workers 3 --threads 2
+  python -m bench.enqueue_api --load aiohttp --workers 3 --threads 2 --no-access-log
 
 ``speedtier api`` (gunicorn, ``--workers`` x ``--threads``, production settings with a bearer
 token, its access log on as in production) runs on the real Redis (``BENCH_REDIS_URL``, a fresh
@@ -91,7 +91,12 @@ def _served(command: list[str], env: dict[str, str]) -> Iterator[tuple[str, int]
 
 
 def api_server(
-    redis_url: str, namespace: str, database_url: str, workers: int, threads: int
+    redis_url: str,
+    namespace: str,
+    database_url: str,
+    workers: int,
+    threads: int,
+    access_log: bool = True,
 ) -> Any:
     """``speedtier api`` in a child process (a context manager: base URL, process group)."""
     env = {
@@ -106,12 +111,15 @@ def api_server(
     }
     binary = str(Path(sys.executable).with_name("speedtier"))
     command = [binary, "api", "--host", "127.0.0.1", "--workers", str(workers)]
-    return _served([*command, "--threads", str(threads)], env)
+    command += ["--threads", str(threads), "--access-log" if access_log else "--no-access-log"]
+    return _served(command, env)
 
 
-def ceiling_server(workers: int, threads: int) -> Any:
+def ceiling_server(workers: int, threads: int, access_log: bool = True) -> Any:
     """The bare Flask app under the same gunicorn settings (a context manager, as above)."""
     command = [sys.executable, "-m", "bench.enqueue_api", "--serve-ceiling"]
+    if not access_log:
+        command.append("--no-access-log")
     return _served(
         [*command, "--workers", str(workers), "--threads", str(threads)], dict(os.environ)
     )
@@ -135,7 +143,7 @@ def ceiling_app() -> Any:
     return app
 
 
-def serve_ceiling(port: int, workers: int, threads: int) -> None:
+def serve_ceiling(port: int, workers: int, threads: int, access_log: bool = True) -> None:
     """Serve :func:`ceiling_app` with ``speedtier api``'s gunicorn options."""
     from services.app.cli.api import ApiServer, server_options
 
@@ -143,7 +151,7 @@ def serve_ceiling(port: int, workers: int, threads: int) -> None:
         def load(self) -> Any:
             return ceiling_app()
 
-    options = server_options("127.0.0.1", port, workers, "WARNING", threads)
+    options = server_options("127.0.0.1", port, workers, "WARNING", threads, access_log)
     options.pop("child_exit")  # no metrics here
     CeilingServer(options).run()
 
@@ -238,6 +246,7 @@ def run(
     workers: int = WORKERS,
     threads: int = THREADS,
     ceiling: bool = True,
+    access_log: bool = True,
 ) -> dict[str, Any]:
     from services.app.embedded import start_embedded_postgres
     from shared.db.migrate import upgrade
@@ -266,8 +275,10 @@ def run(
             try:
                 upgrade(service.url)
                 with (
-                    api_server(redis_url, namespace, service.url, workers, threads) as api,
-                    ceiling_server(workers, threads) if ceiling else _nothing() as bare,
+                    api_server(
+                        redis_url, namespace, service.url, workers, threads, access_log
+                    ) as api,
+                    ceiling_server(workers, threads, access_log) if ceiling else _nothing() as bare,
                 ):
                     for size, concurrencies in curve.items():
                         for concurrency in concurrencies:
@@ -289,7 +300,13 @@ def run(
     best = max(within, key=lambda s: s["requests_per_second"], default=None)
     return {
         "machine": info,
-        "settings": {"workers": workers, "threads": threads, "load": tool, **step},
+        "settings": {
+            "workers": workers,
+            "threads": threads,
+            "access_log": access_log,
+            "load": tool,
+            **step,
+        },
         "steps": steps,
         "best_single_within_p99": best,
         "targets": {
@@ -342,13 +359,14 @@ def summary(result: dict[str, Any]) -> str:
         else f"no single-request step kept p99 <= {TARGET_P99_MS:.0f} ms"
     )
     settings = result["settings"]
+    log = "on" if settings["access_log"] else "off"
     return "\n".join(
         [
             "### Enqueue API",
             "",
             f"`POST {PATH}` on `speedtier api` ({settings['workers']} gunicorn workers x "
-            f"{settings['threads']} threads) and on the ceiling (a bare Flask 202 under the same "
-            f"gunicorn), {settings['load']} closed-loop clients, same machine.",
+            f"{settings['threads']} threads, access log {log}) and on the ceiling (a bare Flask "
+            f"202 under the same gunicorn), {settings['load']} closed-loop clients, same machine.",
             "",
             markdown_table(
                 [
@@ -383,11 +401,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=WORKERS, help="gunicorn workers")
     parser.add_argument("--threads", type=int, default=THREADS, help="threads per worker")
     parser.add_argument("--no-ceiling", action="store_true", help="skip the bare Flask ceiling")
+    parser.add_argument("--no-access-log", action="store_true", help="both servers without it")
     parser.add_argument("--serve-ceiling", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     if options.serve_ceiling:
-        serve_ceiling(options.port, options.workers, options.threads)
+        serve_ceiling(options.port, options.workers, options.threads, not options.no_access_log)
         return 0
     interrupt_on_sigterm()
     result = run(
@@ -397,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         workers=options.workers,
         threads=options.threads,
         ceiling=not options.no_ceiling,
+        access_log=not options.no_access_log,
     )
     path = write_result(NAME, result)
     print(summary(result))

