@@ -488,9 +488,11 @@ def test_openapi_describes_every_route(app: Flask, client: FlaskClient) -> None:
 
 
 def _get(url: str, **kwargs: Any) -> requests.Response | None:
+    """The answer, or None while the server is not answering yet (refused, or accepted by a
+    worker still booting: on a loaded machine that takes seconds)."""
     try:
-        return requests.get(url, timeout=2, **kwargs)
-    except requests.ConnectionError:
+        return requests.get(url, timeout=10, **kwargs)
+    except (requests.ConnectionError, requests.Timeout):
         return None
 
 
