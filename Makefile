@@ -49,6 +49,7 @@ chaos-quick: install services
 test: lint typecheck pytest chaos-quick
 
 bench: install services
+	bash scripts/ensure-wrk.sh
 	$(BIN)/python -m bench
 
 clean:
