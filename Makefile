@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 # Three pytest-xdist processes, a test module's tests in one of them: each module gets its own
 # migrated database from a template and each test its own Redis namespace and free ports, so
-# modules never see each other's rows (about 6 minutes on 2 cores, against 18 in one process).
+# modules never see each other's rows (6 to 8 minutes on 2 cores, against 18 in one process).
 # `make test PYTEST_ARGS=` runs them in one process.
 PYTEST_ARGS ?= -n 3 --dist loadfile
 
