@@ -156,18 +156,12 @@ class JobStore:
         """
         script = self._scripts[name]
         for attempt in (1, 2):
-            if len(calls) == 1:  # a pipeline of one costs its own set-up in redis-py
-                try:
-                    return [self.client.evalsha(script.sha, 1, self.namespace, *calls[0])]
-                except redis.exceptions.NoScriptError:
-                    if attempt == 2:
-                        raise
-                    self.client.script_load(script.script)
-                    continue
-            pipe = self.client.pipeline(transaction=False)
-            for args in calls:
-                pipe.evalsha(script.sha, 1, self.namespace, *args)
             try:
+                if len(calls) == 1:  # a pipeline of one costs its own set-up in redis-py
+                    return [self.client.evalsha(script.sha, 1, self.namespace, *calls[0])]
+                pipe = self.client.pipeline(transaction=False)
+                for args in calls:
+                    pipe.evalsha(script.sha, 1, self.namespace, *args)
                 return list(pipe.execute())
             except redis.exceptions.NoScriptError:
                 if attempt == 2:
