@@ -120,10 +120,7 @@ def speedtier_enqueue(mode: str, jobs: int, redis_url: str) -> float:
             router.enqueue_many(requests)
         seconds = time.perf_counter() - started
     finally:
-        broker.close()
-        client = connect(redis_url)
-        delete_namespace(client, namespace)
-        client.close()
+        _close_and_clear(broker, redis_url, namespace)
     return jobs / seconds
 
 
@@ -142,11 +139,16 @@ def raw_send(jobs: int, redis_url: str) -> float:
             actor.send(organization_id=1, item=str(i))
         seconds = time.perf_counter() - started
     finally:
-        broker.close()
-        client = connect(redis_url)
-        delete_namespace(client, namespace)
-        client.close()
+        _close_and_clear(broker, redis_url, namespace)
     return jobs / seconds
+
+
+def _close_and_clear(broker: Any, redis_url: str, namespace: str) -> None:
+    """Close an enqueue measure's broker and delete its namespace."""
+    broker.close()
+    client = connect(redis_url)
+    delete_namespace(client, namespace)
+    client.close()
 
 
 def _noop(organization_id: int, item: str) -> None:

@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -220,12 +220,29 @@ def stop_event_from(stop: Any) -> threading.Event:
     return event
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time a process has used so far."""
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state, ppid, pgrp, ...,
+    utime at 11, stime at 12), or None when the process is gone."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
+            return stat.read().rsplit(")", 1)[1].split()
     except OSError:
+        return None
+
+
+def process_stats() -> Iterator[tuple[int, list[str]]]:
+    """``(pid, stat_fields(pid))`` of every live process."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = stat_fields(int(entry))
+            if fields is not None:
+                yield int(entry), fields
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time a process has used so far."""
+    fields = stat_fields(pid)
+    if fields is None:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 

@@ -43,6 +43,7 @@ from bench.common import (
     machine,
     markdown_table,
     new_namespace,
+    process_stats,
     redis_cpu_seconds,
     rnd,
     write_result,
@@ -175,17 +176,11 @@ def _wait_ready(base: str, process: subprocess.Popen[bytes]) -> None:
 
 def group_cpu_seconds(group: int) -> float:
     """User + system CPU time used so far by the live processes of a process group."""
-    total = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == group:
-            total += int(fields[11]) + int(fields[12])
+    total = sum(
+        int(fields[11]) + int(fields[12])
+        for _pid, fields in process_stats()
+        if int(fields[2]) == group
+    )
     return total / os.sysconf("SC_CLK_TCK")
 
 

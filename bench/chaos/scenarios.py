@@ -46,6 +46,7 @@ from bench.chaos.cluster import (
     wait_for_completion,
 )
 from bench.chaos.servers import DurableRedis, OwnPostgres
+from bench.common import process_stats
 
 
 @dataclass
@@ -338,18 +339,9 @@ def _pool_main(shared: Stores) -> None:
 
 
 def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(entry))
-    return sorted(found)
+    return sorted(
+        child for child, fields in process_stats() if int(fields[1]) == pid and fields[0] != "Z"
+    )
 
 
 def _wait_for(probe: Callable[[], Any], timeout: float = 60.0) -> Any:
