@@ -274,8 +274,8 @@ def run(*, quick: bool = False, data_dir: Path | None = None, **overrides: Any) 
         stack.callback(engine.dispose)
         marker = directory / MARKER
         state: dict[str, Any] = json.loads(marker.read_text()) if marker.exists() else {}
+        upgrade(service.url)  # a kept database takes the migrations it has not had
         if state.get("settings", {}).get("chunks") != settings["chunks"]:
-            upgrade(service.url)
             state = {"settings": settings, "timings": {}, "space": "hashing"}
             _load(engine, settings, state["timings"])
             marker.write_text(json.dumps(state))
@@ -380,6 +380,14 @@ def summary(result: dict[str, Any]) -> str:
         f"summed) over {memory.get('processes')} processes, shared_buffers "
         f"{memory.get('shared_buffers')}.",
         "Build (s): " + ", ".join(f"{name} {value}" for name, value in timings.items()),
+        "First search of an organization (reads its vectors into the process's cache) and "
+        "what the cache then holds: "
+        + "; ".join(
+            f"{space} {label}: {o.get('first_search_ms')} ms, {o.get('cache_mib')} MiB"
+            for space in ("hashing", "clustered")
+            if result.get(space)
+            for label, o in result[space]["organizations"].items()
+        ),
     ]
     return "### Search\n\n" + table + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
 

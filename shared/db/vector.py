@@ -174,16 +174,22 @@ PGVECTOR_ONLY_COLUMNS = frozenset({"embedding_half"})
 #: The name of a large tenant's own HNSW index, followed by its organization id; operators
 #: create them (``services.ingestion.tenant_index``), no migration or model declares them.
 TENANT_INDEX_PREFIX = "ix_kb_chunks_hnsw_org_"
+#: Tables that exist only where pgvector does: ``kb_chunk_changes``, the log retrieval's
+#: vector cache checks (migration ``api2_0007``).
+PGVECTOR_ONLY_TABLES = frozenset({"kb_chunk_changes"})
 
 
 def include_object(
     obj: object, name: str | None, type_: str, reflected: bool, compare_to: object
 ) -> bool:
-    """Leave pgvector-only indexes and columns out of autogenerate: the migrations create
-    them only on a server with pgvector, so the models (which serve both storages) do not
-    declare them; nor do they declare tenants' own HNSW indexes, which operators create."""
+    """Leave pgvector-only tables, indexes and columns out of autogenerate: the migrations
+    create them only on a server with pgvector, so the models (which serve both storages)
+    do not declare them; nor do they declare tenants' own HNSW indexes, which operators
+    create."""
     if not reflected:
         return True
+    if type_ == "table":
+        return name not in PGVECTOR_ONLY_TABLES
     if type_ == "index":
         return not (name in PGVECTOR_ONLY_INDEXES or str(name).startswith(TENANT_INDEX_PREFIX))
     return not (type_ == "column" and name in PGVECTOR_ONLY_COLUMNS)
