@@ -18,11 +18,12 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from pypdf import PdfWriter
-from sqlalchemy import Engine, delete, event, func, select, text, update
+from sqlalchemy import Engine, delete, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -644,9 +645,8 @@ def test_a_document_of_many_batches_is_replaced_whole_and_readers_never_see_half
     factory, organizations = committed
     org = new_org()
     organizations.add(org)
-    # Small batches stand in for a large file: several embedder calls and INSERTs.
+    # Small batches stand in for a large file: several embedder calls.
     monkeypatch.setattr(chunk_batches, "EMBED_BATCH_TEXTS", 8)
-    monkeypatch.setattr(chunk_batches, "INSERT_BATCH_ROWS", 10)
     with factory() as session:
         base = make_base(session, org)
         doc = add(session, org, base, "m", store.TextSource(words("m1", 400)))
@@ -656,21 +656,23 @@ def test_a_document_of_many_batches_is_replaced_whole_and_readers_never_see_half
         again = add(session, org, base, "m", store.TextSource(words("m2", 400)))
     assert again.id == doc.id and again.status == "processing"
 
-    # When, while the new chunk set is inserted, another connection reads the document's
+    # When, while the new chunk set is copied in (rows 1, 11 and 21 of the COPY), another
+    # connection reads the document's
     seen: list[list[str]] = []
-    engine = factory.kw["bind"]
+    write_row = psycopg.Copy.write_row
+    rows_written = 0
 
-    def look(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if statement.startswith("INSERT INTO api2.kb_chunks") and len(seen) < 3:
+    def look(copy: psycopg.Copy, row: Sequence[Any]) -> None:
+        nonlocal rows_written
+        write_row(copy, row)
+        rows_written += 1
+        if rows_written % 10 == 1 and len(seen) < 3:
             with factory() as reader:
                 seen.append([content for _, content, _ in chunk_rows(reader, org, doc.id)])
 
-    event.listen(engine, "before_cursor_execute", look)
-    try:
-        embedder = CountingEmbedder()
-        outcome = run(factory, org, doc.id, embedder, final=False)
-    finally:
-        event.remove(engine, "before_cursor_execute", look)
+    monkeypatch.setattr(psycopg.Copy, "write_row", look)
+    embedder = CountingEmbedder()
+    outcome = run(factory, org, doc.id, embedder, final=False)
 
     expected = CHUNKER.split(pipeline_text(words("m2", 400)))
     assert len(expected) > 20 and embedder.calls == -(-len(expected) // 8)
