@@ -19,8 +19,10 @@ chunks (``api2.kb_chunk_changes``). A load records the snapshot it read under; b
 use, the same statement that filters the candidates asks whether a transaction not visible
 in that snapshot has written the tenant's chunks since. If one has, the tenant's vectors
 are read again (and used at once, unchecked: they are as new as the searching
-transaction's own view). Entries are also reloaded after ``MAX_AGE_SECONDS``, whatever the
-log says. Vectors read by a transaction that has itself written the tenant's chunks
+transaction's own view), unless they were read less than ``RELOAD_INTERVAL_SECONDS`` ago:
+then this search ranks in SQL as without the cache, so a tenant being ingested is re-read
+at most that often. Entries are also reloaded after ``MAX_AGE_SECONDS``, whatever the log
+says. Vectors read by a transaction that has itself written the tenant's chunks
 (uncommitted, they may roll back) serve that search only and are not kept. A transaction
 whose snapshot is older than a kept entry's (``REPEATABLE READ`` begun earlier) ranks by
 the newer vectors; the filter still shows it only the chunks its snapshot sees.
@@ -36,6 +38,7 @@ process of an API server holds its own.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -53,7 +56,11 @@ from threadpoolctl import threadpool_limits
 CACHE_MB_SETTING = "SPEEDTIER_SEARCH_CACHE_MB"
 DEFAULT_CACHE_MB = 256
 #: A loaded tenant is read again after this long, changed or not.
-MAX_AGE_SECONDS = 60.0
+MAX_AGE_SECONDS = 600.0
+#: A tenant found changed is read again only if its vectors are at least this old; until
+#: then its searches rank in SQL (a tenant being written to all the time is not re-read on
+#: every search).
+RELOAD_INTERVAL_SECONDS = 10.0
 #: The first candidate list is this many times ``limit``.
 CANDIDATE_FACTOR = 2
 CHANGES_TABLE = "api2.kb_chunk_changes"
@@ -198,7 +205,8 @@ def nearest_visible(
     query /= norm
     for _attempt in range(2):
         entry = cache.get(organization_id)
-        loaded_now = entry is None or time.monotonic() - entry.loaded_at > MAX_AGE_SECONDS
+        age = math.inf if entry is None else time.monotonic() - entry.loaded_at
+        loaded_now = entry is None or age > MAX_AGE_SECONDS
         if entry is None or loaded_now:
             entry, shareable = load(session, organization_id, dims)
             if entry is None:
@@ -210,6 +218,8 @@ def nearest_visible(
         )
         if found is not None:
             return found
+        if age < RELOAD_INTERVAL_SECONDS:
+            return None  # changed again soon after it was read: SQL ranks until it settles
         cache.forget(organization_id)
     return None
 

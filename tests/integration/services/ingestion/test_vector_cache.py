@@ -119,24 +119,52 @@ def test_the_cached_ranking_is_the_sql_ranking_and_is_read_once(
         assert_same_ranking(answer, truth)
 
 
-def test_a_chunk_another_connection_commits_is_ranked_by_the_next_search(engine: Engine) -> None:
+def add_nearest(engine: Engine, organization_id: int, query: str) -> int:
+    """Commit, from another connection, a chunk that is ``query`` itself; its id."""
+    with Session(engine) as other:
+        writer = Tenant(other, organization_id)
+        added = writer.document(writer.base(f"kb-{random.getrandbits(30)}"), [query])
+        other.commit()
+        return int(
+            other.scalar(text("SELECT id FROM api2.kb_chunks WHERE document_id = :d"), {"d": added})
+        )
+
+
+def test_a_chunk_another_connection_commits_is_ranked_by_the_next_search(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(vector_cache, "RELOAD_INTERVAL_SECONDS", 0.0)
     tenant = committed_tenant(engine, texts(200, seed=3))
     query = "wombat burrow wombat burrow"
     before = ranking(engine, tenant.organization_id, query)
     entry = cached(engine, tenant.organization_id)
 
-    with Session(engine) as other:
-        writer = Tenant(other, tenant.organization_id)
-        added = writer.document(writer.base("second"), [query])
-        other.commit()
-        new_chunk = other.scalar(
-            text("SELECT id FROM api2.kb_chunks WHERE document_id = :d"), {"d": added}
-        )
+    new_chunk = add_nearest(engine, tenant.organization_id, query)
     after = ranking(engine, tenant.organization_id, query)
 
     assert new_chunk not in before
     assert after[0] == new_chunk
     assert cached(engine, tenant.organization_id) is not entry  # read again
+
+
+def test_a_tenant_changed_soon_after_its_read_is_ranked_in_sql_until_it_settles(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(vector_cache, "RELOAD_INTERVAL_SECONDS", 3600.0)
+    tenant = committed_tenant(engine, texts(200, seed=11))
+    query = "echidna spines echidna spines"
+    ranking(engine, tenant.organization_id, query)
+    entry = cached(engine, tenant.organization_id)
+
+    new_chunk = add_nearest(engine, tenant.organization_id, query)
+    meanwhile = ranking(engine, tenant.organization_id, query)
+    kept = cached(engine, tenant.organization_id)
+    monkeypatch.setattr(vector_cache, "RELOAD_INTERVAL_SECONDS", 0.0)
+    settled = ranking(engine, tenant.organization_id, query)
+
+    assert meanwhile[0] == new_chunk and settled[0] == new_chunk
+    assert kept is entry  # not re-read on the first change
+    assert cached(engine, tenant.organization_id) is not entry
 
 
 def test_deleted_chunks_and_hidden_audiences_never_come_back_from_the_cache(
