@@ -5,14 +5,15 @@
    (VmHWM, reset through ``/proc/self/clear_refs`` after each step) of each step, so native
    memory (libpq, the Rust splitter, allocator arenas) counts too.
 2. :func:`profile`, in this process under tracemalloc: snapshots after embedding and just
-   before the chunk INSERT reaches the driver (SQLAlchemy's ``before_cursor_execute``, every
-   parameter already rendered), which is where everything a pass builds is alive at once.
+   just before the chunk set is written (SQLAlchemy's ``before_cursor_execute`` of the
+   DELETE of the old chunks, which the COPY of the new ones follows), which is where
+   everything a pass builds is alive at once.
    Live memory is attributed to the innermost frame of this repository that allocated it
    (the code that made the copy) and to the innermost frame overall (where, in a library,
    the allocation happened). Python allocations only; tracing inflates the process's RSS.
 
-Steps: extraction, splitting, embedding (in batches), preparing each chunk INSERT batch
-(the version row first), and the last INSERT with the commit.
+Steps: extraction, splitting, embedding (in batches), the version row, and the chunks'
+COPY with the commit.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ FRAMES = 25
 TOP = 12
 ORGANIZATION = 301
 MEMORY_TARGET_MB = 300
-#: Snapshot at the first chunk INSERT: every vector is made, the first batch's rows too.
-SNAPSHOT_STEPS = ("prepare the chunk INSERT",)
+#: Snapshot before the chunks are written: every vector is made.
+SNAPSHOT_STEPS = ("version row, before the chunk COPY",)
 
 
 def _where(frame: tracemalloc.Frame) -> str:
@@ -177,7 +178,7 @@ class StepPeaks:
         peak, rss = rnd(_kib("VmHWM") / 1024, 1), rnd(_kib("VmRSS") / 1024, 1)
         last = self.rows[-1] if self.rows else None
         if last is not None and last["step"] == step:
-            # A step done in batches (embedding, INSERTs) is one row: its highest peak.
+            # A step done in batches (embedding) is one row: its highest peak.
             last.update(peak_rss_mib=max(last["peak_rss_mib"], peak), rss_mib=rss)
             last["times"] += 1
         else:
@@ -208,17 +209,17 @@ def _instrument(env_engine: Any, chunker: Any, embedder: Any, on_step: Any) -> A
         on_step("embed")
         return result
 
-    def before_insert(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if statement.lstrip().upper().startswith("INSERT INTO API2.KB_CHUNKS"):
-            on_step("prepare the chunk INSERT")
+    def before_write(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith("DELETE FROM API2.KB_CHUNKS"):
+            on_step(SNAPSHOT_STEPS[0])
 
     chunker.split = split_step
     embedder.embed = embed_step
     extract_module.extract = extract_step
-    event.listen(env_engine, "before_cursor_execute", before_insert)
+    event.listen(env_engine, "before_cursor_execute", before_write)
 
     def undo() -> None:
-        event.remove(env_engine, "before_cursor_execute", before_insert)
+        event.remove(env_engine, "before_cursor_execute", before_write)
         extract_module.extract = extract
 
     return undo
@@ -249,7 +250,7 @@ def step_peaks_main(values: dict[str, Any], organization: int, document_id: int,
             now=utcnow(),
         )
         session.commit()
-    peaks.take("INSERT and commit")
+    peaks.take("chunk COPY and commit")
     out.put(peaks.rows)
     platform.close()
 
@@ -330,7 +331,7 @@ def profile(env: Stack, size: int, *, trace: bool = True) -> dict[str, Any]:
                 now=utcnow(),
             )
             session.commit()
-        checkpoints.take("INSERT and commit", snapshot=False)
+        checkpoints.take("chunk COPY and commit", snapshot=False)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -350,7 +351,7 @@ def profile_lines(result: dict[str, Any]) -> list[str]:
     ]
     lines = [
         "Peak RSS of each step in a fresh process (no tracing; native memory included), MiB"
-        " (embedding and the INSERT run in batches: one row each, its highest peak):",
+        " (embedding runs in batches: one row, its highest peak):",
         "",
         markdown_table(["step", "batches", "peak RSS in the step", "RSS at its end"], peak_rows),
         "",
