@@ -6,7 +6,17 @@ else: no queue, no job records, no document versions. Two ways:
 
 - **sequential**: one process does everything, one document after another;
 - **pipelined**: two processes, one extracting, splitting and embedding, the other writing,
-  joined by a bounded queue (the best split of this work over this machine's two cores).
+  joined by a bounded queue (the best split of this work over this machine's two cores);
+- **pipelined, indexed**: the same, writing into a scratch table made ``LIKE api2.kb_chunks
+  INCLUDING ALL``: the same columns, the generated ``content_tsv`` and ``embedding_half``,
+  and the same six indexes (HNSW, full text, the covering scan index, three B-trees), but no
+  foreign key. It is what a searchable chunk costs any writer, so the gap between it and the
+  platform is the platform's own.
+
+The first two write bare rows (no index, no generated column): issue 16's target 4 is
+measured against the bare pipelined one. Every ceiling sends vectors as text, as it always
+has; the platform now sends them binary (cheaper on both sides), so these are ceilings of
+this pipeline, a little under the machine's.
 
 The platform's throughput (real workers) is then reported as a ratio to each.
 """
@@ -17,11 +27,16 @@ import multiprocessing
 import os
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from bench.common import machine_busy_seconds, rnd
 
 TABLE = "bench_ceiling_chunks"
+#: The scratch table with api2.kb_chunks' columns, generated columns and indexes.
+INDEXED_TABLE = "bench_ceiling_indexed_chunks"
+#: Tenants the indexed rows are spread over, as the platform's run spreads its documents.
+TENANTS = 10
 _DONE = None
 
 
@@ -53,6 +68,30 @@ def _prepare(database_url: str, dimensions: int) -> None:
         )
 
 
+def _prepare_indexed(database_url: str) -> list[str]:
+    """The indexed scratch table, empty; the names of its indexes."""
+    import psycopg
+
+    with psycopg.connect(_dsn(database_url), autocommit=True) as connection:
+        connection.execute(f"DROP TABLE IF EXISTS {INDEXED_TABLE}")
+        # LIKE never copies foreign keys; INCLUDING ALL copies the rest (generated columns,
+        # identity, defaults, storage, indexes and unique constraints).
+        connection.execute(f"CREATE TABLE {INDEXED_TABLE} (LIKE api2.kb_chunks INCLUDING ALL)")
+        rows = connection.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = %s ORDER BY indexname",
+            (INDEXED_TABLE,),
+        )
+        return [name for (name,) in rows]
+
+
+def _drop(database_url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(_dsn(database_url), autocommit=True) as connection:
+        connection.execute(f"DROP TABLE IF EXISTS {TABLE}")
+        connection.execute(f"DROP TABLE IF EXISTS {INDEXED_TABLE}")
+
+
 def _produce(documents: Sequence[Any], dimensions: int) -> Any:
     """Yield (document index, rows) for each document: extracted, split and embedded."""
     from bench.ingestion_corpus import CONTENT_TYPES
@@ -82,25 +121,52 @@ def _vector(vector: Sequence[float]) -> str:
 
 
 class _Writer:
-    def __init__(self, database_url: str) -> None:
+    """Writes each document's rows with one COPY and a commit: into the bare table, or
+    (``indexed``) into the indexed one, as kb_chunks rows of one of :data:`TENANTS`."""
+
+    def __init__(self, database_url: str, indexed: bool = False) -> None:
         import psycopg
 
         self.connection = psycopg.connect(_dsn(database_url))
+        self.indexed = indexed
+        self.created_at = datetime.now(UTC)
         self.tokens = 0
         self.chunks = 0
 
     def write(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        with (
-            self.connection.cursor() as cursor,
-            cursor.copy(
-                f"COPY {TABLE} (document, position, content, token_count, embedding) FROM STDIN"
-            ) as copy,
-        ):
-            for row in rows:
-                copy.write_row(row)
+        with self.connection.cursor() as cursor:
+            if self.indexed:
+                self._copy_indexed(cursor, rows)
+            else:
+                with cursor.copy(
+                    f"COPY {TABLE} (document, position, content, token_count, embedding) FROM STDIN"
+                ) as copy:
+                    for row in rows:
+                        copy.write_row(row)
         self.connection.commit()
         self.chunks += len(rows)
         self.tokens += sum(row[3] for row in rows)
+
+    def _copy_indexed(self, cursor: Any, rows: Sequence[tuple[Any, ...]]) -> None:
+        with cursor.copy(
+            f"COPY {INDEXED_TABLE} (organization_id, knowledge_base_id, document_id, position, "
+            "content, token_count, embedding, audience, created_at) FROM STDIN"
+        ) as copy:
+            for document, position, content, token_count, embedding in rows:
+                tenant = document % TENANTS + 1
+                copy.write_row(
+                    (
+                        tenant,
+                        tenant,
+                        document,
+                        position,
+                        content,
+                        token_count,
+                        embedding,
+                        [],
+                        self.created_at,
+                    )
+                )
 
     def close(self) -> None:
         self.connection.close()
@@ -127,8 +193,8 @@ def _producer_main(documents: Sequence[Any], dimensions: int, queue: Any, go: An
     queue.put(_DONE)
 
 
-def _writer_main(database_url: str, queue: Any, go: Any, results: Any) -> None:
-    writer = _Writer(database_url)
+def _writer_main(database_url: str, queue: Any, go: Any, results: Any, indexed: bool) -> None:
+    writer = _Writer(database_url, indexed)
     go.wait()
     try:
         while (item := queue.get()) is not _DONE:
@@ -138,11 +204,13 @@ def _writer_main(database_url: str, queue: Any, go: Any, results: Any) -> None:
         writer.close()
 
 
-def _pipelined(database_url: str, documents: Sequence[Any], dimensions: int) -> dict[str, Any]:
+def _pipelined(
+    database_url: str, documents: Sequence[Any], dimensions: int, indexed: bool = False
+) -> dict[str, Any]:
     context = multiprocessing.get_context("spawn")
     queue, results, go = context.Queue(maxsize=32), context.Queue(), context.Event()
     producer = context.Process(target=_producer_main, args=(documents, dimensions, queue, go))
-    writer = context.Process(target=_writer_main, args=(database_url, queue, go, results))
+    writer = context.Process(target=_writer_main, args=(database_url, queue, go, results, indexed))
     producer.start()
     writer.start()
     try:
@@ -178,8 +246,9 @@ def _figures(wall: float, busy: float, chunks: int, tokens: int, documents: int)
 def measure_ceiling(
     database_url: str, documents: Sequence[Any], dimensions: int, say: Any
 ) -> dict[str, Any]:
-    """Sequential and pipelined ceilings of ``documents`` on this machine (scratch table
-    dropped afterwards)."""
+    """Sequential and pipelined ceilings of ``documents`` on this machine into a bare table,
+    and pipelined into a table indexed like api2.kb_chunks (scratch tables dropped
+    afterwards)."""
     _prepare(database_url, dimensions)
     try:
         sequential = _sequential(database_url, documents, dimensions)
@@ -187,9 +256,10 @@ def measure_ceiling(
         _prepare(database_url, dimensions)
         pipelined = _pipelined(database_url, documents, dimensions)
         say(f"ceiling, pipelined over two processes: {pipelined['wall_seconds']} s")
+        indexes = _prepare_indexed(database_url)
+        indexed = _pipelined(database_url, documents, dimensions, indexed=True)
+        indexed["indexes"] = indexes
+        say(f"ceiling, pipelined into a table like kb_chunks: {indexed['wall_seconds']} s")
     finally:
-        import psycopg
-
-        with psycopg.connect(_dsn(database_url), autocommit=True) as connection:
-            connection.execute(f"DROP TABLE IF EXISTS {TABLE}")
-    return {"sequential": sequential, "pipelined": pipelined}
+        _drop(database_url)
+    return {"sequential": sequential, "pipelined": pipelined, "pipelined_indexed": indexed}

@@ -80,6 +80,9 @@ def measure_throughput(env: Stack, settings: dict[str, Any], say: Any) -> dict[s
         "ratio_to_ceiling_pipelined": rnd(
             tokens_per_minute / ceiling["pipelined"]["tokens_per_minute"], 2
         ),
+        "ratio_to_ceiling_pipelined_indexed": rnd(
+            tokens_per_minute / ceiling["pipelined_indexed"]["tokens_per_minute"], 2
+        ),
         "ratio_to_issue_separate": rnd(tokens_per_minute / CEILING_SEPARATE, 2),
         "ratio_to_issue_sequential": rnd(tokens_per_minute / CEILING_SEQUENTIAL, 2),
     }
@@ -191,6 +194,11 @@ def summary_lines(t: dict[str, Any], settings: dict[str, Any]) -> list[str]:
         row("sequential, one process", s),
         row("ceiling: extract, split, embed, COPY; one process", t["ceiling"]["sequential"]),
         row("ceiling: the same pipelined over two processes", t["ceiling"]["pipelined"]),
+        row(
+            "ceiling: the same pipelined, into a table like kb_chunks (its indexes and "
+            "generated columns)",
+            t["ceiling"]["pipelined_indexed"],
+        ),
     ]
     failed = sum(t["failed"].values())
     steps = ", ".join(f"{k} {v} s" for k, v in s["seconds"].items())
@@ -205,9 +213,13 @@ def summary_lines(t: dict[str, Any], settings: dict[str, Any]) -> list[str]:
         ),
         "",
         f"Workers reach **{t['ratio_to_ceiling_pipelined']}x the pipelined ceiling** "
-        f"(target >= 0.8) and {t['ratio_to_ceiling_sequential']}x the sequential ceiling "
-        "(both measured in this run: the same documents extracted, split, embedded and "
-        "COPied into a scratch table with nothing else); "
+        f"(issue 16's target 4: >= 0.8, measured against this bare-table ceiling) and "
+        f"{t['ratio_to_ceiling_sequential']}x the sequential ceiling (both measured in this "
+        "run: the same documents extracted, split, embedded and COPied into a scratch table "
+        "with no index and no generated column); "
+        f"{t['ratio_to_ceiling_pipelined_indexed']}x the pipelined ceiling into a table like "
+        "kb_chunks (the same columns, generated columns and six indexes, no foreign key: "
+        "what searchable rows cost any writer); "
         f"{t['ratio_to_sequential']}x the platform's pipeline function run sequentially, "
         f"{t['ratio_to_issue_sequential']}x the issue's 2.6M sequential and "
         f"{t['ratio_to_issue_separate']}x its 7M split-and-write-in-separate-processes "
