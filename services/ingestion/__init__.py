@@ -24,10 +24,12 @@ def register(platform: ServiceContext) -> None:
     from services.ingestion.families import families
     from services.ingestion.routes import blueprint
     from services.ingestion.ticks import SweepBounds, ingestion_refresh_tick, ingestion_sweep_tick
+    from services.ingestion.vector_cache import configure as configure_vector_cache
     from services.web.feed_fetch import feed_fetcher
     from tiers.rate_window import RateWindows
 
     settings = platform.settings
+    configure_vector_cache(settings.search_cache_mb)
     windows = RateWindows(platform.broker.client, settings.redis_namespace)
     recrawl = settings.recrawl_interval_seconds
     key = settings.connector_credentials_key

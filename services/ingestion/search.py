@@ -58,7 +58,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from services.indexing.embedders import Embedder
-from services.ingestion import search_sql, vector_cache
+from services.ingestion import search_sql, vector_ranking
 from services.ingestion.search_planner import (
     execute_with_settings,
     layout,
@@ -310,10 +310,11 @@ def _cached_nearest(
     limit: int,
     storage: EmbeddingStorage,
 ) -> list[tuple[int, float]] | None:
-    """The exact ranking from the process's vector cache, or None (see its module)."""
+    """The exact ranking from the process's vector cache, or None (see
+    :mod:`services.ingestion.vector_ranking`)."""
     if storage.dims is None:
         return None
-    return vector_cache.nearest_visible(
+    return vector_ranking.nearest_visible(
         session,
         organization_id=scope.organization_id,
         knowledge_base_id=scope.knowledge_base_id,

@@ -12,7 +12,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
 from services.indexing.embedders import HashingEmbedder
-from services.ingestion import vector_cache
+from services.ingestion import vector_cache, vector_ranking
 from services.ingestion.search import SearchScope, VectorPath, search, vector_search
 from services.ingestion.vector_cache import TenantVectors, VectorCache
 from tests.integration.services.ingestion.test_search import Tenant
@@ -35,11 +35,10 @@ WORDS = [
 
 
 @pytest.fixture
-def engine(pgvector_engine: Engine, monkeypatch: pytest.MonkeyPatch) -> Iterator[Engine]:
-    monkeypatch.delenv(vector_cache.CACHE_MB_SETTING, raising=False)
-    vector_cache.forget_caches()
+def engine(pgvector_engine: Engine) -> Iterator[Engine]:
+    vector_cache.configure(vector_cache.DEFAULT_CACHE_MB)
     yield pgvector_engine
-    vector_cache.forget_caches()
+    vector_cache.configure(vector_cache.DEFAULT_CACHE_MB)
 
 
 def texts(count: int, seed: int) -> list[str]:
@@ -77,12 +76,11 @@ def ranking(engine: Engine, organization_id: int, query: str, limit: int = 10) -
 def sql_ranked(
     engine: Engine, organization_id: int, query: str, monkeypatch: pytest.MonkeyPatch
 ) -> list[tuple[int, float]]:
-    with monkeypatch.context() as patch:
-        patch.setenv(vector_cache.CACHE_MB_SETTING, "0")
-        vector_cache.forget_caches()
-        answer = ranked(engine, organization_id, query)
-    vector_cache.forget_caches()
-    return answer
+    vector_cache.configure(0)
+    try:
+        return ranked(engine, organization_id, query)
+    finally:
+        vector_cache.configure(vector_cache.DEFAULT_CACHE_MB)
 
 
 def assert_same_ranking(answer: list[tuple[int, float]], truth: list[tuple[int, float]]) -> None:
@@ -133,7 +131,7 @@ def add_nearest(engine: Engine, organization_id: int, query: str) -> int:
 def test_a_chunk_another_connection_commits_is_ranked_by_the_next_search(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(vector_cache, "RELOAD_INTERVAL_SECONDS", 0.0)
+    monkeypatch.setattr(vector_ranking, "RELOAD_INTERVAL_SECONDS", 0.0)
     tenant = committed_tenant(engine, texts(200, seed=3))
     query = "wombat burrow wombat burrow"
     before = ranking(engine, tenant.organization_id, query)
@@ -150,7 +148,7 @@ def test_a_chunk_another_connection_commits_is_ranked_by_the_next_search(
 def test_a_tenant_changed_soon_after_its_read_is_ranked_in_sql_until_it_settles(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(vector_cache, "RELOAD_INTERVAL_SECONDS", 3600.0)
+    monkeypatch.setattr(vector_ranking, "RELOAD_INTERVAL_SECONDS", 3600.0)
     tenant = committed_tenant(engine, texts(200, seed=11))
     query = "echidna spines echidna spines"
     ranking(engine, tenant.organization_id, query)
@@ -159,7 +157,7 @@ def test_a_tenant_changed_soon_after_its_read_is_ranked_in_sql_until_it_settles(
     new_chunk = add_nearest(engine, tenant.organization_id, query)
     meanwhile = ranking(engine, tenant.organization_id, query)
     kept = cached(engine, tenant.organization_id)
-    monkeypatch.setattr(vector_cache, "RELOAD_INTERVAL_SECONDS", 0.0)
+    monkeypatch.setattr(vector_ranking, "RELOAD_INTERVAL_SECONDS", 0.0)
     settled = ranking(engine, tenant.organization_id, query)
 
     assert meanwhile[0] == new_chunk and settled[0] == new_chunk
@@ -339,16 +337,20 @@ def test_the_cache_keeps_its_byte_budget_least_recently_used_first() -> None:
     assert cache.nbytes == entry(10).nbytes * 2
 
 
-def test_the_budget_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(vector_cache.CACHE_MB_SETTING, "lots")
-    with pytest.raises(ValueError, match="SPEEDTIER_SEARCH_CACHE_MB"):
-        vector_cache._budget_bytes()
-    monkeypatch.setenv(vector_cache.CACHE_MB_SETTING, "0.5")
-    assert vector_cache._budget_bytes() == 512 * 1024
+def test_the_budget_is_checked_and_applies_to_new_caches(engine: Engine) -> None:
+    with pytest.raises(ValueError, match="search cache budget"):
+        vector_cache.configure(-1)
+    vector_cache.configure(0.5)
+    with Session(engine) as session:
+        cache = vector_cache.cache_for(session)
+    assert cache is not None and cache.max_bytes == 512 * 1024
+    vector_cache.configure(0)
+    with Session(engine) as session:
+        assert vector_cache.cache_for(session) is None
 
 
 def test_another_dimension_is_not_read_into_the_cache(engine: Engine) -> None:
     tenant = committed_tenant(engine, texts(5, seed=8))
     with Session(engine) as session:
-        entry, _ = vector_cache.load(session, tenant.organization_id, dims=128)
+        entry, _ = vector_ranking.load(session, tenant.organization_id, dims=128)
     assert entry is None
