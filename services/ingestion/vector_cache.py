@@ -21,9 +21,14 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session
 
+from shared import metrics
+
 if TYPE_CHECKING:
     import numpy as np
 
+CACHE_BYTES = metrics.gauge(
+    "search_cache_bytes", "Bytes of tenants' vectors kept for retrieval's exact ranking."
+)
 DEFAULT_CACHE_MB = 256.0
 CHANGES_TABLE = "api2.kb_chunk_changes"
 _budget_mib = DEFAULT_CACHE_MB
@@ -83,12 +88,18 @@ class VectorCache:
                 return
             self._entries[organization_id] = entry
             self._bytes += entry.nbytes
+            CACHE_BYTES.inc(entry.nbytes)
             while self._bytes > self.max_bytes:
                 self._drop(next(iter(self._entries)))
 
     def forget(self, organization_id: int) -> None:
         with self._lock:
             self._drop(organization_id)
+
+    def clear(self) -> None:
+        with self._lock:
+            for organization_id in list(self._entries):
+                self._drop(organization_id)
 
     @property
     def nbytes(self) -> int:
@@ -98,6 +109,7 @@ class VectorCache:
         entry = self._entries.pop(organization_id, None)
         if entry is not None:
             self._bytes -= entry.nbytes
+            CACHE_BYTES.dec(entry.nbytes)
 
 
 _caches_lock = threading.Lock()
@@ -123,4 +135,7 @@ def cache_for(session: Session) -> VectorCache | None:
 def forget_caches() -> None:
     """Drop every engine's cache."""
     with _caches_lock:
+        for cache in _caches.values():
+            if cache is not None:
+                cache.clear()
         _caches.clear()

@@ -46,6 +46,7 @@ from sqlalchemy.orm import Session
 from threadpoolctl import threadpool_limits
 
 from services.ingestion.vector_cache import CHANGES_TABLE, TenantVectors, cache_for
+from shared import metrics
 
 #: A loaded tenant is read again after this long, changed or not.
 MAX_AGE_SECONDS = 600.0
@@ -55,6 +56,12 @@ MAX_AGE_SECONDS = 600.0
 RELOAD_INTERVAL_SECONDS = 10.0
 #: The first candidate list is this many times ``limit``.
 CANDIDATE_FACTOR = 2
+RANKINGS = metrics.counter(
+    "search_vector_rankings",
+    "Exact-path vector rankings by where the vectors came from: kept (the process's copy), "
+    "read (read into it for this search), sql (ranked in PostgreSQL instead).",
+    ["source"],
+)
 _COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 _blas_limited = False
 
@@ -89,6 +96,7 @@ def nearest_visible(
         if entry is None or loaded_now:
             entry, shareable = load(session, organization_id, dims)
             if entry is None:
+                RANKINGS.labels("sql").inc()
                 return None
             if shareable:
                 cache.put(organization_id, entry)
@@ -96,9 +104,12 @@ def nearest_visible(
             session, entry, query, knowledge_base_id, where, params, limit, check=not loaded_now
         )
         if found is not None:
+            RANKINGS.labels("read" if loaded_now else "kept").inc()
             return found
         if age < RELOAD_INTERVAL_SECONDS:
-            return None  # changed again soon after it was read: SQL ranks until it settles
+            # Changed again soon after it was read: SQL ranks until it settles.
+            RANKINGS.labels("sql").inc()
+            return None
         cache.forget(organization_id)
     return None
 

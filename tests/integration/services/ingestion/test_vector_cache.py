@@ -145,12 +145,21 @@ def test_a_chunk_another_connection_commits_is_ranked_by_the_next_search(
     assert cached(engine, tenant.organization_id) is not entry  # read again
 
 
+def rankings_by_source() -> dict[str, float]:
+    return {
+        source: vector_ranking.RANKINGS.labels(source)._value.get()
+        for source in ("kept", "read", "sql")
+    }
+
+
 def test_a_tenant_changed_soon_after_its_read_is_ranked_in_sql_until_it_settles(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(vector_ranking, "RELOAD_INTERVAL_SECONDS", 3600.0)
     tenant = committed_tenant(engine, texts(200, seed=11))
     query = "echidna spines echidna spines"
+    start = rankings_by_source()
+    ranking(engine, tenant.organization_id, query)
     ranking(engine, tenant.organization_id, query)
     entry = cached(engine, tenant.organization_id)
 
@@ -159,10 +168,12 @@ def test_a_tenant_changed_soon_after_its_read_is_ranked_in_sql_until_it_settles(
     kept = cached(engine, tenant.organization_id)
     monkeypatch.setattr(vector_ranking, "RELOAD_INTERVAL_SECONDS", 0.0)
     settled = ranking(engine, tenant.organization_id, query)
+    counted = {k: v - start[k] for k, v in rankings_by_source().items()}
 
     assert meanwhile[0] == new_chunk and settled[0] == new_chunk
     assert kept is entry  # not re-read on the first change
     assert cached(engine, tenant.organization_id) is not entry
+    assert counted == {"read": 2, "kept": 1, "sql": 1}
 
 
 def test_deleted_chunks_and_hidden_audiences_never_come_back_from_the_cache(
@@ -335,6 +346,11 @@ def test_the_cache_keeps_its_byte_budget_least_recently_used_first() -> None:
     assert cache.get(1) is not None and cache.get(3) is not None
     assert cache.get(2) is None and cache.get(4) is None
     assert cache.nbytes == entry(10).nbytes * 2
+    held = vector_cache.CACHE_BYTES._value.get()
+    cache.clear()
+    assert (
+        cache.nbytes == 0 and vector_cache.CACHE_BYTES._value.get() == held - entry(10).nbytes * 2
+    )
 
 
 def test_the_budget_is_checked_and_applies_to_new_caches(engine: Engine) -> None:
