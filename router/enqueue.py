@@ -10,7 +10,7 @@ from typing import Any
 from dramatiq.message import Message
 
 from router.registry import Registry
-from router.requests import JobRequest, RoutedJob, route_all
+from router.requests import JobRequest, RoutedJob, route, route_all
 from shared.errors import QueueUnavailable, ValidationFailed
 from shared.observability import warn
 from tiers.broker import TierBroker
@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 
 #: Requests per pipelined round trip.
 BATCH_SIZE = 500
+#: How a lone request's fields are named in its errors (as :func:`route_all` names them).
+SINGLE_PREFIX = "requests[0]."
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,16 @@ class Router:
           QueueUnavailable: Redis did not answer; the caller must treat every request of
             the failing batch as not accepted.
         """
+        if len(requests) == 1:  # a single enqueue: one broker, no batches to cut
+            return [self._enqueue_one(route(self.registry, requests[0], prefix=SINGLE_PREFIX))]
         return self.enqueue_routed(route_all(self.registry, requests))
+
+    def _enqueue_one(self, job: RoutedJob) -> Enqueued:
+        try:
+            (result,) = self.brokers.of_tier(job.tier).enqueue_identified([self.message_for(job)])
+        except REDIS_DOWN as exc:
+            raise QueueUnavailable(f"Redis did not accept the jobs: {exc}") from exc
+        return Enqueued(result.job_id, result.outcome, result.queue, job.family.kind)
 
     def enqueue_routed(self, routed: Sequence[RoutedJob]) -> list[Enqueued]:
         """Enqueue jobs already validated and routed (``route_all``), in pipelined batches.

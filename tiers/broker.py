@@ -65,6 +65,14 @@ class TierBroker(RedisBroker):
         #: queue -> prefetched messages a closed consumer could not hand back (Redis was
         #: down).
         self._leftovers: defaultdict[str, list[Message[Any]]] = defaultdict(list)
+        #: (the middleware stack last looked at, whether one of them hooks enqueues).
+        self._enqueue_hooks: tuple[tuple[Middleware, ...], bool] = ((), False)
+
+    def close(self) -> None:
+        """Close the connection the job store keeps for enqueues (the client's pool is
+        Dramatiq's, left as Dramatiq leaves it)."""
+        self.jobs.close()
+        super().close()
 
     @property
     def consumer_class(self) -> type[TierConsumer]:
@@ -240,12 +248,29 @@ class TierBroker(RedisBroker):
         prepared = list(messages)
         for message in prepared:
             message.options[REDIS_MESSAGE_ID] = message.message_id
-        for message in prepared:
-            self.emit_before("enqueue", message, None)
+        hooked = self._hooks_enqueue()
+        if hooked:
+            for message in prepared:
+                self.emit_before("enqueue", message, None)
         results = self.jobs.enqueue_many(prepared)
-        for message in prepared:
-            self.emit_after("enqueue", message, None)
+        if hooked:
+            for message in prepared:
+                self.emit_after("enqueue", message, None)
         return results
+
+    def _hooks_enqueue(self) -> bool:
+        """Whether a middleware of the stack has an enqueue hook: the stack's own have none,
+        and calling every middleware's no-op hook twice cost an enqueue more than packing
+        it. Worked out again whenever the stack changes."""
+        stack = tuple(self.middleware)
+        if stack != self._enqueue_hooks[0]:
+            hooked = any(
+                type(middleware).before_enqueue is not Middleware.before_enqueue
+                or type(middleware).after_enqueue is not Middleware.after_enqueue
+                for middleware in stack
+            )
+            self._enqueue_hooks = (stack, hooked)
+        return self._enqueue_hooks[1]
 
     def queue_depths(self, queue_names: Sequence[str]) -> dict[str, tuple[int, int]]:
         """``queue -> (ready, delayed)`` message counts."""

@@ -16,6 +16,7 @@ from uuid import uuid4
 import redis
 from dramatiq.message import Message
 
+from tiers.message_encoding import encode_message
 from tiers.options import (
     ETA,
     GROUP,
@@ -26,6 +27,7 @@ from tiers.options import (
     REDIS_MESSAGE_ID,
 )
 from tiers.script_batch import ScriptBatch, ScriptQueue
+from tiers.script_send import ScriptSender
 
 if TYPE_CHECKING:
     from tiers.run_rates import RunCount
@@ -100,23 +102,31 @@ class JobStore:
         #: trips; settles nobody waits for go with the settle sender's.
         self._batch = ScriptBatch(client, namespace, self._scripts)
         self._settles = ScriptQueue(client, namespace, self._scripts, name="settle-sender")
+        #: Enqueues go on a connection of their own (``tiers.script_send``).
+        self._sender = ScriptSender(client)
+
+    def close(self) -> None:
+        """Close the connection enqueues keep (the next enqueue opens another)."""
+        self._sender.close()
 
     def record_key(self, job_id: str) -> str:
         return f"{self.namespace}:job:{job_id}"
 
     # -- enqueue -----------------------------------------------------------------------------
 
-    def _enqueue_args(self, message: Message[Any], previous_redis_id: str = "") -> list[Any]:
+    def _enqueue_args(
+        self, message: Message[Any], now: int, previous_redis_id: str = ""
+    ) -> list[Any]:
         options = message.options
         return [
             options[JOB_ID],
             message.message_id,
             options[REDIS_MESSAGE_ID],
-            message.encode(),
+            encode_message(message),
             message.queue_name,
             options.get(GROUP, ""),
             options.get(GROUP_CAP, 0),
-            now_ms(),
+            now,
             "1" if options.get(KEEP_FINISHED) else "0",
             options.get(ORGANIZATION, ""),
             message.actor_name,
@@ -127,14 +137,17 @@ class JobStore:
     def enqueue_many(
         self, messages: Sequence[Message[Any]], previous_redis_id: str = ""
     ) -> list[EnqueueResult]:
-        """Register and push each message in one pipelined round trip.
+        """Register and push each message in one round trip (``tiers.script_send``: no
+        ``SCRIPT EXISTS`` first; a script Redis forgot is loaded and the refused calls sent
+        again).
 
         Each message is handled by its own atomic script call; the batch as a whole is one
         network round trip, not one transaction. ``previous_redis_id`` names the copy a
         single message replaces when it moves along (its id stays the same).
         """
-        calls = [self._enqueue_args(message, previous_redis_id) for message in messages]
-        replies = self._evalsha_pipelined("enqueue", calls)
+        now = now_ms()
+        calls = [self._enqueue_args(message, now, previous_redis_id) for message in messages]
+        replies = self._sender.send(self._scripts["enqueue"], self.namespace, calls)
         return [
             EnqueueResult(
                 job_id=message.options[JOB_ID],
@@ -144,30 +157,6 @@ class JobStore:
             )
             for message, reply in zip(messages, replies, strict=True)
         ]
-
-    def _evalsha_pipelined(self, name: str, calls: Sequence[Sequence[Any]]) -> list[Any]:
-        """Run script ``name`` once per argument list, in one pipelined round trip.
-
-        redis-py's ``Script`` in a pipeline asks ``SCRIPT EXISTS`` before every execute: a
-        second round trip per enqueue. The script is sent by its hash alone; when Redis does
-        not know it (a restart, a flush), the calls failed, so it is loaded and the batch
-        sent again (were a flush to land mid-batch, the calls that ran are answered
-        ``deduplicated`` the second time: the identity script makes a resend harmless).
-        """
-        script = self._scripts[name]
-        for attempt in (1, 2):
-            try:
-                if len(calls) == 1:  # a pipeline of one costs its own set-up in redis-py
-                    return [self.client.evalsha(script.sha, 1, self.namespace, *calls[0])]
-                pipe = self.client.pipeline(transaction=False)
-                for args in calls:
-                    pipe.evalsha(script.sha, 1, self.namespace, *args)
-                return list(pipe.execute())
-            except redis.exceptions.NoScriptError:
-                if attempt == 2:
-                    raise
-                self.client.script_load(script.script)
-        raise AssertionError("unreachable")
 
     # -- worker side -------------------------------------------------------------------------
 

@@ -1,0 +1,156 @@
+"""Identity script calls written straight onto a connection: the enqueue's hot path.
+
+A single enqueue is one EVALSHA, and redis-py's way there cost the client more CPU than the
+enqueue's own work: ``execute_command`` (retry wrapper, timing and metrics hooks, response
+callbacks) or a pipeline's command stack, and the pool's hand-out and return of a connection
+(locks, four metric updates, an event). Here the calls are packed once, written in one send
+and their replies read in order, on a connection the sender keeps for itself, checked before
+each use as the pool checks the connections it hands out; a thread that finds it in use by
+another takes one of the client's pool.
+
+=========================================  ===============================================
+what goes wrong                            what happens
+=========================================  ===============================================
+Redis unreachable (connection, timeout)    the connection's own ``Retry``, as redis-py
+                                           does (none in a pool made from a URL, as
+                                           Dramatiq's): disconnect, wait, send every
+                                           call again; when retries run out the error
+                                           reaches the caller. A resend is harmless:
+                                           the identity script deduplicates
+Redis forgot the script (restart, flush)   it is loaded and only the calls it refused are
+                                           sent again (the others ran; their replies stay)
+one call's script fails                    every reply is read first (the connection stays
+                                           clean), then the first error is raised
+the thread interrupted between sending     the kept connection is closed (replies may be
+and reading (an async exception)           pending on it) and opened again by the next call
+Redis closed the kept connection (a        seen before the send, as the pool sees it:
+restart, an idle timeout)                  the connection is opened again
+the process forked                         the child opens a connection of its own
+=========================================  ===============================================
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import redis
+from hiredis import pack_command
+from redis.commands.core import Script
+from redis.connection import HiredisRespSerializer
+from redis.exceptions import NoScriptError, ResponseError
+
+
+class ScriptSender:
+    """Sends script calls for ``client`` (which must not decode replies, like Dramatiq's)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        #: The connection this sender keeps (a ``redis.Connection`` of the client's pool).
+        self._kept: Any = None
+        self._kept_lock = threading.Lock()
+
+    def send(self, script: Script, key: str, calls: Sequence[Sequence[Any]]) -> list[Any]:
+        """Run ``script`` once per argument list of ``calls`` (one key, ``key``), in one
+        round trip; the replies in call order.
+
+        Raises:
+          redis.ConnectionError / redis.TimeoutError: Redis did not answer (retries spent).
+          redis.ResponseError: a call's script failed (the first such error).
+        """
+        replies: list[Any] = [None] * len(calls)
+        pending = list(range(len(calls)))
+        for attempt in (1, 2):
+            commands = [("EVALSHA", script.sha, 1, key, *calls[i]) for i in pending]
+            answers = self._round_trip(commands)
+            refused: list[int] = []
+            for index, answer in zip(pending, answers, strict=True):
+                if isinstance(answer, NoScriptError) and attempt == 1:
+                    refused.append(index)
+                elif isinstance(answer, ResponseError):
+                    raise answer
+                else:
+                    replies[index] = answer
+            if not refused:
+                return replies
+            self.client.script_load(script.script)
+            pending = refused
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        """Close the kept connection (the next call opens another)."""
+        with self._kept_lock:
+            if self._kept is not None:
+                self._kept.disconnect()
+                self._kept = None
+
+    def _round_trip(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Every command's reply (an error reply in its place, not raised)."""
+        if self.client.connection is not None:  # a single-connection client: its own lock
+            pipe = self.client.pipeline(transaction=False)
+            for command in commands:
+                pipe.execute_command(*command)  # type: ignore[no-untyped-call]
+            return list(pipe.execute(raise_on_error=False))
+        if self._kept_lock.acquire(blocking=False):
+            try:
+                connection = self._kept
+                if connection is None or connection.pid != os.getpid():
+                    connection = self._kept = self.client.connection_pool.make_connection()
+                _reopen_if_stale(connection)
+                try:
+                    return _send_and_read(connection, commands)
+                except BaseException:
+                    connection.disconnect()  # its replies may still be on their way
+                    raise
+            finally:
+                self._kept_lock.release()
+        pool = self.client.connection_pool
+        connection = pool.get_connection()
+        try:
+            return _send_and_read(connection, commands)
+        finally:
+            pool.release(connection)
+
+
+def _reopen_if_stale(connection: Any) -> None:
+    """Close a kept connection that has something to read before anything was sent (Redis
+    closed it: a restart, an idle timeout, ``CLIENT KILL``), as the pool checks the
+    connections it hands out; the send opens it again."""
+    try:
+        stale = connection.can_read()
+    except (redis.ConnectionError, redis.TimeoutError, OSError):
+        stale = True
+    if stale:
+        connection.disconnect()
+
+
+def _send_and_read(connection: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """Send ``commands`` and read their replies, under the connection's retry."""
+
+    def attempt() -> list[Any]:
+        connection.send_packed_command(_pack(connection, commands))
+        answers: list[Any] = []
+        for _ in commands:
+            try:
+                answers.append(connection.read_response())
+            except ResponseError as error:
+                answers.append(error)
+        return answers
+
+    answers: list[Any] = connection.retry.call_with_retry(
+        attempt, lambda _error: connection.disconnect()
+    )
+    return answers
+
+
+def _pack(connection: Any, commands: Sequence[Sequence[Any]]) -> list[bytes]:
+    """The commands in the protocol, as ``send_packed_command`` takes them. redis-py's
+    hiredis packer hands each command to ``hiredis.pack_command`` after checks these
+    commands never need (a first word with spaces, buffers); called directly, the bytes are
+    the same."""
+    if type(connection._command_packer) is HiredisRespSerializer:
+        return [b"".join([pack_command(tuple(command)) for command in commands])]
+    packed: list[bytes] = connection.pack_commands(commands)
+    return packed
