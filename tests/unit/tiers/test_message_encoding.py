@@ -26,7 +26,7 @@ MESSAGES = [
         queue_name="x.slow.DQ",
         actor_name="x",
         args=(),
-        kwargs={"nested": {"a": [1, {"b": False}], "nan": float("inf")}},
+        kwargs={"nested": {"a": [1, {"b": False}], "inf": float("-inf"), "x": 0.1 + 0.2}},
         options={"eta": 1_700_000_000_000},
         message_id="fixed-id",
         message_timestamp=1,
@@ -45,6 +45,14 @@ def pickle_encoder() -> Iterator[None]:
 @pytest.mark.parametrize("message", MESSAGES)
 def test_the_bytes_are_those_of_message_encode(message: Message[Any]) -> None:
     assert encode_message(message) == message.encode()
+
+
+def test_a_message_refusing_json_is_refused_alike() -> None:
+    message = Message(queue_name="q", actor_name="a", args=(), kwargs={"x": {1, 2}}, options={})
+    with pytest.raises(TypeError):
+        message.encode()
+    with pytest.raises(TypeError):
+        encode_message(message)
 
 
 @pytest.mark.parametrize("message", MESSAGES)
