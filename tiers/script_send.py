@@ -150,7 +150,7 @@ def _pack(connection: Any, commands: Sequence[Sequence[Any]]) -> list[bytes]:
     hiredis packer hands each command to ``hiredis.pack_command`` after checks these
     commands never need (a first word with spaces, buffers); called directly, the bytes are
     the same."""
-    if type(connection._command_packer) is HiredisRespSerializer:
+    if type(getattr(connection, "_command_packer", None)) is HiredisRespSerializer:
         return [b"".join([pack_command(tuple(command)) for command in commands])]
     packed: list[bytes] = connection.pack_commands(commands)
     return packed

@@ -2,8 +2,8 @@
 replies in call order, one round trip, a forgotten script loaded and only its refused calls
 sent again, a failing call's error raised with the connection left clean, a thread
 interrupted mid-trip leaving no reply behind for the next call, threads sharing the sender,
-a connection Redis dropped reopened by the connection's retry, a forked child on its own
-connection."""
+a connection Redis dropped opened again, a forked child on its own connection, clients
+whose connections are not plain ones."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import redis
+from redis.cache import CacheConfig
 from redis.commands.core import Script
 
 from tiers.script_send import ScriptSender
@@ -173,4 +174,20 @@ def test_a_single_connection_client_is_served_through_its_own_connection(
         echo = script(client, ECHO)
         assert sender.send(echo, namespace, [["a"], ["b"]]) == [b"a", b"b"]
     finally:
+        client.close()
+
+
+def test_a_client_whose_connections_wrap_another_is_served_too(
+    redis_url: str, namespace: str
+) -> None:
+    # A client-side cache (RESP3) hands out proxies around redis-py's connections, whose
+    # commands redis-py packs itself
+    client = redis.Redis.from_url(redis_url, protocol=3, cache_config=CacheConfig())
+    sender = ScriptSender(client)
+    try:
+        echo = script(client, ECHO)
+        assert sender.send(echo, namespace, [["a"], ["b"]]) == [b"a", b"b"]
+        assert sender.send(echo, namespace, [["c"]]) == [b"c"]
+    finally:
+        sender.close()
         client.close()
