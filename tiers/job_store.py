@@ -102,12 +102,16 @@ class JobStore:
         #: trips; settles nobody waits for go with the settle sender's.
         self._batch = ScriptBatch(client, namespace, self._scripts)
         self._settles = ScriptQueue(client, namespace, self._scripts, name="settle-sender")
-        #: Enqueues go on a connection of their own (``tiers.script_send``).
+        #: Enqueues go on a connection of their own (``tiers.script_send``), and so do the
+        #: claims and hand-backs of fetched batches.
         self._sender = ScriptSender(client)
+        self._fetches = ScriptSender(client)
 
     def close(self) -> None:
-        """Close the connection enqueues keep (the next enqueue opens another)."""
-        self._sender.close()
+        """Close the connections enqueues, claims and settles keep (the next call opens
+        another)."""
+        for sender in (self._sender, self._fetches, self._batch, self._settles):
+            sender.close()
 
     def record_key(self, job_id: str) -> str:
         return f"{self.namespace}:job:{job_id}"
@@ -210,7 +214,7 @@ class JobStore:
                 options.get(GROUP, ""),
                 options.get(GROUP_CAP, 0),
             ]
-        verdicts = self._scripts["claim_many"](keys=[self.namespace], args=args)
+        [verdicts] = self._fetches.send(self._scripts["claim_many"], self.namespace, [args])
         parked: list[Message[Any]] = []
         for message, reply in zip(batch, verdicts, strict=True):
             verdict = as_text(reply)
@@ -244,7 +248,7 @@ class JobStore:
             if self.take_fetch_claim(options.get(REDIS_MESSAGE_ID, "")) == "run":
                 args += [options[JOB_ID], options[REDIS_MESSAGE_ID], options.get(GROUP, "")]
         if len(args) > 2:
-            self._scripts["unclaim"](keys=[self.namespace], args=args)
+            self._fetches.send(self._scripts["unclaim"], self.namespace, [args])
 
     def settle(self, message: Message[Any], **outcome: Any) -> str:
         """After a run, record its end (see :meth:`settle_args` for ``outcome``) and return

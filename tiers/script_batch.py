@@ -5,11 +5,13 @@ Two ways in. :class:`ScriptBatch` is for a call its thread waits for (a claim: t
 runs the job only on its verdict): the first thread to arrive while nothing is in flight
 sends its call at once (alone, it costs what a direct call costs); calls that arrive
 meanwhile wait, and when the reply comes back the oldest waiting thread sends every waiting
-call in one pipeline. :class:`ScriptQueue` is for a call nobody waits for (a settle: the
+call in one round trip. :class:`ScriptQueue` is for a call nobody waits for (a settle: the
 thread goes on to its next job, and what must follow the settle is handed to the call's
 ``then``): one sender thread sends whatever was submitted while its previous round trip was
 in flight. Each call is still its own script, applied atomically by Redis on its own:
-batching changes how many round trips carry the calls, never what a call does.
+batching changes how many round trips carry the calls, never what a call does. A round
+trip is written straight onto a connection each of them keeps (``tiers.script_send``: packed
+with hiredis, no pipeline and no pool hand-out per trip).
 
 =========================================  ===============================================
 what goes wrong                            what the caller sees
@@ -23,8 +25,10 @@ Redis forgot the script (restart, flush)   nothing: the script is loaded and the
                                            ran)
 one call's script fails                    that call's error, in its thread (or ``then``)
                                            only
-the sending thread interrupted (an async   its own error; the other threads send their
-exception)                                 calls again. Redis may already have run them:
+the sending thread interrupted (an async   its own error; the connection it sent on is
+exception)                                 closed (replies may be on their way), and the
+                                           other threads send their calls again. Redis
+                                           may already have run them:
                                            a claim or settle run twice records the same
                                            outcome (the second sees its message active or
                                            superseded) and counts one more attempt
@@ -43,6 +47,7 @@ import redis
 from redis.commands.core import Script
 
 from tiers.redis_retry import REDIS_DOWN
+from tiers.script_send import ScriptSender
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +101,16 @@ class ScriptBatch:
         self.client = client
         self.namespace = namespace
         self.scripts = scripts
+        #: Sends each round trip on a connection it keeps (``tiers.script_send``).
+        self.sender = ScriptSender(client)
         self._lock = threading.Lock()
         #: Calls waiting to be sent, oldest first; while ``_sending``, one thread sends.
         self._pending: list[_Call] = []
         self._sending = False
+
+    def close(self) -> None:
+        """Close the kept connection (the next call opens another)."""
+        self.sender.close()
 
     def call(self, name: str, args: Sequence[Any]) -> Any:
         """Run script ``name`` with ``args`` (in a round trip shared with other threads'
@@ -124,7 +135,7 @@ class ScriptBatch:
         with self._lock:
             batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
         try:
-            send_calls(self.client, self.namespace, self.scripts, batch)
+            send_calls(self.sender, self.namespace, self.scripts, batch)
         except BaseException:
             # Interrupted while sending (not a Redis error: those are answers): this
             # thread's call fails with it; the other unanswered calls go back to the front
@@ -165,6 +176,7 @@ class ScriptQueue:
         self.namespace = namespace
         self.scripts = scripts
         self.name = name
+        self.sender = ScriptSender(client)
         self._ready = threading.Condition(threading.Lock())
         self._pending: list[_Call] = []
         #: Calls submitted and not answered yet (the pending ones and the batch in flight).
@@ -186,6 +198,10 @@ class ScriptQueue:
                 self._thread.start()
             elif self._idle:
                 self._ready.notify()
+
+    def close(self) -> None:
+        """Close the kept connection (the next round trip opens another)."""
+        self.sender.close()
 
     def flush(self, timeout: float) -> bool:
         """Wait until every call submitted so far is answered (a worker stopping); False
@@ -223,7 +239,7 @@ class ScriptQueue:
     def _send_until_answered(self, batch: Sequence[_Call]) -> None:
         wait = 0.1
         while True:
-            send_calls(self.client, self.namespace, self.scripts, batch)
+            send_calls(self.sender, self.namespace, self.scripts, batch)
             down = [call for call in batch if isinstance(call.error, REDIS_DOWN)]
             if not down:
                 return
@@ -241,51 +257,24 @@ class ScriptQueue:
 
 
 def send_calls(
-    client: redis.Redis, namespace: str, scripts: Mapping[str, Script], batch: Sequence[_Call]
+    sender: ScriptSender,
+    namespace: str,
+    scripts: Mapping[str, Script],
+    batch: Sequence[_Call],
 ) -> None:
     """Answer every call of ``batch`` with its reply or its error (a failed round trip is
-    every call's error), in one round trip (two when Redis forgot a script)."""
-    try:
-        if len(batch) == 1:
-            _send_one(namespace, scripts, batch[0])
+    the error of every call not answered before it), in one round trip (two when Redis
+    forgot a script: ``ScriptSender.send_each``)."""
+
+    def answer(index: int, reply: Any) -> None:
+        if isinstance(reply, Exception):
+            batch[index].answer(error=reply)
         else:
-            _send_many(client, namespace, scripts, batch)
+            batch[index].answer(reply)
+
+    try:
+        sender.send_each(namespace, [(scripts[call.name], call.args) for call in batch], answer)
     except Exception as exc:
         for call in batch:
             if not call.answered:
                 call.answer(error=exc)
-
-
-def _send_one(namespace: str, scripts: Mapping[str, Script], call: _Call) -> None:
-    try:
-        reply = scripts[call.name](keys=[namespace], args=call.args)
-    except redis.ResponseError as exc:
-        call.answer(error=exc)
-    else:
-        call.answer(reply)
-
-
-def _send_many(
-    client: redis.Redis, namespace: str, scripts: Mapping[str, Script], batch: Sequence[_Call]
-) -> None:
-    """One pipeline of EVALSHA calls; the calls Redis refused for not knowing their script
-    (a restart or flush) are sent again once it is loaded."""
-    unanswered = list(batch)
-    for attempt in (1, 2):
-        pipe = client.pipeline(transaction=False)
-        for call in unanswered:
-            pipe.evalsha(scripts[call.name].sha, 1, namespace, *call.args)
-        replies = pipe.execute(raise_on_error=False)
-        refused: list[_Call] = []
-        for call, reply in zip(unanswered, replies, strict=True):
-            if isinstance(reply, redis.exceptions.NoScriptError) and attempt == 1:
-                refused.append(call)
-            elif isinstance(reply, Exception):
-                call.answer(error=reply)
-            else:
-                call.answer(reply)
-        if not refused:
-            return
-        for name in {call.name for call in refused}:
-            client.script_load(scripts[name].script)
-        unanswered = refused

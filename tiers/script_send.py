@@ -1,4 +1,5 @@
-"""Identity script calls written straight onto a connection: the enqueue's hot path.
+"""Script calls written straight onto a connection: the hot path of enqueues, and of a
+worker's fetches, claims and settles (``tiers.script_batch``, ``TierBroker._dispatch``).
 
 A single enqueue is one EVALSHA, and redis-py's way there cost the client more CPU than the
 enqueue's own work: ``execute_command`` (retry wrapper, timing and metrics hooks, response
@@ -22,7 +23,8 @@ Redis forgot the script (restart, flush)   it is loaded and only the calls it re
 one call's script fails                    every reply is read first (the connection stays
                                            clean), then the first error is raised
 the thread interrupted between sending     the kept connection is closed (replies may be
-and reading (an async exception)           pending on it) and opened again by the next call
+and reading (an async exception)           pending on it) and opened again by the next call;
+                                           one of the pool is closed before it goes back
 Redis closed the kept connection (a        seen before the send, as the pool sees it:
 restart, an idle timeout)                  the connection is opened again
 the process forked                         the child opens a connection of its own
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -61,23 +63,42 @@ class ScriptSender:
           redis.ResponseError: a call's script failed (the first such error).
         """
         replies: list[Any] = [None] * len(calls)
-        pending = list(range(len(calls)))
+        self.send_each(key, [(script, args) for args in calls], replies.__setitem__)
+        for reply in replies:
+            if isinstance(reply, ResponseError):
+                raise reply
+        return replies
+
+    def send_each(
+        self,
+        key: str,
+        calls: Sequence[tuple[Script, Sequence[Any]]],
+        answer: Callable[[int, Any], None],
+    ) -> None:
+        """Run each ``(script, args)`` of ``calls`` (one key, ``key``) in one round trip
+        (two when Redis forgot a script) and hand ``answer(index, reply)`` each call's reply,
+        or its ``redis.ResponseError`` (not raised), as soon as it is final: the calls
+        answered before an error (Redis unreachable on the resend of refused calls) are
+        known to have run.
+
+        Raises:
+          redis.ConnectionError / redis.TimeoutError: Redis did not answer (retries spent).
+        """
+        pending: Sequence[int] = range(len(calls))
         for attempt in (1, 2):
-            commands = [("EVALSHA", script.sha, 1, key, *calls[i]) for i in pending]
+            commands = [("EVALSHA", calls[i][0].sha, 1, key, *calls[i][1]) for i in pending]
             answers = self._round_trip(commands)
             refused: list[int] = []
-            for index, answer in zip(pending, answers, strict=True):
-                if isinstance(answer, NoScriptError) and attempt == 1:
+            for index, reply in zip(pending, answers, strict=True):
+                if attempt == 1 and isinstance(reply, NoScriptError):
                     refused.append(index)
-                elif isinstance(answer, ResponseError):
-                    raise answer
                 else:
-                    replies[index] = answer
+                    answer(index, reply)
             if not refused:
-                return replies
-            self.client.script_load(script.script)
+                return
+            for script in {id(calls[i][0]): calls[i][0] for i in refused}.values():
+                self.client.script_load(script.script)
             pending = refused
-        raise AssertionError("unreachable")
 
     def close(self) -> None:
         """Close the kept connection (the next call opens another)."""
@@ -110,6 +131,10 @@ class ScriptSender:
         connection = pool.get_connection()
         try:
             return _send_and_read(connection, commands)
+        except BaseException:
+            # Never back in the pool with replies on their way.
+            connection.disconnect()  # type: ignore[no-untyped-call]
+            raise
         finally:
             pool.release(connection)
 

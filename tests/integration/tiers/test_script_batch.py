@@ -261,3 +261,37 @@ def test_calls_are_sent_again_until_a_restarted_redis_answers(
         assert int(client.get(f"{namespace}:count:down") or 0) == 5
     finally:
         server.stop()
+
+
+class CountingPool(redis.ConnectionPool):
+    """A real pool that counts the connections it hands out."""
+
+    handed_out = 0
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        type(self).handed_out += 1
+        return super().get_connection(*args, **kwargs)
+
+
+def test_round_trips_go_on_a_kept_connection_not_through_the_pool(
+    redis_url: str, namespace: str
+) -> None:
+    client = redis.Redis(connection_pool=CountingPool.from_url(redis_url))
+    batch = make_batch(client, namespace)
+    queue = ScriptQueue(client, namespace, scripts_on(client), "sender")
+    answers = Answers()
+    batch.call("echo", ["warm"])
+    queue.submit("echo", ["warm"], answers.then("warm"))
+    assert queue.flush(10)
+    before = CountingPool.handed_out
+    # When calls are made one after the other, waited for and not
+    for i in range(20):
+        assert batch.call("echo", [str(i)]) == str(i).encode()
+        queue.submit("echo", [str(i)], answers.then(str(i)))
+        assert queue.flush(10)
+    # Then each was answered without a connection handed out by the pool
+    assert answers.got[str(19)] == (b"19", None)
+    assert CountingPool.handed_out == before
+    batch.close()
+    queue.close()
+    client.close()
