@@ -10,8 +10,10 @@ else: no queue, no job records, no document versions. Two ways:
 - **pipelined, indexed**: the same, writing into a scratch table made ``LIKE api2.kb_chunks
   INCLUDING ALL``: the same columns, the generated ``content_tsv`` and ``embedding_half``,
   and the same six indexes (HNSW, full text, the covering scan index, three B-trees), but no
-  foreign key. It is what a searchable chunk costs any writer, so the gap between it and the
-  platform is the platform's own.
+  foreign key; once with one writer, as above, and once with two (index upkeep makes the
+  writer the slow side, and a second connection lets the server use the second core). It
+  is what a searchable chunk costs any writer, so the gap between it and the platform is
+  the platform's own.
 
 The first two write bare rows (no index, no generated column): issue 16's target 4 is
 measured against the bare pipelined one. Every ceiling sends vectors as text, as it always
@@ -26,11 +28,14 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeAlias
 
 from bench.common import machine_busy_seconds, rnd
+
+#: Reads a process tree's CPU seconds so far (the embedded PostgreSQL's).
+CpuClock: TypeAlias = Callable[[], float]
 
 TABLE = "bench_ceiling_chunks"
 #: The scratch table with api2.kb_chunks' columns, generated columns and indexes.
@@ -172,65 +177,102 @@ class _Writer:
         self.connection.close()
 
 
-def _sequential(database_url: str, documents: Sequence[Any], dimensions: int) -> dict[str, Any]:
+def _sequential(
+    database_url: str, documents: Sequence[Any], dimensions: int, postgres_cpu: CpuClock
+) -> dict[str, Any]:
     writer = _Writer(database_url)
     try:
-        busy = machine_busy_seconds()
+        busy, database, client = machine_busy_seconds(), postgres_cpu(), time.process_time()
         started = time.perf_counter()
         for _, rows in _produce(documents, dimensions):
             writer.write(rows)
         wall = time.perf_counter() - started
-        busy = machine_busy_seconds() - busy
+        busy, database = machine_busy_seconds() - busy, postgres_cpu() - database
+        client = time.process_time() - client
     finally:
         writer.close()
-    return _figures(wall, busy, writer.chunks, writer.tokens, len(documents))
+    return _figures(wall, busy, client, database, writer.chunks, writer.tokens, len(documents))
 
 
-def _producer_main(documents: Sequence[Any], dimensions: int, queue: Any, go: Any) -> None:
+def _producer_main(
+    documents: Sequence[Any], dimensions: int, queue: Any, go: Any, writers: int, results: Any
+) -> None:
     go.wait()
+    cpu = time.process_time()
     for item in _produce(documents, dimensions):
         queue.put(item)
-    queue.put(_DONE)
+    for _ in range(writers):
+        queue.put(_DONE)
+    results.put(("producer", time.process_time() - cpu))
 
 
 def _writer_main(database_url: str, queue: Any, go: Any, results: Any, indexed: bool) -> None:
     writer = _Writer(database_url, indexed)
     go.wait()
+    cpu = time.process_time()
     try:
         while (item := queue.get()) is not _DONE:
             writer.write(item[1])
-        results.put((writer.chunks, writer.tokens, time.perf_counter()))
+        finished = time.perf_counter()
+        results.put(("writer", writer.chunks, writer.tokens, finished, time.process_time() - cpu))
     finally:
         writer.close()
 
 
 def _pipelined(
-    database_url: str, documents: Sequence[Any], dimensions: int, indexed: bool = False
+    database_url: str,
+    documents: Sequence[Any],
+    dimensions: int,
+    postgres_cpu: CpuClock,
+    indexed: bool = False,
+    writers: int = 1,
 ) -> dict[str, Any]:
     context = multiprocessing.get_context("spawn")
     queue, results, go = context.Queue(maxsize=32), context.Queue(), context.Event()
-    producer = context.Process(target=_producer_main, args=(documents, dimensions, queue, go))
-    writer = context.Process(target=_writer_main, args=(database_url, queue, go, results, indexed))
-    producer.start()
-    writer.start()
+    processes = [
+        context.Process(
+            target=_producer_main, args=(documents, dimensions, queue, go, writers, results)
+        ),
+        *(
+            context.Process(target=_writer_main, args=(database_url, queue, go, results, indexed))
+            for _ in range(writers)
+        ),
+    ]
+    for process in processes:
+        process.start()
     try:
-        time.sleep(2.0)  # both processes imported and connected before the clock starts
-        busy = machine_busy_seconds()
+        time.sleep(2.0)  # every process imported and connected before the clock starts
+        busy, database = machine_busy_seconds(), postgres_cpu()
         started = time.perf_counter()
         go.set()
-        chunks, tokens, finished = results.get(timeout=1800)
-        wall = finished - started
-        busy = machine_busy_seconds() - busy
+        reports = [results.get(timeout=1800) for _ in range(writers + 1)]
+        done = [report for report in reports if report[0] == "writer"]
+        wall = max(report[3] for report in done) - started
+        busy, database = machine_busy_seconds() - busy, postgres_cpu() - database
     finally:
-        for process in (producer, writer):
+        for process in processes:
             process.join(timeout=30)
             if process.is_alive():
                 process.kill()
                 process.join()
-    return _figures(wall, busy, chunks, tokens, len(documents))
+    chunks, tokens = sum(d[1] for d in done), sum(d[2] for d in done)
+    client = sum(report[-1] for report in reports)
+    return _figures(wall, busy, client, database, chunks, tokens, len(documents)) | {
+        "writers": writers
+    }
 
 
-def _figures(wall: float, busy: float, chunks: int, tokens: int, documents: int) -> dict[str, Any]:
+def _figures(
+    wall: float,
+    busy: float,
+    client: float,
+    database: float,
+    chunks: int,
+    tokens: int,
+    documents: int,
+) -> dict[str, Any]:
+    """A run's figures; ``client``: its own processes' CPU seconds, ``database``: the
+    server's (which, with nothing else running on it, is all this run's)."""
     return {
         "wall_seconds": rnd(wall, 2),
         "documents": documents,
@@ -240,26 +282,43 @@ def _figures(wall: float, busy: float, chunks: int, tokens: int, documents: int)
         "chunks_per_second": rnd(chunks / wall, 1),
         "tokens_per_minute": round(tokens / wall * 60),
         "machine_busy_seconds": rnd(busy, 1),
+        "client_cpu_seconds": rnd(client, 1),
+        "postgres_cpu_seconds": rnd(database, 1),
+        "cpu_seconds_per_million_tokens": rnd((client + database) / tokens * 1e6, 2),
     }
 
 
 def measure_ceiling(
-    database_url: str, documents: Sequence[Any], dimensions: int, say: Any
+    database_url: str,
+    documents: Sequence[Any],
+    dimensions: int,
+    say: Any,
+    postgres_cpu: CpuClock = lambda: 0.0,
 ) -> dict[str, Any]:
     """Sequential and pipelined ceilings of ``documents`` on this machine into a bare table,
-    and pipelined into a table indexed like api2.kb_chunks (scratch tables dropped
-    afterwards)."""
+    and pipelined into a table indexed like api2.kb_chunks with one writer and with two
+    (scratch tables dropped afterwards). ``postgres_cpu``: the server's CPU seconds so far."""
     _prepare(database_url, dimensions)
     try:
-        sequential = _sequential(database_url, documents, dimensions)
+        sequential = _sequential(database_url, documents, dimensions, postgres_cpu)
         say(f"ceiling, sequential: {sequential['wall_seconds']} s")
         _prepare(database_url, dimensions)
-        pipelined = _pipelined(database_url, documents, dimensions)
+        pipelined = _pipelined(database_url, documents, dimensions, postgres_cpu)
         say(f"ceiling, pipelined over two processes: {pipelined['wall_seconds']} s")
-        indexes = _prepare_indexed(database_url)
-        indexed = _pipelined(database_url, documents, dimensions, indexed=True)
-        indexed["indexes"] = indexes
-        say(f"ceiling, pipelined into a table like kb_chunks: {indexed['wall_seconds']} s")
+        indexed = {}
+        for writers in (1, 2):
+            indexes = _prepare_indexed(database_url)
+            run = _pipelined(database_url, documents, dimensions, postgres_cpu, True, writers)
+            indexed[writers] = run | {"indexes": indexes}
+            say(
+                f"ceiling, pipelined into a table like kb_chunks, {writers} writer(s): "
+                f"{run['wall_seconds']} s"
+            )
     finally:
         _drop(database_url)
-    return {"sequential": sequential, "pipelined": pipelined, "pipelined_indexed": indexed}
+    return {
+        "sequential": sequential,
+        "pipelined": pipelined,
+        "pipelined_indexed": indexed[1],
+        "pipelined_indexed_two_writers": indexed[2],
+    }

@@ -6,6 +6,7 @@ the driver's document helpers (submitted the way the upload route does it).
 # Spawned worker processes import this module: nothing heavy at import time.
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -20,6 +21,8 @@ from bench.common import (
     connect,
     delete_namespace,
     new_namespace,
+    process_stats,
+    stat_fields,
     stop_event_from,
     wait_for_go,
 )
@@ -34,6 +37,36 @@ class Stack:
     values: dict[str, Any]
     platform: Any
     directory: Path
+    postgres_pid: int = 0
+
+    def postgres_cpu_seconds(self) -> float:
+        """CPU time the embedded PostgreSQL has used so far: its postmaster, the live
+        processes it started (backends, background workers) and those it has reaped."""
+        return postgres_cpu_seconds(self.postgres_pid)
+
+
+def postgres_cpu_seconds(postmaster: int) -> float:
+    """User + system CPU of ``postmaster``, its live children and its reaped children.
+
+    A child reaped while its siblings are read would count twice or not at all, so the
+    reading is taken again until the postmaster's reaped-children time is the same before
+    and after it.
+    """
+    while True:
+        before = stat_fields(postmaster)
+        if before is None:
+            return 0.0
+        children = sum(
+            int(fields[11]) + int(fields[12])
+            for _, fields in process_stats()
+            if fields[1] == str(postmaster)
+        )
+        after = stat_fields(postmaster)
+        if after is None:
+            return 0.0
+        if after[13:15] == before[13:15]:
+            own = sum(int(after[i]) for i in (11, 12, 13, 14))
+            return (own + children) / os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager
@@ -66,7 +99,7 @@ def stack(redis_url: str, poll_ms: int) -> Iterator[Stack]:
                 "embedder": "hashing",
             }
             platform = bootstrap(load_settings(**values), component="bench-ingestion")
-            yield Stack(values, platform, Path(directory))
+            yield Stack(values, platform, Path(directory), service.pid)
         finally:
             if platform is not None:
                 platform.close()
@@ -206,4 +239,9 @@ def outcome(env: Stack, ids: Sequence[int], organizations: Sequence[int]) -> dic
         ).one()
     ready = sum(n for status, _, n in rows if status == "ready")
     failures = {reason: n for status, reason, n in rows if status == "failed"}
-    return {"ready": ready, "failed": failures, "chunks": int(chunks), "tokens": int(tokens)}
+    return {
+        "ready": ready,
+        "failed": failures,
+        "chunks": int(chunks),
+        "tokens": int(tokens),
+    }
