@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from uuid import uuid4
 
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.common import current_millis, dq_name, xq_name
 from dramatiq.message import Message
-from dramatiq.middleware import Middleware
+from dramatiq.middleware import Middleware, MiddlewareError
 
 from tiers.consumer import ACKED_IN_SETTLE, TierConsumer
 from tiers.faults import fault_point
+from tiers.hooks import HookTable
 from tiers.job_store import EnqueueResult, JobStore, as_text
 from tiers.middleware.group_slots import GROUP_PARKED
 from tiers.middleware.job_metrics import tier_of_queue
 from tiers.options import ETA, JOB_ID, REDIS_MESSAGE_ID
+from tiers.script_send import ScriptSender
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +67,41 @@ class TierBroker(RedisBroker):
         #: queue -> prefetched messages a closed consumer could not hand back (Redis was
         #: down).
         self._leftovers: defaultdict[str, list[Message[Any]]] = defaultdict(list)
-        #: (the middleware stack last looked at, whether one of them hooks enqueues).
-        self._enqueue_hooks: tuple[tuple[Middleware, ...], bool] = ((), False)
+        #: The middleware hooking each signal (Dramatiq calls every middleware's).
+        self._hooks = HookTable()
+        #: Dramatiq's dispatch script (fetch, ack, nack, hand-back) goes on a connection of
+        #: its own (``tiers.script_send``).
+        self._dispatches = ScriptSender(self.client)
 
     def close(self) -> None:
-        """Close the connection the job store keeps for enqueues (the client's pool is
-        Dramatiq's, left as Dramatiq leaves it)."""
+        """Close the connections the job store and the dispatches keep (the client's pool
+        is Dramatiq's, left as Dramatiq leaves it)."""
         self.jobs.close()
+        self._dispatches.close()
         super().close()
+
+    def _dispatch(self, command: str) -> Callable[..., Any]:
+        """Dramatiq's ``do_<command>``: its dispatch script with the same arguments, sent by
+        a :class:`ScriptSender` instead of redis-py's ``execute_command`` and pool hand-out
+        (the same errors: Redis unreachable, a failing script; a forgotten script is
+        loaded and sent again)."""
+        script = self.scripts["dispatch"]
+
+        def do_dispatch(queue_name: str, *args: Any) -> Any:
+            call = [
+                command,
+                current_millis(),
+                queue_name,
+                self.broker_id,
+                self.heartbeat_timeout,
+                self.dead_message_ttl,
+                self._should_do_maintenance(command),
+                self._max_unpack_size(),  # type: ignore[no-untyped-call]
+                *args,
+            ]
+            return self._dispatches.send(script, self.namespace, [call])[0]
+
+        return do_dispatch
 
     @property
     def consumer_class(self) -> type[TierConsumer]:
@@ -85,9 +114,7 @@ class TierBroker(RedisBroker):
         back. Then (main queues) one claim for the batch's jobs (grouped ones take their
         slots); when that claim cannot reach Redis the messages are claimed one by one
         when their runs start."""
-        fetched: list[bytes | None] = self._dispatch("fetch")(  # type: ignore[no-untyped-call]
-            queue_name, count
-        )
+        fetched: list[bytes | None] = self._dispatch("fetch")(queue_name, count)
         if not fetched:
             return []
         decoded: list[Message[Any]] = []
@@ -209,7 +236,7 @@ class TierBroker(RedisBroker):
         listed = {as_text(i) for i in self.client.smembers(acks)}
         lost = sorted(listed - set(self._held[queue_name]))
         if lost:
-            self._dispatch("requeue")(queue_name, *lost)  # type: ignore[no-untyped-call]
+            self._dispatch("requeue")(queue_name, *lost)
             log.warning("handed back %d message(s) of %s lost in transit", len(lost), queue_name)
         return len(lost)
 
@@ -261,16 +288,37 @@ class TierBroker(RedisBroker):
     def _hooks_enqueue(self) -> bool:
         """Whether a middleware of the stack has an enqueue hook: the stack's own have none,
         and calling every middleware's no-op hook twice cost an enqueue more than packing
-        it. Worked out again whenever the stack changes."""
-        stack = tuple(self.middleware)
-        if stack != self._enqueue_hooks[0]:
-            hooked = any(
-                type(middleware).before_enqueue is not Middleware.before_enqueue
-                or type(middleware).after_enqueue is not Middleware.after_enqueue
-                for middleware in stack
-            )
-            self._enqueue_hooks = (stack, hooked)
-        return self._enqueue_hooks[1]
+        it."""
+        stack = self.middleware
+        return bool(
+            self._hooks.hooking(stack, "before_enqueue")
+            or self._hooks.hooking(stack, "after_enqueue")
+        )
+
+    def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None:
+        """Dramatiq's ``emit_before``, calling only the middleware that hook ``signal``."""
+        signal = "before_" + signal
+        for middleware in self._hooks.hooking(self.middleware, signal):
+            try:
+                getattr(middleware, signal)(self, *args, **kwargs)
+            except MiddlewareError:
+                raise
+            except Exception:
+                self.logger.critical(
+                    "Unexpected failure in %s of %r.", signal, middleware, exc_info=True
+                )
+
+    def emit_after(self, signal: str, *args: Any, **kwargs: Any) -> None:
+        """Dramatiq's ``emit_after`` (the stack in reverse), calling only the middleware that
+        hook ``signal``."""
+        signal = "after_" + signal
+        for middleware in reversed(self._hooks.hooking(self.middleware, signal)):
+            try:
+                getattr(middleware, signal)(self, *args, **kwargs)
+            except Exception:
+                self.logger.critical(
+                    "Unexpected failure in %s of %r.", signal, middleware, exc_info=True
+                )
 
     def queue_depths(self, queue_names: Sequence[str]) -> dict[str, tuple[int, int]]:
         """``queue -> (ready, delayed)`` message counts."""

@@ -1,0 +1,121 @@
+"""A worker's round trips skip redis-py's command path as enqueues do: Dramatiq's dispatch
+script (fetch, ack) and the fetch-time claim go on kept connections, never through the
+pool's hand-out, and a dispatch script Redis forgot is loaded and sent again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+from dramatiq import Broker, Middleware
+from dramatiq.middleware import SkipMessage
+
+from router.enqueue import Router
+from router.requests import JobRequest
+from tiers.broker import TierBroker
+from tiers.consumer import TierConsumer
+
+QUEUE = "t_plain.fast"
+
+
+def enqueue(router: Router, count: int) -> None:
+    router.enqueue_many([JobRequest("t_plain", 1, {"item": str(i)}) for i in range(count)])
+
+
+def consumer_of(broker: TierBroker) -> TierConsumer:
+    consumer = broker.consume(QUEUE, prefetch=4, timeout=10)
+    assert isinstance(consumer, TierConsumer)
+    return consumer
+
+
+@pytest.fixture
+def hand_outs(broker: TierBroker, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the connections the broker's pool hands out from now on."""
+    broker._max_unpack_size()  # type: ignore[no-untyped-call]  # asked once per process
+    counted = [0]
+    pool = broker.client.connection_pool
+    original = pool.get_connection
+
+    def get_connection(*args: Any, **kwargs: Any) -> Any:
+        counted[0] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "get_connection", get_connection)
+    return counted
+
+
+def test_fetch_claim_and_ack_take_no_connection_from_the_pool(
+    router: Router,
+    broker: TierBroker,
+    redis_client: redis.Redis,
+    namespace: str,
+    hand_outs: list[int],
+) -> None:
+    enqueue(router, 8)
+    consumer = consumer_of(broker)
+    # When a consumer fetches (and claims) a batch and acks what it handed out
+    handed = [next(consumer) for _ in range(4)]
+    for message in handed:
+        assert message is not None
+        consumer.ack(message)
+    # Then every job of the batch was claimed at fetch and each ack landed
+    assert all(
+        (redis_client.hget(f"{namespace}:job:{m.options['st_job']}", "state") or b"") == b"active"
+        for m in handed
+        if m is not None
+    )
+    assert redis_client.scard(f"{namespace}:__acks__.{broker.broker_id}.{QUEUE}") == 0
+    # And not one connection was handed out by the pool
+    assert hand_outs[0] == 0
+    consumer.close()
+
+
+def test_a_forgotten_dispatch_script_is_loaded_and_the_fetch_sent_again(
+    router: Router, broker: TierBroker, redis_client: redis.Redis
+) -> None:
+    enqueue(router, 8)
+    consumer = consumer_of(broker)
+    for _ in range(4):
+        message = next(consumer)
+        assert message is not None
+        consumer.ack(message)
+    # Given Redis forgot its scripts (a restart or a flush)
+    redis_client.script_flush()
+    # When the consumer fetches again, Then the fetch is served, and so is the claim
+    message = next(consumer)
+    assert message is not None
+    assert broker.jobs.claimed_at_fetch.get(message.options["redis_message_id"]) == "run"
+    consumer.close()
+
+
+class Calls(Middleware):
+    def __init__(self, name: str, seen: list[str]) -> None:
+        self.name, self.seen = name, seen
+
+    def before_ack(self, broker: Broker, message: Any) -> None:
+        self.seen.append(f"before {self.name}")
+
+    def after_ack(self, broker: Broker, message: Any) -> None:
+        self.seen.append(f"after {self.name}")
+
+    def before_process_message(self, broker: Broker, message: Any) -> None:
+        raise SkipMessage(self.name)
+
+
+def test_signals_reach_the_hooking_middleware_as_dramatiq_orders_them(
+    broker: TierBroker,
+) -> None:
+    seen: list[str] = []
+    count = len(broker.middleware)
+    broker.add_middleware(Calls("one", seen))
+    broker.add_middleware(Calls("two", seen))
+    # When the ack signals are emitted
+    broker.emit_before("ack", None)
+    broker.emit_after("ack", None)
+    # Then before goes down the stack and after comes back up it
+    assert seen == ["before one", "before two", "after two", "after one"]
+    # And a middleware's SkipMessage still stops the message
+    with pytest.raises(SkipMessage):
+        broker.emit_before("process_message", None)
+    del broker.middleware[count:]
