@@ -53,7 +53,14 @@ def outcome_of(state: str, error: str) -> str:
 
 
 class JobMetrics(Middleware):
-    """Start the clock after the claim, count the settlement after the outcomes middleware."""
+    """Start the clock after the claim, count the settlement after the outcomes middleware.
+
+    The labelled children are kept per label values: ``labels()`` validates and looks them
+    up under a lock on every call, which cost a no-op job more than the count itself."""
+
+    def __init__(self) -> None:
+        self._counts: dict[tuple[str, str, str], Any] = {}
+        self._timers: dict[tuple[str, str], Any] = {}
 
     def before_process_message(self, broker: Broker, message: Any) -> None:
         setattr(message, STARTED_AT, time.monotonic())
@@ -69,8 +76,18 @@ class JobMetrics(Middleware):
         settlement = getattr(message, SETTLEMENT, None)
         if settlement is None:
             return
-        family, tier = message.actor_name, tier_of_queue(message.queue_name)
-        JOBS.labels(family, tier, outcome_of(settlement.state, settlement.error)).inc()
+        family, queue = message.actor_name, message.queue_name
+        outcome = outcome_of(settlement.state, settlement.error)
+        count = self._counts.get((family, queue, outcome))
+        if count is None:
+            count = JOBS.labels(family, tier_of_queue(queue), outcome)
+            self._counts[family, queue, outcome] = count
+        count.inc()
         started = getattr(message, STARTED_AT, None)
         if started is not None:
-            RUN_SECONDS.labels(family, tier).observe(time.monotonic() - started)
+            timer = self._timers.get((family, queue))
+            if timer is None:
+                timer = self._timers[family, queue] = RUN_SECONDS.labels(
+                    family, tier_of_queue(queue)
+                )
+            timer.observe(time.monotonic() - started)
