@@ -19,6 +19,7 @@ middleware sits before it in the stack, so its ``after_process_message`` runs af
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -40,8 +41,10 @@ RUN_SECONDS = metrics.histogram(
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def tier_of_queue(queue_name: str) -> str:
-    """``kb_document_sync.fast`` (or its delay queue) -> ``fast``."""
+    """``kb_document_sync.fast`` (or its delay queue) -> ``fast`` (kept: asked several times
+    per run, of a few queue names)."""
     return q_name(queue_name).rsplit(".", 1)[-1]
 
 
