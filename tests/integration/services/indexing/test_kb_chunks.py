@@ -34,6 +34,12 @@ def any_session(request: pytest.FixtureRequest) -> Iterator[Session]:
     yield from joined_session(engine)
 
 
+@pytest.fixture
+def pg_session(pgvector_engine: Engine) -> Iterator[Session]:
+    """A rolled-back session on the pgvector database."""
+    yield from joined_session(pgvector_engine)
+
+
 def new_document(session: Session, org: int, name: str = "doc") -> tuple[int, int]:
     """A document of a new knowledge base of ``org``: (knowledge base id, document id)."""
     base = store.create_knowledge_base(session, organization_id=org, name="Help center")
@@ -182,3 +188,20 @@ def test_a_naive_creation_time_is_refused_before_anything_is_sent(any_session: S
 
     with pytest.raises(ValueError, match="timezone-aware"):
         replace(session, org, base, doc, chunks_of(1), created_at=datetime(2026, 1, 1))
+
+
+def test_a_copied_chunk_set_is_noted_for_the_vector_cache(pg_session: Session) -> None:
+    # Given the change log that tells retrieval's vector cache a tenant's chunks changed
+    session, org = pg_session, new_org()
+    base, doc = new_document(session, org)
+
+    replace(session, org, base, doc, chunks_of(3))
+
+    # Then the COPY fired kb_chunks' insert trigger: this transaction changed org's chunks
+    noted = session.scalars(
+        text(
+            "SELECT organization_id FROM api2.kb_chunk_changes "
+            "WHERE txid = pg_current_xact_id()::text::bigint"
+        )
+    ).all()
+    assert noted == [org]
