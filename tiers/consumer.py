@@ -42,6 +42,7 @@ from dramatiq.broker import MessageProxy
 from dramatiq.brokers.redis import _RedisConsumer
 from dramatiq.common import compute_backoff, current_millis, iter_queue, q_name
 from dramatiq.errors import BrokerConnectionError, ConnectionClosed
+from dramatiq.message import Message
 from dramatiq.worker import ConsumerThread
 
 from tiers.faults import fault_point
@@ -92,6 +93,24 @@ class Settling:
             action()
 
 
+class FetchedMessage(MessageProxy):
+    """Dramatiq's message proxy with the message's fields copied onto it: every middleware
+    hook of a run reads them (``options``, ``actor_name``, ``queue_name``...), and through
+    ``MessageProxy.__getattr__`` each read was a Python call. The message is a frozen
+    dataclass, so the copies never go stale (``options`` is the same dict)."""
+
+    def __init__(self, message: Message[Any]) -> None:
+        super().__init__(message)
+        fields = self.__dict__
+        fields["queue_name"] = message.queue_name
+        fields["actor_name"] = message.actor_name
+        fields["args"] = message.args
+        fields["kwargs"] = message.kwargs
+        fields["options"] = message.options
+        fields["message_id"] = message.message_id
+        fields["message_timestamp"] = message.message_timestamp
+
+
 class TierConsumer(_RedisConsumer):
     """Dramatiq's Redis consumer, plus:
 
@@ -132,7 +151,7 @@ class TierConsumer(_RedisConsumer):
                 self.misses = 0
                 message = self.message_cache.pop(0)
                 self.queued_message_ids.add(message.message_id)
-                return MessageProxy(message)
+                return FetchedMessage(message)
             if not self._may_fetch():
                 self._room.clear()
                 if not self._may_fetch():  # checked again: an ack may have come in between
@@ -208,7 +227,7 @@ class TierConsumer(_RedisConsumer):
         self.message_cache = []
         if cached:
             try:
-                self.requeue([MessageProxy(message) for message in cached])
+                self.requeue([FetchedMessage(message) for message in cached])
             except ConnectionClosed:
                 log.warning(
                     "redis unreachable: %d prefetched message(s) of %s stay with this worker",
@@ -281,6 +300,11 @@ class TierConsumerThread(ConsumerThread):
 
     def handle_delayed_messages(self) -> None:
         """Move every due delayed message to its queue, each in one atomic step."""
+        if not self.delay_queue.queue:
+            # Called after every message; only this thread fills its delay queue, so an
+            # empty look is exact (a main queue's consumer: always), and costs no lock and
+            # no raised Empty.
+            return
         for item in iter_queue(self.delay_queue):  # type: ignore[no-untyped-call]
             message = item.message
             if item.priority > current_millis():
