@@ -102,8 +102,8 @@ def measure_throughput(env: Stack, settings: dict[str, Any], say: Any) -> dict[s
             tokens_per_minute / ceiling["pipelined_indexed_two_writers"]["tokens_per_minute"], 2
         ),
         # A ceiling's CPU per token over the platform's (workers and PostgreSQL): what the
-        # platform spends, which other people's load on a shared machine barely moves
-        # (wall-clock ratios it moves a lot).
+        # platform spends, which other people's load on a shared machine moves less than
+        # it moves wall-clock ratios (contention inflates CPU time too).
         "cpu_ratio_to_ceiling": {
             name: rnd(run["cpu_seconds_per_million_tokens"] / cpu_per_million, 2)
             for name, run in ceiling.items()
@@ -277,7 +277,8 @@ def summary_lines(t: dict[str, Any], settings: dict[str, Any]) -> list[str]:
         "wall time; PostgreSQL CPU: this run's server alone.",
         "",
         "By CPU spent per token (the workers' processes and PostgreSQL, against each "
-        "ceiling's own processes and PostgreSQL; other people's load barely moves it), the "
+        "ceiling's own processes and PostgreSQL; other people's load moves it less than the "
+        "wall-clock ratios), the "
         "platform is at "
         + ", ".join(f"{ratio}x {name}" for name, ratio in t["cpu_ratio_to_ceiling"].items())
         + f"; Redis (the whole server) used {t['redis_cpu_seconds']} s meanwhile.",
