@@ -46,6 +46,7 @@ from bench.chaos.cluster import (
     wait_for_completion,
 )
 from bench.chaos.servers import DurableRedis, OwnPostgres
+from bench.chaos.workload import ledger_key
 from bench.common import process_stats
 
 
@@ -195,8 +196,11 @@ def redis_restarts(
     every: float = 3.0,
     timeout: float = 180,
 ) -> Row:
-    """Redis SIGKILLed and restarted ``restarts`` times, ``every`` seconds apart, each time
-    down for ``down`` seconds, while the workers run a mixed workload."""
+    """Redis SIGKILLed and restarted ``restarts`` times while the workers run a mixed
+    workload, each time down for ``down`` seconds. A kill comes ``every`` seconds after the
+    previous restart, or sooner, once the ``n``-th of ``2 (restarts + 1)`` shares of the
+    jobs is done: fast workers must not finish before the fault (nothing would be left to
+    recover, and the recovery would wait out its minute)."""
     with stores(database_url) as (shared, server, _pg, platform):
         client = redis.Redis.from_url(server.url)
         requests = mixed_requests(jobs)
@@ -206,8 +210,8 @@ def redis_restarts(
         workers.start()
         recoveries: list[float] = []
         try:
-            for _ in range(restarts):
-                time.sleep(every)
+            for n in range(1, restarts + 1):
+                _until_done(client, shared.namespace, jobs * n // (2 * (restarts + 1)), every)
                 server.kill()
                 time.sleep(down)
                 server.start()
@@ -352,6 +356,13 @@ def _wait_for(probe: Callable[[], Any], timeout: float = 60.0) -> Any:
             return value
         time.sleep(0.05)
     raise TimeoutError("condition not met")
+
+
+def _until_done(client: redis.Redis, namespace: str, count: int, seconds: float) -> None:
+    """Wait until ``count`` completions are in the ledger, ``seconds`` at the most."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and client.llen(ledger_key(namespace, "done")) < count:
+        time.sleep(POLL_MS / 1000 / 4)
 
 
 def _first_completion_after(client: redis.Redis, namespace: str, moment: float) -> float:

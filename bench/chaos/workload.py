@@ -64,27 +64,40 @@ def handler(organization_id: int, item: str, kind: str) -> None:
 
 
 class SettledLedger(Middleware):
-    """Counts, after the outcome is settled, each run the job record shows completed by this
-    very delivery. Installed before Outcomes, so its after-hook runs after Outcomes'."""
+    """Counts, once the outcome is settled, each run the job record shows completed by this
+    very delivery. It counts after the message's ack, which waits for the settle's answer
+    (``tiers.consumer.Settling``): after the run itself the settle may still be on its way,
+    and a count taken then missed most runs (494 of 3,000 in one quick run), so a run done
+    twice could go unseen."""
 
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         self.client = client
         self.namespace = namespace
 
-    def after_process_message(
-        self, broker: Broker, message: Any, *, result: Any = None, exception: Any = None
-    ) -> None:
-        if exception is not None or JOB_ID not in message.options:
+    def after_ack(self, broker: Broker, message: Any) -> None:
+        if JOB_ID not in message.options:
             return
-        record = self.client.hmget(
-            f"{self.namespace}:job:{message.options[JOB_ID]}", "state", "cur"
-        )
+        record = self._read(f"{self.namespace}:job:{message.options[JOB_ID]}")
+        # The count is written once: written again after a lost reply it could count a run
+        # twice. A count lost to a Redis outage can only hide a duplicate, never invent one.
         if record[0] == b"completed" and record[1] == message.options[REDIS_MESSAGE_ID].encode():
             item = message.kwargs["item"]
             pipe = self.client.pipeline(transaction=False)
             pipe.hincrby(ledger_key(self.namespace, "settled"), item, 1)
             pipe.rpush(ledger_key(self.namespace, "done"), f"{time.time():.3f}")
             pipe.execute()
+
+    def _read(self, record: str) -> list[Any]:
+        """The record's state and current message, waiting (10 s at most) for a Redis that
+        restarts or loads its data."""
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                return list(self.client.hmget(record, "state", "cur"))
+            except (redis.ConnectionError, redis.TimeoutError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
 
 def families() -> list[Family]:
