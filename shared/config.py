@@ -73,7 +73,7 @@ class Settings(BaseSettings):
     )
     flag_cache_seconds: float = Field(2.0, ge=0)
     # retrieval's in-process vector cache, MiB per process (services.ingestion.vector_cache)
-    search_cache_mb: float = Field(256.0, ge=0)
+    search_cache_mb: float = Field(64.0, ge=0)
 
     provider_urls: dict[str, str] = Field(default_factory=dict)
     http_timeout_seconds: float = Field(30.0, gt=0)

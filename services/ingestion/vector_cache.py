@@ -3,7 +3,7 @@
 What is kept (:class:`TenantVectors`: one tenant's chunk ids, knowledge bases and
 unit-length vectors, and the snapshot they were read under) and how much: at most
 ``search_cache_mb`` MiB per process and database (``SPEEDTIER_SEARCH_CACHE_MB``, default
-256; ``0`` turns the cache off), about 1.6 kB a chunk at 384 dimensions (15 MiB for a
+64; ``0`` turns the cache off), about 1.6 kB a chunk at 384 dimensions (15 MiB for a
 10,000-chunk tenant), least recently used tenants evicted first; a tenant larger than the
 whole budget is never kept. Each process of an API server holds its own. How entries are
 read, checked and ranked against is :mod:`services.ingestion.vector_ranking`'s; this
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 CACHE_BYTES = metrics.gauge(
     "search_cache_bytes", "Bytes of tenants' vectors kept for retrieval's exact ranking."
 )
-DEFAULT_CACHE_MB = 256.0
+DEFAULT_CACHE_MB = 64.0
 CHANGES_TABLE = "api2.kb_chunk_changes"
 _budget_mib = DEFAULT_CACHE_MB
 

@@ -234,6 +234,7 @@ SPEEDTIER_HEARTBEAT_TIMEOUT_SECONDS: {{ $c.heartbeatTimeoutSeconds | toString | 
 SPEEDTIER_WINDOWS: {{ $c.windows | default dict | toJson | quote }}
 SPEEDTIER_FLAGS: {{ $c.flags | default dict | toJson | quote }}
 SPEEDTIER_FLAG_CACHE_SECONDS: {{ $c.flagCacheSeconds | toString | quote }}
+SPEEDTIER_SEARCH_CACHE_MB: {{ $c.searchCacheMb | toString | quote }}
 SPEEDTIER_API_HOST: "0.0.0.0"
 SPEEDTIER_API_PORT: {{ .Values.api.port | int | quote }}
 SPEEDTIER_API_WORKERS: {{ $c.apiWorkers | int | quote }}

@@ -13,6 +13,7 @@ from dramatiq.middleware import SkipMessage
 
 from router.enqueue import Router
 from router.requests import JobRequest
+from tests.integration.tiers.test_script_batch import pool_hand_outs
 from tiers.broker import TierBroker
 from tiers.consumer import TierConsumer
 
@@ -27,29 +28,6 @@ def consumer_of(broker: TierBroker) -> TierConsumer:
     consumer = broker.consume(QUEUE, prefetch=4, timeout=10)
     assert isinstance(consumer, TierConsumer)
     return consumer
-
-
-def pool_hand_outs(broker: TierBroker, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the connections the broker's pool hands out from now on, but for loading a
-    script (another test process may flush the server's scripts at any time)."""
-    counted, loading = [0], [False]
-    client, pool = broker.client, broker.client.connection_pool
-    get_connection, script_load = pool.get_connection, client.script_load
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        counted[0] += not loading[0]
-        return get_connection(*args, **kwargs)
-
-    def load(script: Any) -> Any:
-        loading[0] = True
-        try:
-            return script_load(script)
-        finally:
-            loading[0] = False
-
-    monkeypatch.setattr(pool, "get_connection", counting)
-    monkeypatch.setattr(client, "script_load", load)
-    return counted
 
 
 def fetch_and_ack(consumer: TierConsumer, count: int) -> list[Any]:
@@ -73,7 +51,7 @@ def test_fetch_claim_and_ack_take_no_connection_from_the_pool(
     consumer = consumer_of(broker)
     # Given a first batch fetched and acked (any script Redis forgot is loaded again)
     fetch_and_ack(consumer, 4)
-    hand_outs = pool_hand_outs(broker, monkeypatch)
+    hand_outs = pool_hand_outs(broker.client, monkeypatch)
     # When the consumer fetches (and claims) the next batch and acks what it handed out
     handed = fetch_and_ack(consumer, 4)
     # Then every job of the batch was claimed at fetch and each ack landed

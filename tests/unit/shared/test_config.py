@@ -56,7 +56,7 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     ),
     "SPEEDTIER_FLAGS": ("flag_overrides", '{"pause_api2_x": true}', {"pause_api2_x": True}),
     "SPEEDTIER_FLAG_CACHE_SECONDS": ("flag_cache_seconds", "0.5", 0.5),
-    "SPEEDTIER_SEARCH_CACHE_MB": ("search_cache_mb", "64", 64.0),
+    "SPEEDTIER_SEARCH_CACHE_MB": ("search_cache_mb", "32", 32.0),
     "SPEEDTIER_PROVIDER_URLS": ("provider_urls", '{"notion": "http://n"}', {"notion": "http://n"}),
     "SPEEDTIER_HTTP_TIMEOUT_SECONDS": ("http_timeout_seconds", "7", 7.0),
     "SPEEDTIER_CRAWL_HOST_RATE": ("crawl_host_rate", "3/7", "3/7"),
