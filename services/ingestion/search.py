@@ -29,7 +29,10 @@ vector ranking looks at the organization's (or base's) size, counted up to
   Where migration ``api2_0006`` ran it reads the tenant's half-precision vectors from a
   covering index (index-only, ~830 bytes a chunk) and re-ranks a shortlist by the exact
   distance, so recall is 1 by construction (see :mod:`services.ingestion.search_sql`);
-  the cost is linear in the tenant's chunks, and it is what the scan reads;
+  the cost is linear in the tenant's chunks, and it is what the scan reads. Where
+  migration ``api2_0007`` ran, the process ranks from its own copy of the tenant's
+  vectors instead (:mod:`services.ingestion.vector_ranking`; the same exact ranking), and SQL
+  filters and fetches the answer;
 * above it, the **HNSW** path uses pgvector 0.8's iterative index scan
   (``hnsw.iterative_scan = relaxed_order``, ``hnsw.ef_search`` 200), which keeps walking
   the graph until enough rows pass the filters; it takes four times the candidates asked
