@@ -197,7 +197,7 @@ def _step(
     warmup: float,
     start: int,
 ) -> dict[str, Any]:
-    server_before, redis_before, began = group_cpu_seconds(group), redis_cpu_seconds(redis), 0.0
+    server_before, redis_before = group_cpu_seconds(group), redis_cpu_seconds(redis)
     began = time.monotonic()
     load = run_load(
         tool,

@@ -183,7 +183,7 @@ def search(
         statement = search_sql.hybrid(where, search_sql.ranked_given())
         rows: Iterable[Any] = session.execute(text(statement), params)
     elif _exact_path(session, scope, exact_threshold):
-        cached = _cached_nearest(session, scope, vector, depth, storage)
+        cached = _cached_nearest(session, scope, where, vector, depth, storage)
         if cached is not None:
             # Ranked from the process's copy of the tenant's vectors; the rest in one.
             params["vector_ids"] = [chunk_id for chunk_id, _ in cached]
@@ -255,19 +255,20 @@ def vector_search(
     if not any(vector):
         return VectorRanking(VectorPath.EXACT, [])
     params: dict[str, Any] = {**scope.params(), "vector": vector_literal(vector), "limit": limit}
+    where = scope.where()
     if _exact_path(session, scope, exact_threshold):
-        cached = _cached_nearest(session, scope, vector, limit, storage)
+        cached = _cached_nearest(session, scope, where, vector, limit, storage)
         if cached is not None:
             return VectorRanking(VectorPath.EXACT, cached)
         params |= _exact_params(vector, limit)
-        statement = search_sql.exact_nearest(scope.where(), half_scan=layout(session).half_scan)
+        statement = search_sql.exact_nearest(where, half_scan=layout(session).half_scan)
         return VectorRanking(VectorPath.EXACT, _pairs(session.execute(text(statement), params)))
     # The index walk hands rows over in (roughly) distance order and the filters run on
     # them; LIMIT stops it. The candidates, which relaxed order may return slightly out of
     # order, are re-sorted here.
     params |= _index_params(vector, limit)
     with local_settings(session, _index_settings(session, params["candidates"])):
-        statement = search_sql.index_nearest(scope.where(), "candidates")
+        statement = search_sql.index_nearest(where, "candidates")
         found = _pairs(session.execute(text(statement), params))
     rows = sorted(((i, d) for i, d in found if not math.isnan(d)), key=lambda r: (r[1], r[0]))
     return VectorRanking(VectorPath.HNSW, rows[:limit])
@@ -309,19 +310,20 @@ def _exact_path(session: Session, scope: SearchScope, exact_threshold: int) -> b
 def _cached_nearest(
     session: Session,
     scope: SearchScope,
+    where: str,
     vector: Sequence[float],
     limit: int,
     storage: EmbeddingStorage,
 ) -> list[tuple[int, float]] | None:
     """The exact ranking from the process's vector cache, or None (see
-    :mod:`services.ingestion.vector_ranking`)."""
+    :mod:`services.ingestion.vector_ranking`); ``where`` is ``scope.where()``."""
     if storage.dims is None:
         return None
     return vector_ranking.nearest_visible(
         session,
         organization_id=scope.organization_id,
         knowledge_base_id=scope.knowledge_base_id,
-        where=scope.where(),
+        where=where,
         params=scope.params(),
         vector=vector,
         limit=limit,

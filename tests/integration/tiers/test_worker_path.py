@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 import redis
-from dramatiq import Broker, Middleware
+from dramatiq import Broker
 from dramatiq.middleware import SkipMessage
 
 from router.enqueue import Router
 from router.requests import JobRequest
 from tests.integration.tiers.test_script_batch import pool_hand_outs
+from tests.unit.tiers.test_hooks import Acks
 from tiers.broker import TierBroker
 from tiers.consumer import TierConsumer
 
@@ -83,16 +84,7 @@ def test_a_forgotten_dispatch_script_is_loaded_and_the_fetch_sent_again(
     consumer.close()
 
 
-class Calls(Middleware):
-    def __init__(self, name: str, seen: list[str]) -> None:
-        self.name, self.seen = name, seen
-
-    def before_ack(self, broker: Broker, message: Any) -> None:
-        self.seen.append(f"before {self.name}")
-
-    def after_ack(self, broker: Broker, message: Any) -> None:
-        self.seen.append(f"after {self.name}")
-
+class Calls(Acks):
     def before_process_message(self, broker: Broker, message: Any) -> None:
         raise SkipMessage(self.name)
 
