@@ -47,6 +47,7 @@ from dramatiq.worker import ConsumerThread
 
 from tiers.faults import fault_point
 from tiers.options import JOB_ID, REDIS_MESSAGE_ID
+from tiers.outage_log import OutageLog
 from tiers.redis_retry import REDIS_DOWN
 
 if TYPE_CHECKING:
@@ -251,6 +252,7 @@ class TierConsumerThread(ConsumerThread):
         self.running = True
         self.broker.emit_after("consumer_thread_boot", self)
         recovering = False
+        outage = OutageLog(log, self.queue_name)
         while self.running:
             if self.paused:
                 self.paused_event.set()
@@ -260,6 +262,7 @@ class TierConsumerThread(ConsumerThread):
                 if recovering:
                     self.broker.recover_unheld(self.queue_name)
                     recovering = False
+                    outage.recovered()
                 self.consumer = self.broker.consume(
                     queue_name=self.queue_name, prefetch=self.prefetch, timeout=self.worker_timeout
                 )
@@ -274,14 +277,10 @@ class TierConsumerThread(ConsumerThread):
                     if not self.running:
                         break
             except BrokerConnectionError as exc:
-                log.warning(
-                    "consumer of %s lost redis (%s); %d delayed message(s) kept, reconnecting",
-                    self.queue_name,
-                    exc,
-                    self.delay_queue.qsize(),
-                )
+                kept = self.delay_queue.qsize()
+                outage.failed(f"lost redis, {kept} delayed message(s) kept", exc)
             except REDIS_DOWN as exc:
-                log.warning("consumer of %s cannot reach redis (%s)", self.queue_name, exc)
+                outage.failed("cannot reach redis", exc)
             except Exception:
                 log.critical("consumer of %s failed; restarting it", self.queue_name, exc_info=True)
             if self.running:
