@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -67,6 +68,8 @@ class TierBroker(RedisBroker):
         #: queue -> prefetched messages a closed consumer could not hand back (Redis was
         #: down).
         self._leftovers: defaultdict[str, list[Message[Any]]] = defaultdict(list)
+        #: queue -> set when a settle of this process pushed a message to it (:meth:`wake`).
+        self._wakes: defaultdict[str, threading.Event] = defaultdict(threading.Event)
         #: The middleware hooking each signal (Dramatiq calls every middleware's).
         self._hooks = HookTable()
         #: Dramatiq's dispatch script (fetch, ack, nack, hand-back) goes on a connection of
@@ -227,6 +230,16 @@ class TierBroker(RedisBroker):
     def take_leftovers(self, queue_name: str) -> list[Message[Any]]:
         leftovers, self._leftovers[queue_name] = self._leftovers[queue_name], []
         return leftovers
+
+    def wake_event(self, queue_name: str) -> threading.Event:
+        """The event that cuts short an idle consumer's wait on ``queue_name`` (the same one
+        for every consumer of the queue this process starts)."""
+        return self._wakes[queue_name]
+
+    def wake(self, queue_name: str) -> None:
+        """Something was pushed to ``queue_name`` (a settle passed its freed group slot to a
+        parked message): its consumer here fetches now instead of sleeping out its backoff."""
+        self._wakes[queue_name].set()
 
     def recover_unheld(self, queue_name: str) -> int:
         """Hand back to ``queue_name`` the messages Redis lists as this worker's but this

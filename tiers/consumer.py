@@ -143,6 +143,9 @@ class TierConsumer(_RedisConsumer):
         self._trickling = False
         #: Set by the worker threads when an ack (or nack, or hand-back) frees enough room.
         self._room = threading.Event()
+        #: Set when a settle of this process pushed a message to the queue: an empty fetch's
+        #: backoff ends there (a grouped queue is fed one released message per settle).
+        self._wake = broker.wake_event(queue_name)
 
     def __next__(self) -> MessageProxy | None:
         """The next fetched message; None when there is none to hand out this poll (the
@@ -159,12 +162,16 @@ class TierConsumer(_RedisConsumer):
                     self._room.wait(self.timeout / 1000)
                 return None
             asked = self._batch_size()
+            # Cleared before the fetch: a release landing after it sets it again, so the
+            # wait below cannot sleep through a message this fetch missed.
+            self._wake.clear()
             self.message_cache = self.broker.fetch_messages(self.queue_name, asked)
             self._trickling = 0 < len(self.message_cache) < asked
             if self.message_cache:
                 return self.__next__()
             self.misses, backoff_ms = compute_backoff(self.misses, max_backoff=self.timeout)
-            time.sleep(backoff_ms / 1000)
+            if self._wake.wait(backoff_ms / 1000):
+                self.misses = 0
             return None
         except redis.ConnectionError as exc:
             raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]

@@ -252,7 +252,8 @@ class JobStore:
 
     def settle(self, message: Message[Any], **outcome: Any) -> str:
         """After a run, record its end (see :meth:`settle_args` for ``outcome``) and return
-        the script's verdict: ``ok``, or ``stale`` when the record points at another
+        the script's verdict: ``ok``; ``released`` when the freed group slot went to a
+        parked message, now in the queue; or ``stale`` when the record points at another
         message (its slot and state are left alone)."""
         return as_text(self._batch.call("settle", self.settle_args(message, **outcome)))
 

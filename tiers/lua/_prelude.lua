@@ -43,6 +43,8 @@ local function place(queue, redis_id, data, gk, cap, job_id, now, queued_lease)
 end
 
 -- Free job_id's slot in group gk; if it held one, pass it to the oldest parked message.
+-- Returns 1 when a slot was freed (0 otherwise), and true as a second value when a parked
+-- message was pushed to its queue with it.
 local function release(gk, job_id, now, queued_lease)
     local group = ns .. ":group:" .. gk
     if redis.call("zrem", group, job_id) == 0 then
@@ -62,7 +64,7 @@ local function release(gk, job_id, now, queued_lease)
             admit(gk, next_job, now + queued_lease)
             push(message["queue_name"], redis_id, data)
             redis.call("hset", ns .. ":job:" .. next_job, "state", "waiting")
-            return 1
+            return 1, true
         end
     end
 end

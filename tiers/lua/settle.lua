@@ -7,6 +7,9 @@
 -- With ack_queue set, Dramatiq's ack of the delivered message is done here too (dispatch.lua's
 -- "ack": drop it from the worker's ack set and the queue's message hash; heartbeat).
 -- The run is counted in the minute's rates hash (tiers/run_rates.py), stale or not: it ran.
+-- Returns "stale" (the record points at another message: slot and state left alone),
+-- "released" (recorded, and the freed group slot passed to a parked message of the same
+-- queue) or "ok".
 local job_id, redis_id, gk, state = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local now, retention, err, failures = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], ARGV[8]
 local next_redis_id, next_data, next_queue = ARGV[9], ARGV[10], ARGV[11]
@@ -34,8 +37,10 @@ local current = redis.call("hget", record, "cur")
 if current and current ~= redis_id then
     return "stale"
 end
+local released = false
 if gk ~= "" then
-    release(gk, job_id, now, queued_lease)
+    local _, pushed = release(gk, job_id, now, queued_lease)
+    released = pushed or false
 end
 if err ~= "" then
     redis.call("hset", record, "last_error", err)
@@ -52,5 +57,10 @@ if next_redis_id ~= "" then
 else
     redis.call("hset", record, "state", state, "finished_at", now)
     redis.call("pexpire", record, retention)
+end
+-- "released": the freed slot went to a parked message, now in the queue (the settling
+-- worker wakes its consumer of that queue rather than let it sleep out a poll).
+if released then
+    return "released"
 end
 return "ok"

@@ -162,6 +162,8 @@ class Outcomes(Middleware):
                     setattr(message, ACKED_IN_SETTLE, True)
                 if verdict == "stale":
                     log.warning("job %s was superseded while it ran", message.options[JOB_ID])
+                elif verdict == "released" and isinstance(broker, TierBroker):
+                    broker.wake(message.queue_name)
                 fault_point("settle.after")
             settling.finish()
 
