@@ -83,11 +83,12 @@ class TierBroker(RedisBroker):
         self._dispatches.close()
         super().close()
 
-    def _dispatch(self, command: str) -> Callable[..., Any]:
+    def _dispatch(self, command: str, *, maintenance: int | None = None) -> Callable[..., Any]:
         """Dramatiq's ``do_<command>``: its dispatch script with the same arguments, sent by
         a :class:`ScriptSender` instead of redis-py's ``execute_command`` and pool hand-out
         (the same errors: Redis unreachable, a failing script; a forgotten script is
-        loaded and sent again)."""
+        loaded and sent again). ``maintenance`` (1 or 0) overrides Dramatiq's draw of
+        whether this call also does its maintenance (a caller that drew it already)."""
         script = self.scripts["dispatch"]
 
         def do_dispatch(queue_name: str, *args: Any) -> Any:
@@ -98,7 +99,7 @@ class TierBroker(RedisBroker):
                 self.broker_id,
                 self.heartbeat_timeout,
                 self.dead_message_ttl,
-                self._should_do_maintenance(command),
+                self._should_do_maintenance(command) if maintenance is None else maintenance,
                 self._max_unpack_size(),  # type: ignore[no-untyped-call]
                 *args,
             ]
@@ -114,15 +115,50 @@ class TierBroker(RedisBroker):
         """Dramatiq's fetch, screened and decoded (once: the consumer hands out these
         objects): a message no worker can run (undecodable, unknown actor, no job id) is
         dead-lettered and its job failed here, so it neither stops the consumer nor comes
-        back. Then (main queues) one claim for the batch's jobs (grouped ones take their
-        slots); when that claim cannot reach Redis the messages are claimed one by one
-        when their runs start."""
-        fetched: list[bytes | None] = self._dispatch("fetch")(queue_name, count)
+        back. A main queue's batch is claimed in the same round trip (``fetch_claim.lua``;
+        grouped jobs take their slots), except when this fetch is the one that does
+        Dramatiq's maintenance (dead workers' messages back to their queues), which goes
+        through Dramatiq's own script and is claimed in a second round trip; when that
+        claim cannot reach Redis the messages are claimed one by one when their runs
+        start."""
+        delayed = queue_name.endswith(".DQ")
+        maintenance = self._should_do_maintenance("fetch")
+        if delayed or maintenance:
+            fetch = self._dispatch("fetch", maintenance=maintenance)
+            fetched: list[bytes | None] = fetch(queue_name, count)
+            verdicts = None
+        else:
+            limit = min(count, self._max_unpack_size())  # type: ignore[no-untyped-call]
+            fetched, verdicts = self.jobs.fetch_and_claim(
+                queue_name, self.broker_id, limit, list(self.actors)
+            )
         if not fetched:
             return []
-        decoded: list[Message[Any]] = []
+        screened = self._screened(queue_name, fetched)
+        decoded = [message for _, message in screened]
+        parked: list[Message[Any]] = []
+        if verdicts is not None:
+            parked = self.jobs.keep_fetch_verdicts(
+                (message, verdicts[at]) for at, message in screened if verdicts[at]
+            )
+        elif not delayed:
+            try:
+                parked = self.jobs.claim_fetched(queue_name, self.broker_id, decoded)
+            except Exception as exc:  # the fetched messages must reach the consumer regardless
+                log.warning("claiming a fetched batch failed (%r); claiming at start", exc)
+        if parked:
+            decoded = self._drop_parked(queue_name, decoded, parked)
+        fault_point("fetch.after")
+        return decoded
+
+    def _screened(
+        self, queue_name: str, fetched: Sequence[bytes | None]
+    ) -> list[tuple[int, Message[Any]]]:
+        """The fetched messages a worker can run, decoded, with their places in ``fetched``,
+        now held by this process; the others are dead-lettered (:meth:`_reject`)."""
+        screened: list[tuple[int, Message[Any]]] = []
         rejected: list[tuple[bytes, Message[Any] | None, str]] = []
-        for data in fetched:
+        for at, data in enumerate(fetched):
             if data is None:
                 continue
             message, reason = self._screen(data)
@@ -130,21 +166,12 @@ class TierBroker(RedisBroker):
                 rejected.append((data, message, reason))
                 continue
             assert message is not None
-            decoded.append(message)
+            screened.append((at, message))
         held = self._held[queue_name]
-        held.update(message.options[REDIS_MESSAGE_ID] for message in decoded)
+        held.update(message.options[REDIS_MESSAGE_ID] for _, message in screened)
         if rejected:
             self._reject(queue_name, rejected)
-        if not queue_name.endswith(".DQ"):
-            try:
-                parked = self.jobs.claim_fetched(queue_name, self.broker_id, decoded)
-            except Exception as exc:  # the fetched messages must reach the consumer regardless
-                log.warning("claiming a fetched batch failed (%r); claiming at start", exc)
-            else:
-                if parked:
-                    decoded = self._drop_parked(queue_name, decoded, parked)
-        fault_point("fetch.after")
-        return decoded
+        return screened
 
     def _drop_parked(
         self, queue_name: str, decoded: list[Message[Any]], parked: list[Message[Any]]

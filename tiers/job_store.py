@@ -6,7 +6,6 @@ a run and hand its slot on) is one Lua script, so Redis applies it whole or not 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -16,6 +15,8 @@ from uuid import uuid4
 import redis
 from dramatiq.message import Message
 
+from tiers.fetch_claims import QUEUED_LEASE_MS as QUEUED_LEASE_MS
+from tiers.fetch_claims import FetchClaims
 from tiers.message_encoding import encode_message
 from tiers.options import (
     ETA,
@@ -26,15 +27,14 @@ from tiers.options import (
     ORGANIZATION,
     REDIS_MESSAGE_ID,
 )
+from tiers.redis_values import as_text as as_text
+from tiers.redis_values import now_ms as now_ms
 from tiers.script_batch import ScriptBatch, ScriptQueue
 from tiers.script_send import ScriptSender
 
 if TYPE_CHECKING:
     from tiers.run_rates import RunCount
 
-#: A queued (not yet started) message holds its group slot this long before the reaper may
-#: hand it on; the start-time claim re-checks the cap, so a reaped slot never over-admits.
-QUEUED_LEASE_MS = 3_600_000
 LIVE_STATES = frozenset({"waiting", "parked", "delayed", "active"})
 FINISHED_STATES = frozenset({"completed", "failed", "record_missing", "skipped"})
 
@@ -43,15 +43,6 @@ def _load(name: str) -> str:
     base = resources.files("tiers") / "lua"
     prelude = (base / "_prelude.lua").read_text()
     return prelude + "\n" + (base / f"{name}.lua").read_text()
-
-
-def as_text(value: bytes | str) -> str:
-    """A reply of Redis (bytes, as Dramatiq's client answers) as a string."""
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)
@@ -64,7 +55,7 @@ class EnqueueResult:
     queue: str
 
 
-class JobStore:
+class JobStore(FetchClaims):
     """Job records, group slots and leases for one Redis namespace.
 
     Parameters:
@@ -77,20 +68,15 @@ class JobStore:
         self.client = client
         self.namespace = namespace
         self.lease_ms = int(lease_seconds * 1000)
-        #: redis message id -> verdict of the claim made when the message was fetched; the
-        #: worker thread that picks the message up takes it (:meth:`take_fetch_claim`).
-        self.claimed_at_fetch: dict[str, str] = {}
-        #: redis message id -> (group key, job id) of the fetched messages whose claim took
-        #: a group slot and that no thread has started yet: their leases are kept fresh like
-        #: those of running jobs (``GroupSlots``), so a slot outlives a long prefetch wait
-        #: but not this worker.
-        self.slots_at_fetch: dict[str, tuple[str, str]] = {}
+        self.claimed_at_fetch = {}
+        self.slots_at_fetch = {}
         self._scripts = {
             name: client.register_script(_load(name))
             for name in (
                 "enqueue",
                 "claim",
                 "claim_many",
+                "fetch_claim",
                 "unclaim",
                 "settle",
                 "reap",
@@ -184,71 +170,6 @@ class JobStore:
             ],
         )
         return reply.decode() if isinstance(reply, bytes) else str(reply)
-
-    def claim_fetched(
-        self, queue: str, worker_id: str, messages: Sequence[Message[Any]]
-    ) -> list[Message[Any]]:
-        """Claim, in one round trip, the messages worker ``worker_id`` fetched from main queue
-        ``queue`` that carry a job id (claim.lua's verdicts: ``run``, ``stale``, ``done``,
-        ``parked``). A grouped job's claim takes or keeps its group slot with the running
-        lease; this worker keeps it fresh from then on (:attr:`slots_at_fetch`). Verdicts
-        wait in :attr:`claimed_at_fetch` for the worker thread; ``later`` (a message whose
-        queued copy could not be read to park it) is claimed when a thread starts it.
-
-        Returns the messages parked by the claim: they are already acked and wait in their
-        group, so the worker must drop them (never ack or hand back those deliveries)."""
-        batch = [
-            message
-            for message in messages
-            if JOB_ID in message.options and ETA not in message.options
-        ]
-        if not batch:
-            return []
-        args: list[Any] = [now_ms(), self.lease_ms, queue, worker_id]
-        for message in batch:
-            options = message.options
-            args += [
-                options[JOB_ID],
-                message.message_id,
-                options[REDIS_MESSAGE_ID],
-                options.get(GROUP, ""),
-                options.get(GROUP_CAP, 0),
-            ]
-        [verdicts] = self._fetches.send(self._scripts["claim_many"], self.namespace, [args])
-        parked: list[Message[Any]] = []
-        for message, reply in zip(batch, verdicts, strict=True):
-            verdict = as_text(reply)
-            options = message.options
-            if verdict == "parked":
-                parked.append(message)
-            elif verdict != "later":
-                redis_id = options[REDIS_MESSAGE_ID]
-                if verdict == "run" and options.get(GROUP):
-                    self.slots_at_fetch[redis_id] = (options[GROUP], options[JOB_ID])
-                self.claimed_at_fetch[redis_id] = verdict
-        return parked
-
-    def take_fetch_claim(self, redis_id: str) -> str | None:
-        """The verdict of the fetch-time claim of a message (None: not claimed at fetch),
-        forgotten here: the message is started, acked or handed back."""
-        self.slots_at_fetch.pop(redis_id, None)
-        return self.claimed_at_fetch.pop(redis_id, None)
-
-    def fetched_slots(self) -> list[tuple[str, str]]:
-        """(group key, job id) of the fetched, not yet started jobs holding a group slot."""
-        return list(self.slots_at_fetch.copy().values())
-
-    def unclaim_unstarted(self, messages: Iterable[Message[Any]]) -> None:
-        """Messages handed back unrun (worker shutdown): drop their fetch-time verdicts and
-        set the jobs claimed at fetch back to ``waiting`` (a grouped one keeps its slot, now
-        leased as a queued job's)."""
-        args: list[Any] = [now_ms(), QUEUED_LEASE_MS]
-        for message in messages:
-            options = message.options
-            if self.take_fetch_claim(options.get(REDIS_MESSAGE_ID, "")) == "run":
-                args += [options[JOB_ID], options[REDIS_MESSAGE_ID], options.get(GROUP, "")]
-        if len(args) > 2:
-            self._fetches.send(self._scripts["unclaim"], self.namespace, [args])
 
     def settle(self, message: Message[Any], **outcome: Any) -> str:
         """After a run, record its end (see :meth:`settle_args` for ``outcome``) and return

@@ -68,3 +68,41 @@ local function release(gk, job_id, now, queued_lease)
         end
     end
 end
+
+-- Claim one fetched main-queue message (claim_many.lua, fetch_claim.lua): the verdict run |
+-- stale | done | parked | later. A grouped job takes (or keeps) its slot, leased until
+-- now + lease; with the group full and no slot held, the message is parked from its copy in
+-- the queue's message hash and acked (acks: the worker's ack set of the queue) in this step.
+local function claim_fetched(job_id, message_id, redis_id, gk, cap, now, lease, messages, acks)
+    local record = ns .. ":job:" .. job_id
+    local current = redis.call("hmget", record, "state", "msg", "cur")
+    local state, current_msg, current_redis = current[1], current[2], current[3]
+    if state then
+        if current_msg ~= message_id or current_redis ~= redis_id then
+            return "stale"
+        elseif state ~= "waiting" and state ~= "parked" and state ~= "delayed"
+            and state ~= "active" then
+            return "done"
+        end
+    end
+    if gk ~= "" then
+        local group = ns .. ":group:" .. gk
+        if not redis.call("zscore", group, job_id) and redis.call("zcard", group) >= cap then
+            local data = redis.call("hget", messages, redis_id)
+            if data and redis.call("srem", acks, redis_id) > 0 then
+                redis.call("hdel", messages, redis_id)
+                park(gk, redis_id, data)
+                redis.call("hset", record, "state", "parked")
+                return "parked"
+            end
+            return "later"
+        end
+        admit(gk, job_id, now + lease)
+    end
+    if not state then
+        redis.call("hset", record, "msg", message_id, "cur", redis_id, "created_at", now,
+            "group", gk, "failures", 0)
+    end
+    redis.call("hset", record, "state", "active", "started_at", now)
+    return "run"
+end

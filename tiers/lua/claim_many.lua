@@ -13,43 +13,7 @@ local messages = ns .. ":" .. queue .. ".msgs"
 local acks = ns .. ":__acks__." .. worker_id .. "." .. queue
 local verdicts = {}
 for i = 5, #ARGV, 5 do
-    local job_id, message_id, redis_id = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-    local gk, cap = ARGV[i + 3], tonumber(ARGV[i + 4])
-    local record = ns .. ":job:" .. job_id
-    local current = redis.call("hmget", record, "state", "msg", "cur")
-    local state, current_msg, current_redis = current[1], current[2], current[3]
-    local verdict = "run"
-    if state then
-        if current_msg ~= message_id or current_redis ~= redis_id then
-            verdict = "stale"
-        elseif state ~= "waiting" and state ~= "parked" and state ~= "delayed"
-            and state ~= "active" then
-            verdict = "done"
-        end
-    end
-    if verdict == "run" and gk ~= "" then
-        local group = ns .. ":group:" .. gk
-        if not redis.call("zscore", group, job_id) and redis.call("zcard", group) >= cap then
-            local data = redis.call("hget", messages, redis_id)
-            if data and redis.call("srem", acks, redis_id) > 0 then
-                redis.call("hdel", messages, redis_id)
-                park(gk, redis_id, data)
-                redis.call("hset", record, "state", "parked")
-                verdict = "parked"
-            else
-                verdict = "later"
-            end
-        else
-            admit(gk, job_id, now + lease)
-        end
-    end
-    if verdict == "run" then
-        if not state then
-            redis.call("hset", record, "msg", message_id, "cur", redis_id, "created_at", now,
-                "group", gk, "failures", 0)
-        end
-        redis.call("hset", record, "state", "active", "started_at", now)
-    end
-    verdicts[#verdicts + 1] = verdict
+    verdicts[#verdicts + 1] = claim_fetched(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3],
+        tonumber(ARGV[i + 4]), now, lease, messages, acks)
 end
 return verdicts

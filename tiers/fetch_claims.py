@@ -1,0 +1,129 @@
+"""Claims made when a worker fetches a batch (its jobs marked started, grouped ones given
+their slots), and what the worker keeps of them until a thread starts each message.
+
+A fetched main-queue batch is claimed in the fetch's own round trip (``fetch_claim.lua``),
+or, after a fetch made by Dramatiq's script (the one that does its maintenance), in a
+second one (``claim_many.lua``). Each verdict waits here for the worker thread that picks
+the message up; a message handed back unrun has its claim undone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from dramatiq.message import Message
+from redis.commands.core import Script
+
+from tiers.options import ETA, GROUP, GROUP_CAP, JOB_ID, REDIS_MESSAGE_ID
+from tiers.redis_values import as_text, now_ms
+from tiers.script_send import ScriptSender
+
+#: A queued (not yet started) message holds its group slot this long before the reaper may
+#: hand it on; the start-time claim re-checks the cap, so a reaped slot never over-admits.
+QUEUED_LEASE_MS = 3_600_000
+
+
+class FetchClaims:
+    """The job store's fetch-time claims (:class:`tiers.job_store.JobStore` sets these
+    attributes up)."""
+
+    namespace: str
+    lease_ms: int
+    _scripts: Mapping[str, Script]
+    #: The connection the claims of fetched batches (and their hand-backs) go on.
+    _fetches: ScriptSender
+    #: redis message id -> verdict of the claim made when the message was fetched; the
+    #: worker thread that picks the message up takes it (:meth:`take_fetch_claim`).
+    claimed_at_fetch: dict[str, str]
+    #: redis message id -> (group key, job id) of the fetched messages whose claim took a
+    #: group slot and that no thread has started yet: their leases are kept fresh like
+    #: those of running jobs (``GroupSlots``), so a slot outlives a long prefetch wait but
+    #: not this worker.
+    slots_at_fetch: dict[str, tuple[str, str]]
+
+    def claim_fetched(
+        self, queue: str, worker_id: str, messages: Sequence[Message[Any]]
+    ) -> list[Message[Any]]:
+        """Claim, in one round trip, the messages worker ``worker_id`` fetched from main queue
+        ``queue`` that carry a job id (claim.lua's verdicts: ``run``, ``stale``, ``done``,
+        ``parked``). A grouped job's claim takes or keeps its group slot with the running
+        lease; this worker keeps it fresh from then on (:attr:`slots_at_fetch`). Verdicts
+        wait in :attr:`claimed_at_fetch` for the worker thread; ``later`` (a message whose
+        queued copy could not be read to park it) is claimed when a thread starts it.
+
+        Returns the messages parked by the claim: they are already acked and wait in their
+        group, so the worker must drop them (never ack or hand back those deliveries)."""
+        batch = [
+            message
+            for message in messages
+            if JOB_ID in message.options and ETA not in message.options
+        ]
+        if not batch:
+            return []
+        args: list[Any] = [now_ms(), self.lease_ms, queue, worker_id]
+        for message in batch:
+            options = message.options
+            args += [
+                options[JOB_ID],
+                message.message_id,
+                options[REDIS_MESSAGE_ID],
+                options.get(GROUP, ""),
+                options.get(GROUP_CAP, 0),
+            ]
+        [verdicts] = self._fetches.send(self._scripts["claim_many"], self.namespace, [args])
+        return self.keep_fetch_verdicts(zip(batch, map(as_text, verdicts), strict=True))
+
+    def fetch_and_claim(
+        self, queue: str, worker_id: str, count: int, actors: Sequence[str]
+    ) -> tuple[list[bytes | None], list[str]]:
+        """Fetch up to ``count`` messages of main queue ``queue`` for worker ``worker_id``
+        and claim those it can run (``actors``: its actor names) in one round trip
+        (fetch_claim.lua). Returns the fetched data and a verdict per message, as
+        :meth:`claim_fetched`'s, or "" for a message the script did not claim (the worker
+        screens it, and claims it at start if it runs it); hand the claimed messages, once
+        decoded, to :meth:`keep_fetch_verdicts`."""
+        call = [now_ms(), self.lease_ms, queue, worker_id, count, *actors]
+        [(fetched, verdicts)] = self._fetches.send(
+            self._scripts["fetch_claim"], self.namespace, [call]
+        )
+        return list(fetched), [as_text(verdict) for verdict in verdicts]
+
+    def keep_fetch_verdicts(
+        self, claimed: Iterable[tuple[Message[Any], str]]
+    ) -> list[Message[Any]]:
+        """Keep the fetch-time verdicts of fetched messages for their worker threads (and the
+        slots of grouped ones for this worker's lease upkeep); returns the parked ones."""
+        parked: list[Message[Any]] = []
+        for message, verdict in claimed:
+            options = message.options
+            if verdict == "parked":
+                parked.append(message)
+            elif verdict != "later":
+                redis_id = options[REDIS_MESSAGE_ID]
+                if verdict == "run" and options.get(GROUP):
+                    self.slots_at_fetch[redis_id] = (options[GROUP], options[JOB_ID])
+                self.claimed_at_fetch[redis_id] = verdict
+        return parked
+
+    def take_fetch_claim(self, redis_id: str) -> str | None:
+        """The verdict of the fetch-time claim of a message (None: not claimed at fetch),
+        forgotten here: the message is started, acked or handed back."""
+        self.slots_at_fetch.pop(redis_id, None)
+        return self.claimed_at_fetch.pop(redis_id, None)
+
+    def fetched_slots(self) -> list[tuple[str, str]]:
+        """(group key, job id) of the fetched, not yet started jobs holding a group slot."""
+        return list(self.slots_at_fetch.copy().values())
+
+    def unclaim_unstarted(self, messages: Iterable[Message[Any]]) -> None:
+        """Messages handed back unrun (worker shutdown): drop their fetch-time verdicts and
+        set the jobs claimed at fetch back to ``waiting`` (a grouped one keeps its slot, now
+        leased as a queued job's)."""
+        args: list[Any] = [now_ms(), QUEUED_LEASE_MS]
+        for message in messages:
+            options = message.options
+            if self.take_fetch_claim(options.get(REDIS_MESSAGE_ID, "")) == "run":
+                args += [options[JOB_ID], options[REDIS_MESSAGE_ID], options.get(GROUP, "")]
+        if len(args) > 2:
+            self._fetches.send(self._scripts["unclaim"], self.namespace, [args])
