@@ -69,11 +69,11 @@ local function release(gk, job_id, now, queued_lease)
     end
 end
 
--- Claim one fetched main-queue message (claim_many.lua, fetch_claim.lua): the verdict run |
--- stale | done | parked | later. A grouped job takes (or keeps) its slot, leased until
--- now + lease; with the group full and no slot held, the message is parked from its copy in
--- the queue's message hash and acked (acks: the worker's ack set of the queue) in this step.
-local function claim_fetched(job_id, message_id, redis_id, gk, cap, now, lease, messages, acks)
+-- Claim a message a worker fetched or is about to run: the verdict run | stale | done |
+-- parked | later. A stale copy (the record points at another message) or a finished job is
+-- left alone; a grouped job takes (or keeps) its slot, leased until now + lease; with the
+-- group full and no slot held, park_it() parks the message (true) or cannot (false: later).
+local function claim(job_id, message_id, redis_id, gk, cap, now, lease, park_it)
     local record = ns .. ":job:" .. job_id
     local current = redis.call("hmget", record, "state", "msg", "cur")
     local state, current_msg, current_redis = current[1], current[2], current[3]
@@ -88,14 +88,11 @@ local function claim_fetched(job_id, message_id, redis_id, gk, cap, now, lease, 
     if gk ~= "" then
         local group = ns .. ":group:" .. gk
         if not redis.call("zscore", group, job_id) and redis.call("zcard", group) >= cap then
-            local data = redis.call("hget", messages, redis_id)
-            if data and redis.call("srem", acks, redis_id) > 0 then
-                redis.call("hdel", messages, redis_id)
-                park(gk, redis_id, data)
-                redis.call("hset", record, "state", "parked")
-                return "parked"
+            if not park_it() then
+                return "later"
             end
-            return "later"
+            redis.call("hset", record, "state", "parked")
+            return "parked"
         end
         admit(gk, job_id, now + lease)
     end
@@ -105,4 +102,19 @@ local function claim_fetched(job_id, message_id, redis_id, gk, cap, now, lease, 
     end
     redis.call("hset", record, "state", "active", "started_at", now)
     return "run"
+end
+
+-- Claim one fetched main-queue message (claim_many.lua, fetch_claim.lua). A message to park
+-- is parked from its copy in the queue's message hash (messages) and acked (acks: the
+-- worker's ack set of the queue) in this step; without that copy it is claimed later.
+local function claim_fetched(job_id, message_id, redis_id, gk, cap, now, lease, messages, acks)
+    return claim(job_id, message_id, redis_id, gk, cap, now, lease, function()
+        local data = redis.call("hget", messages, redis_id)
+        if data and redis.call("srem", acks, redis_id) > 0 then
+            redis.call("hdel", messages, redis_id)
+            park(gk, redis_id, data)
+            return true
+        end
+        return false
+    end)
 end
