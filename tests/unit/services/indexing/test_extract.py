@@ -24,6 +24,7 @@ from services.indexing.extract import (
     ZERO_BYTES,
     Extracted,
     ExtractionFailed,
+    _StyleNames,
     extract,
 )
 from shared.errors import Unrecoverable
@@ -359,3 +360,33 @@ def test_a_generic_declared_type_falls_back_to_the_extension() -> None:
 def test_extraction_failures_are_never_retried() -> None:
     assert issubclass(ExtractionFailed, Unrecoverable)
     assert str(ExtractionFailed(UNSUPPORTED)) == "unsupported content type"
+
+
+def test_docx_style_names_are_python_docx_s_own_each_looked_up_once() -> None:
+    document = docx.Document()
+    document.add_paragraph("Plain, default style")
+    document.add_heading("Chapter", level=1)
+    document.add_heading("Section", level=3)
+    document.add_paragraph("Point", style="List Bullet")
+    document.add_paragraph("Step", style="List Number")
+    document.add_paragraph("Quoted", style="Quote")
+    document.add_paragraph("Another plain one")
+    unknown = document.add_paragraph("Style id the document does not define")
+    unknown._p.style = "NoSuchStyle"
+    styles = _StyleNames(document)
+    looked_up = 0
+    get_style = document.part.get_style
+
+    def counting(style_id: str | None, style_type: object) -> object:
+        nonlocal looked_up
+        looked_up += 1
+        return get_style(style_id, style_type)
+
+    document.part.get_style = counting
+    names = [styles.of(paragraph) for paragraph in document.paragraphs]
+    document.part.get_style = get_style
+    # The same names python-docx gives, the default's and an unknown id's included
+    assert names == [paragraph.style.name for paragraph in document.paragraphs]
+    assert names[0] == names[-2] == names[-1] == "Normal"
+    # One lookup per distinct style id, however many paragraphs share it
+    assert looked_up == len({paragraph._p.style for paragraph in document.paragraphs})
