@@ -68,6 +68,7 @@ class JobStore(FetchClaims):
         self.client = client
         self.namespace = namespace
         self.lease_ms = int(lease_seconds * 1000)
+        # The fetch-time claims' verdicts and slots (tiers.fetch_claims.FetchClaims).
         self.claimed_at_fetch = {}
         self.slots_at_fetch = {}
         self._scripts = {
