@@ -68,6 +68,9 @@ class TierBroker(RedisBroker):
         #: queue -> prefetched messages a closed consumer could not hand back (Redis was
         #: down).
         self._leftovers: defaultdict[str, list[Message[Any]]] = defaultdict(list)
+        #: queue -> how many messages it held after this process's last fetch from it (0
+        #: when that fetch did not say): its consumer takes bigger batches from a deep queue.
+        self.left_in_queue: dict[str, int] = {}
         #: queue -> set when a settle of this process pushed a message to it (:meth:`wake`).
         self._wakes: defaultdict[str, threading.Event] = defaultdict(threading.Event)
         #: The middleware hooking each signal (Dramatiq calls every middleware's).
@@ -127,11 +130,13 @@ class TierBroker(RedisBroker):
             fetch = self._dispatch("fetch", maintenance=maintenance)
             fetched: list[bytes | None] = fetch(queue_name, count)
             verdicts = None
+            self.left_in_queue[queue_name] = 0  # not known: taken as shallow
         else:
             limit = min(count, self._max_unpack_size())  # type: ignore[no-untyped-call]
-            fetched, verdicts = self.jobs.fetch_and_claim(
+            fetched, verdicts, left = self.jobs.fetch_and_claim(
                 queue_name, self.broker_id, limit, list(self.actors)
             )
+            self.left_in_queue[queue_name] = left
         if not fetched:
             return []
         screened = self._screened(queue_name, fetched)

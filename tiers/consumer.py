@@ -116,7 +116,8 @@ class TierConsumer(_RedisConsumer):
     """Dramatiq's Redis consumer, plus:
 
     - it fetches when a quarter of its prefetch is free (at least one message), not after
-      every ack, and no more than that quarter (or twice its worker threads) at a time;
+      every ack, and no more than that quarter (or twice its worker threads) at a time,
+      twice that from a queue its last fetch found holding at least twice as many more;
       after a fetch that found fewer messages than it asked for (the queue runs dry: it is
       fed as fast as it is drained, one message per settle for a group at its cap), only
       once no more than twice its worker threads of its messages are left (a thread's worth
@@ -186,13 +187,18 @@ class TierConsumer(_RedisConsumer):
         return True
 
     def _batch_size(self) -> int:
-        """How many messages to fetch: the free places, but no more than a quarter of the
-        prefetch (or twice the worker threads, when more): a queue that only trickles in is
-        shared with the other workers, not taken whole by the first one to find it full."""
+        """How many messages to fetch: the free places, but no more than a share, a quarter
+        of the prefetch (or twice the worker threads, when more): a queue that only trickles
+        in is shared with the other workers, not taken whole by the first one to find it
+        full. From a queue that held at least two more shares after the last fetch, two
+        shares: there is plenty left for the others, and half the fetches carry the batch."""
         free: int = self.prefetch - len(self.queued_message_ids) - len(self.message_cache)
         if not self.worker_threads:
             return free
-        return min(free, max(self.refill_at, 2 * self.worker_threads))
+        share = max(self.refill_at, 2 * self.worker_threads)
+        if self.broker.left_in_queue.get(self.queue_name, 0) >= 2 * share:
+            share *= 2
+        return min(free, share)
 
     def _freed(self) -> None:
         if self._may_fetch():

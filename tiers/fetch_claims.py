@@ -76,18 +76,19 @@ class FetchClaims:
 
     def fetch_and_claim(
         self, queue: str, worker_id: str, count: int, actors: Sequence[str]
-    ) -> tuple[list[bytes | None], list[str]]:
+    ) -> tuple[list[bytes | None], list[str], int]:
         """Fetch up to ``count`` messages of main queue ``queue`` for worker ``worker_id``
         and claim those it can run (``actors``: its actor names) in one round trip
         (fetch_claim.lua). Returns the fetched data and a verdict per message, as
         :meth:`claim_fetched`'s, or "" for a message the script did not claim (the worker
-        screens it, and claims it at start if it runs it); hand the claimed messages, once
-        decoded, to :meth:`keep_fetch_verdicts`."""
+        screens it, and claims it at start if it runs it), and how many messages the queue
+        still holds; hand the claimed messages, once decoded, to
+        :meth:`keep_fetch_verdicts`."""
         call = [now_ms(), self.lease_ms, queue, worker_id, count, *actors]
-        [(fetched, verdicts)] = self._fetches.send(
+        [(fetched, verdicts, left)] = self._fetches.send(
             self._scripts["fetch_claim"], self.namespace, [call]
         )
-        return list(fetched), [as_text(verdict) for verdict in verdicts]
+        return list(fetched), [as_text(verdict) for verdict in verdicts], int(left)
 
     def keep_fetch_verdicts(
         self, claimed: Iterable[tuple[Message[Any], str]]

@@ -1,11 +1,13 @@
 """When a worker's consumer fetches, and how much: once a quarter of its prefetch is free
 (Dramatiq fetches after every ack, one round trip for a handful of messages), at most that
-quarter (or twice its threads) at a time, and after a fetch that found the queue running dry,
+quarter (or twice its threads) at a time (twice that from a queue its last fetch found
+holding at least two more), and after a fetch that found the queue running dry,
 only once no more of its messages are left than there are worker threads (a group's settles
 feed its queue one message at a time)."""
 
 from __future__ import annotations
 
+import pytest
 import redis
 
 from router.enqueue import Router
@@ -97,4 +99,66 @@ def test_a_fetch_takes_a_quarter_of_the_prefetch_and_leaves_the_rest_to_other_wo
     consumer.worker_threads = 2
     assert next(consumer) is not None
     assert queued(redis_client, namespace) == 20
+    consumer.close()
+
+
+def test_from_a_deep_queue_a_fetch_takes_two_shares(
+    router: Router,
+    broker: TierBroker,
+    redis_client: redis.Redis,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(broker, "_should_do_maintenance", lambda command: 0)
+    enqueue(router, range(60))
+    consumer = consumer_of(broker, prefetch=40)
+    consumer.worker_threads = 2  # a share: a quarter of 40
+    # Given a first fetch of one share, which found 50 more behind it
+    assert next(consumer) is not None
+    assert queued(redis_client, namespace) == 50
+    assert broker.left_in_queue[QUEUE] == 50
+    for _ in range(9):
+        assert next(consumer) is not None
+    # When it fetches again, Then it takes two shares: at least two more are left for others
+    assert next(consumer) is not None
+    assert queued(redis_client, namespace) == 30
+    consumer.close()
+
+
+def test_from_a_shallow_queue_a_fetch_takes_one_share(
+    router: Router,
+    broker: TierBroker,
+    redis_client: redis.Redis,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(broker, "_should_do_maintenance", lambda command: 0)
+    enqueue(router, range(25))
+    consumer = consumer_of(broker, prefetch=40)
+    consumer.worker_threads = 2
+    # Given a first fetch of one share, which left 15 (less than two shares) behind it
+    for _ in range(10):
+        assert next(consumer) is not None
+    assert broker.left_in_queue[QUEUE] == 15
+    # When it fetches again, Then one share: the rest stays for other workers
+    assert next(consumer) is not None
+    assert queued(redis_client, namespace) == 5
+    consumer.close()
+
+
+def test_a_fetch_that_did_not_learn_the_queue_depth_takes_one_share(
+    router: Router,
+    broker: TierBroker,
+    redis_client: redis.Redis,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Dramatiq's maintenance fetch does not say how deep the queue is
+    monkeypatch.setattr(broker, "_should_do_maintenance", lambda command: 1)
+    enqueue(router, range(60))
+    consumer = consumer_of(broker, prefetch=40)
+    consumer.worker_threads = 2
+    for _ in range(11):
+        assert next(consumer) is not None
+    assert queued(redis_client, namespace) == 40
     consumer.close()
