@@ -102,6 +102,24 @@ def test_a_fetch_takes_a_quarter_of_the_prefetch_and_leaves_the_rest_to_other_wo
     consumer.close()
 
 
+def two_thread_consumer(
+    router: Router,
+    broker: TierBroker,
+    monkeypatch: pytest.MonkeyPatch,
+    jobs: int,
+    *,
+    maintenance: int = 0,
+) -> TierConsumer:
+    """A consumer of ``jobs`` queued jobs, prefetch 40 and 2 threads (a share: a quarter of
+    40), whose fetches draw Dramatiq's maintenance (which does not say how deep the queue
+    is) or not, as told."""
+    monkeypatch.setattr(broker, "_should_do_maintenance", lambda command: maintenance)
+    enqueue(router, range(jobs))
+    consumer = consumer_of(broker, prefetch=40)
+    consumer.worker_threads = 2
+    return consumer
+
+
 def test_from_a_deep_queue_a_fetch_takes_two_shares(
     router: Router,
     broker: TierBroker,
@@ -109,10 +127,7 @@ def test_from_a_deep_queue_a_fetch_takes_two_shares(
     namespace: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(broker, "_should_do_maintenance", lambda command: 0)
-    enqueue(router, range(60))
-    consumer = consumer_of(broker, prefetch=40)
-    consumer.worker_threads = 2  # a share: a quarter of 40
+    consumer = two_thread_consumer(router, broker, monkeypatch, 60)
     # Given a first fetch of one share, which found 50 more behind it
     assert next(consumer) is not None
     assert queued(redis_client, namespace) == 50
@@ -132,10 +147,7 @@ def test_from_a_shallow_queue_a_fetch_takes_one_share(
     namespace: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(broker, "_should_do_maintenance", lambda command: 0)
-    enqueue(router, range(25))
-    consumer = consumer_of(broker, prefetch=40)
-    consumer.worker_threads = 2
+    consumer = two_thread_consumer(router, broker, monkeypatch, 25)
     # Given a first fetch of one share, which left 15 (less than two shares) behind it
     for _ in range(10):
         assert next(consumer) is not None
@@ -153,11 +165,7 @@ def test_a_fetch_that_did_not_learn_the_queue_depth_takes_one_share(
     namespace: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Dramatiq's maintenance fetch does not say how deep the queue is
-    monkeypatch.setattr(broker, "_should_do_maintenance", lambda command: 1)
-    enqueue(router, range(60))
-    consumer = consumer_of(broker, prefetch=40)
-    consumer.worker_threads = 2
+    consumer = two_thread_consumer(router, broker, monkeypatch, 60, maintenance=1)
     for _ in range(11):
         assert next(consumer) is not None
     assert queued(redis_client, namespace) == 40
