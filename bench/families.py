@@ -14,7 +14,6 @@ from typing import Any
 
 import dramatiq
 import redis
-from pydantic import BaseModel
 
 from bench.common import Counters, connect, stop_event_from, tagged_url, wait_for_go
 from shared.errors import Delay, Paused, RecordMissing, Unrecoverable
@@ -32,18 +31,10 @@ SYNC_SECONDS = 0.25
 NOTION_WINDOW = WindowRule(4, 1.0)
 
 
-class NoopParams(BaseModel):
-    item: str
-
-
-class WorkParams(BaseModel):
-    item: str
-    sleep: float = 0.0
-
-
-class SyncParams(BaseModel):
-    document: str
-    data_source: str
+#: The families' request models, by reference: worker processes never import them.
+NOOP_PARAMS = "bench.family_params:NoopParams"
+WORK_PARAMS = "bench.family_params:WorkParams"
+SYNC_PARAMS = "bench.family_params:SyncParams"
 
 
 def _trace(event: str, **fields: Any) -> None:
@@ -77,7 +68,7 @@ def families() -> dict[str, Family]:
                 name="b_noop",
                 kind="bench_noop",
                 handler=noop,
-                params=NoopParams,
+                params=NOOP_PARAMS,
                 job_id=lambda o, p: f"noop-{p.item}",
                 fixed_tier="fast",
             ),
@@ -85,7 +76,7 @@ def families() -> dict[str, Family]:
                 name="b_fair",
                 kind="bench_fair",
                 handler=work,
-                params=WorkParams,
+                params=WORK_PARAMS,
                 job_id=lambda o, p: f"fair-{o}-{p.item}",
                 fixed_tier="fast",
                 group_caps={"fast": 2},
@@ -94,7 +85,7 @@ def families() -> dict[str, Family]:
                 name="b_grouped",
                 kind="bench_grouped",
                 handler=noop,
-                params=NoopParams,
+                params=NOOP_PARAMS,
                 job_id=lambda o, p: f"grouped-{o}-{p.item}",
                 fixed_tier="fast",
                 group_caps={"fast": 5},
@@ -103,7 +94,7 @@ def families() -> dict[str, Family]:
                 name="b_sync",
                 kind="bench_sync_document",
                 handler=sync_document,
-                params=SyncParams,
+                params=SYNC_PARAMS,
                 job_id=lambda o, p: f"sync-{o}-{p.document}",
                 provider=lambda p: "notion",
                 window_scope=lambda o, p: f"{o}:{p.data_source}",

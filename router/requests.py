@@ -66,7 +66,7 @@ def route(registry: Registry, request: JobRequest, *, prefix: str = "") -> Route
     elif org is not None:
         raise ValidationFailed({f"{prefix}organization_id": f"{request.kind} is not per tenant"})
     try:
-        params = family.params.model_validate(dict(request.params))
+        params = family.params_model().model_validate(dict(request.params))
     except ValidationError as exc:
         raise ValidationFailed(_field_errors(exc, prefix)) from None
     tier = family.tier_of(params)

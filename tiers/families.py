@@ -6,14 +6,17 @@ reads only what is here (the tier table supplies only the provider -> tier data)
 
 from __future__ import annotations
 
+import functools
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any, Literal
 
 from tiers.policies import DEFAULT_RETRY, RetryPolicy, WindowRule
 from tiers.table import DEFAULT_TIER, TIERS, queue_name, tier_for_provider
+
+if TYPE_CHECKING:  # a worker never validates params: it does not import pydantic
+    from pydantic import BaseModel
 
 DAY_SECONDS = 86_400.0
 
@@ -27,7 +30,10 @@ class Family:
         ``<name>.<tier>``.
       kind: the request kind Rails and ticks send (``sync_document``).
       handler: the actor body, called with ``organization_id=...`` and the params' fields.
-      params: the request parameters' model (``organization_id`` is not part of it).
+      params: the request parameters' model (``organization_id`` is not part of it), or a
+        ``"package.module:Model"`` reference to it, imported by :meth:`params_model` when a
+        request is first validated: a worker process, which never validates params, then
+        imports neither the model's module nor pydantic (about 10 MiB of a worker's memory).
       job_id: the deterministic job id of ``(organization_id, params)``.
       fixed_tier: the tier every job runs in; when None the tier follows ``provider``.
       provider: the provider a job calls, from its params (routes it and keys its window).
@@ -53,7 +59,7 @@ class Family:
     name: str
     kind: str
     handler: Callable[..., Any]
-    params: type[BaseModel]
+    params: type[BaseModel] | str
     job_id: Callable[[int, Any], str]
     fixed_tier: str | None = None
     provider: Callable[[Any], str | None] | None = None
@@ -69,6 +75,21 @@ class Family:
     group_caps: Mapping[str, int] | None = None
     run_tiers: tuple[str, ...] = ()
     priority: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.params, str):
+            module, _, name = self.params.partition(":")
+            if not module or not name:
+                raise ValueError(
+                    f"family {self.name}: params reference {self.params!r} is not "
+                    "'package.module:Model'"
+                )
+
+    def params_model(self) -> type[BaseModel]:
+        """The params model, imported on first use when :attr:`params` is a reference."""
+        if isinstance(self.params, str):
+            return _import_model(self.name, self.params)
+        return self.params
 
     def provider_of(self, params: Any) -> str | None:
         return self.provider(params) if self.provider else None
@@ -104,6 +125,22 @@ class Family:
             if key in overrides:
                 return overrides[key]
         return self.windows.get(name) or self.windows.get("*")
+
+
+@functools.cache
+def _import_model(family: str, reference: str) -> type[BaseModel]:
+    from pydantic import BaseModel
+
+    module_name, _, name = reference.partition(":")
+    try:
+        model = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as exc:
+        raise LookupError(
+            f"family {family}: params {reference!r} cannot be imported: {exc}"
+        ) from exc
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise TypeError(f"family {family}: params {reference!r} is not a pydantic model")
+    return model
 
 
 def family_of(message: Any, families: Mapping[str, Family]) -> Family | None:

@@ -115,7 +115,7 @@ class EnqueueContract:
     def _build_body_model(self, registry: Registry) -> type[BaseModel]:
         families = sorted(registry, key=lambda family: family.kind)
         items = tuple(
-            request_model(family.kind, family.params, family.tenant_scoped)
+            request_model(family.kind, family.params_model(), family.tenant_scoped)
             for family in families
             if self.kinds is None or family.kind in self.kinds
         )
