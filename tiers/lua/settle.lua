@@ -1,11 +1,13 @@
 -- Record how a run ended and free its group slot (passing it to a parked message).
 -- ARGV: job_id, redis_id, group_key, state, now_ms, retention_ms, error, failures,
 --       next_redis_id, next_data, next_queue, queued_lease_ms, delay (why it was delayed),
---       ack_queue, worker_id ("" = the caller acks the delivered message itself),
+--       ack_queue, worker_id ("" = the caller acks the delivered message itself), beat ("1":
+--       refresh the worker's heartbeat too; its sender does so at most about once a second),
 --       rates_key ("" = not counted), rates_keep_seconds, then the rates fields to count
 -- With next_redis_id set, the job goes back to the broker (retry or delay) in the same step.
 -- With ack_queue set, Dramatiq's ack of the delivered message is done here too (dispatch.lua's
--- "ack": drop it from the worker's ack set and the queue's message hash; heartbeat).
+-- "ack": drop it from the worker's ack set and the queue's message hash; the heartbeat when
+-- beat is "1": a worker's fetches beat too, and Dramatiq gives up on it after a minute).
 -- The run is counted in the minute's rates hash (tiers/run_rates.py), stale or not: it ran.
 -- Returns "stale" (the record points at another message: slot and state left alone),
 -- "released" (recorded, and the freed group slot passed to a parked message of the same
@@ -15,21 +17,26 @@ local now, retention, err, failures = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV
 local next_redis_id, next_data, next_queue = ARGV[9], ARGV[10], ARGV[11]
 local queued_lease = tonumber(ARGV[12])
 local delay = ARGV[13]
-local ack_queue, worker_id = ARGV[14], ARGV[15]
-local rates_key, rates_keep = ARGV[16], ARGV[17]
+local ack_queue, worker_id, beat = ARGV[14], ARGV[15], ARGV[16]
+local rates_key, rates_keep = ARGV[17], ARGV[18]
 
 if ack_queue ~= "" then
-    redis.call("zadd", ns .. ":__heartbeats__", now, worker_id)
+    if beat == "1" then
+        redis.call("zadd", ns .. ":__heartbeats__", now, worker_id)
+    end
     if redis.call("srem", ns .. ":__acks__." .. worker_id .. "." .. ack_queue, redis_id) > 0 then
         redis.call("hdel", ns .. ":" .. ack_queue .. ".msgs", redis_id)
     end
 end
 
 if rates_key and rates_key ~= "" then
-    for i = 18, #ARGV do
-        redis.call("hincrby", rates_key, ARGV[i], 1)
+    -- A minute's hash is created by the first count of one of its fields: its expiry is set
+    -- then (a count of 1), not again at every run.
+    for i = 19, #ARGV do
+        if redis.call("hincrby", rates_key, ARGV[i], 1) == 1 then
+            redis.call("expire", rates_key, rates_keep)
+        end
     end
-    redis.call("expire", rates_key, rates_keep)
 end
 
 local record = ns .. ":job:" .. job_id
@@ -48,14 +55,14 @@ end
 if delay ~= "" then
     redis.call("hset", record, "last_delay", delay)
 end
-redis.call("hset", record, "failures", failures)
 -- attempts counts runs that ended here; a fetched message that never started is not one.
 redis.call("hincrby", record, "attempts", 1)
 if next_redis_id ~= "" then
     push(next_queue, next_redis_id, next_data)
-    redis.call("hset", record, "state", "delayed", "cur", next_redis_id, "queue", next_queue)
+    redis.call("hset", record, "state", "delayed", "cur", next_redis_id, "queue", next_queue,
+        "failures", failures)
 else
-    redis.call("hset", record, "state", state, "finished_at", now)
+    redis.call("hset", record, "state", state, "finished_at", now, "failures", failures)
     redis.call("pexpire", record, retention)
 end
 -- "released": the freed slot went to a parked message, now in the queue (the settling
