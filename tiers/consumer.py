@@ -265,7 +265,7 @@ class TierConsumerThread(ConsumerThread):
         self.running = True
         self.broker.emit_after("consumer_thread_boot", self)
         recovering = False
-        outage = OutageLog(log, self.queue_name)
+        outage = OutageLog(log, f"consumer of {self.queue_name}")
         while self.running:
             if self.paused:
                 self.paused_event.set()

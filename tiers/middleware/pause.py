@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ from dramatiq.middleware import Middleware
 from shared.errors import Delay, Paused
 from tiers.families import Family, family_of
 from tiers.middleware.held import Held
+from tiers.outage_log import OutageLog
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,11 @@ class PauseSwitch(Middleware):
     def __init__(self, families: Mapping[str, Family], is_enabled: Callable[[str], bool]) -> None:
         self.families = families
         self.is_enabled = is_enabled
+        # A flag that cannot be read warns once, every 30 s while it lasts and once when it
+        # is read again (every job of the family meanwhile tries it: one warning each would
+        # flood the log for the length of a PostgreSQL outage).
+        self._outages: dict[str, OutageLog] = {}
+        self._lock = threading.Lock()
 
     def before_process_message(self, broker: Broker, message: Any) -> None:
         family = family_of(message, self.families)
@@ -44,7 +51,17 @@ class PauseSwitch(Middleware):
             # nothing about the job, so it waits without spending an attempt.
             wait = UNREADABLE_DELAY_SECONDS * (1 + random.random() / 2)
             delay = Delay.after(wait, reason="kill switch unreadable", source="outage")
-            log.warning("kill switch %s unreadable (%s); job delayed", family.pause_flag, exc)
+            with self._lock:
+                outage = self._outages.get(family.pause_flag)
+                if outage is None:
+                    outage = self._outages[family.pause_flag] = OutageLog(
+                        log, f"kill switch {family.pause_flag}", recovered_as="read again"
+                    )
+                outage.failed("unreadable, its jobs delayed", exc)
             raise Held(delay) from exc
+        outage = self._outages.get(family.pause_flag)
+        if outage is not None and outage.failures:
+            with self._lock:
+                outage.recovered()
         if paused:
             raise Held(Paused(family.pause_flag))

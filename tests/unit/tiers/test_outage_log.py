@@ -19,7 +19,7 @@ def test_an_outage_warns_once_then_every_repeat_period_and_once_when_it_ends(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     clock = [100.0]
-    log = OutageLog(LOGGER, "q.fast", clock=lambda: clock[0])
+    log = OutageLog(LOGGER, "consumer of q.fast", clock=lambda: clock[0])
     caplog.set_level(logging.DEBUG, logger=LOGGER.name)
     # Given Redis failing every 0.5 s for 40 s
     for _ in range(80):
@@ -41,5 +41,5 @@ def test_an_outage_warns_once_then_every_repeat_period_and_once_when_it_ends(
 
 def test_recovered_without_an_outage_says_nothing(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger=LOGGER.name)
-    OutageLog(LOGGER, "q.fast").recovered()
+    OutageLog(LOGGER, "consumer of q.fast").recovered()
     assert caplog.records == []
