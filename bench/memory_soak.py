@@ -117,14 +117,18 @@ def soak(side: str, options: argparse.Namespace) -> dict[str, Any]:
         assert pid is not None
         sent = 0
         next_sample = 0.0
+        warm_up = options.jobs * WARM_UP_SHARE
         while True:
             acked = int(pool.total("acked"))
             if acked >= options.jobs:
                 break
             # Sampled before sending: when the driver's sends are the bottleneck (raw
             # Dramatiq's one-by-one send), it is always sending and would never sample.
+            # Sampled also as the warm-up ends, so a run shorter than a sampling period
+            # still reports its resident set after the warm-up.
             now = time.monotonic()
-            if now >= next_sample:
+            warmed = acked >= warm_up and (not samples or samples[-1][0] < warm_up)
+            if now >= next_sample or warmed:
                 rss = (read_status_kib(pid, "VmRSS") or 0) / 1024
                 samples.append((acked, rss))
                 load.append(os.getloadavg()[0])
