@@ -45,12 +45,11 @@ FLAG = "pause_api2_test_family"
 
 try:
     from selenium import webdriver
-    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
     from selenium.webdriver.remote.webelement import WebElement
-    from selenium.webdriver.support.expected_conditions import staleness_of
     from selenium.webdriver.support.ui import WebDriverWait
 except ImportError:  # the test extra is not installed
     webdriver = None  # type: ignore[assignment]
@@ -152,11 +151,30 @@ def see(driver: WebDriver, css: str) -> str:
     return str(driver.find_element(By.CSS_SELECTOR, css).text)
 
 
+def replaced(element: WebElement) -> Callable[[WebDriver], bool]:
+    """Whether ``element`` has left the page: Selenium's ``staleness_of``, which also takes
+    chromedriver's other answer when the page is swapped during the check ("Node with given
+    id does not belong to the document", a plain WebDriverException) as gone."""
+
+    def predicate(_driver: WebDriver) -> bool:
+        try:
+            element.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as exc:
+            if "does not belong to the document" in str(exc):
+                return True
+            raise
+        return False
+
+    return predicate
+
+
 def navigate(driver: WebDriver, action: Callable[[], object]) -> None:
     """Do ``action`` (a click, an accepted dialog) and wait for the next page to load."""
     page = driver.find_element(By.TAG_NAME, "html")
     action()
-    WebDriverWait(driver, 10, poll_frequency=0.05).until(staleness_of(page))
+    WebDriverWait(driver, 10, poll_frequency=0.05).until(replaced(page))
 
 
 def confirm(driver: WebDriver, button: WebElement) -> None:
