@@ -19,18 +19,24 @@ a malformed key                           the process does not start (settings c
 
 Decrypted credentials live only in the sync job that calls the provider; no route answers
 them and nothing logs them (a connection shows the *names* of its credential fields).
+
+``cryptography`` is imported when credentials are first sealed or opened (6.7 MiB of a
+process's memory): a worker that never runs a connector sync does not load it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from typing import TYPE_CHECKING
 
 from shared.config import parse_fernet_keys
 from shared.errors import Unrecoverable
+
+if TYPE_CHECKING:
+    from cryptography.fernet import MultiFernet
 
 SETTING = "SPEEDTIER_CONNECTOR_CREDENTIALS_KEY"
 
@@ -45,14 +51,18 @@ class CredentialsUnreadable(Unrecoverable):
 
 @dataclass(frozen=True)
 class CredentialBox:
-    """Seals and opens connection credentials (a JSON object of strings)."""
+    """Seals and opens connection credentials (a JSON object of strings).
 
-    keys: tuple[Fernet, ...] = ()
+    Attributes:
+      keys: the Fernet keys (url-safe base64), the first one encrypting.
+    """
+
+    keys: tuple[bytes, ...] = ()
 
     @classmethod
     def from_setting(cls, value: str | None) -> CredentialBox:
         """A box over the setting's keys; an empty box when it is unset."""
-        return cls(tuple(Fernet(key) for key in parse_fernet_keys(value))) if value else cls()
+        return cls(tuple(parse_fernet_keys(value))) if value else cls()
 
     @property
     def configured(self) -> bool:
@@ -61,7 +71,7 @@ class CredentialBox:
     def _fernet(self) -> MultiFernet:
         if not self.keys:
             raise CredentialsKeyMissing(f"connector credentials need {SETTING} to be set")
-        return MultiFernet(list(self.keys))
+        return _multi_fernet(self.keys)
 
     def seal(self, credentials: Mapping[str, str]) -> bytes:
         """The credentials as a token under the first key. Raises CredentialsKeyMissing."""
@@ -75,8 +85,11 @@ class CredentialBox:
           CredentialsKeyMissing: no key is configured.
           CredentialsUnreadable: no configured key opens the token.
         """
+        fernet = self._fernet()
+        from cryptography.fernet import InvalidToken
+
         try:
-            plain = self._fernet().decrypt(bytes(token))
+            plain = fernet.decrypt(bytes(token))
         except InvalidToken:
             raise CredentialsUnreadable(
                 "connection credentials unreadable (encrypted under a key no longer "
@@ -87,7 +100,17 @@ class CredentialBox:
 
     def rotate(self, token: bytes) -> bytes:
         """The token re-encrypted under the first key (unchanged content)."""
+        fernet = self._fernet()
+        from cryptography.fernet import InvalidToken
+
         try:
-            return self._fernet().rotate(bytes(token))
+            return fernet.rotate(bytes(token))
         except InvalidToken:
             raise CredentialsUnreadable("a stored token opens under no configured key") from None
+
+
+@functools.cache
+def _multi_fernet(keys: tuple[bytes, ...]) -> MultiFernet:
+    from cryptography.fernet import Fernet, MultiFernet
+
+    return MultiFernet([Fernet(key) for key in keys])

@@ -81,3 +81,24 @@ def test_the_setting_takes_several_keys() -> None:
         len(CredentialBox.from_setting(settings.connector_credentials_key.get_secret_value()).keys)
         == 3
     )
+
+
+def test_cryptography_is_loaded_only_when_credentials_are_first_sealed_or_opened() -> None:
+    """A process that never runs a connector sync (the API, the scheduler, most workers)
+    does not carry Fernet and the OpenSSL bindings: 6.7 MiB."""
+    import subprocess
+    import sys
+
+    key = Fernet.generate_key().decode()
+    script = (
+        "import sys\n"
+        "from services.ingestion.credentials import CredentialBox\n"
+        f"box = CredentialBox.from_setting({key!r})\n"
+        "print('cryptography.fernet' in sys.modules)\n"
+        "token = box.seal({'api_token': 'x'})\n"
+        "print('cryptography.fernet' in sys.modules, box.open(token) == {'api_token': 'x'})\n"
+    )
+    printed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert printed == ["False", "True", "True"]
