@@ -46,8 +46,6 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from markdownify import markdownify
-
 from services.connectors.base import (
     FetchedDocument,
     LeaveUntouched,
@@ -214,6 +212,8 @@ def _inline(value: Any) -> str:
     text = str(value or "")
     if "<" not in text and "&" not in text:
         return text.strip()
+    from markdownify import markdownify  # bs4 with it: loaded by a process that converts
+
     return str(markdownify(f"<span>{text}</span>", heading_style="ATX")).strip()
 
 

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from markdownify import markdownify
-
 from services.connectors.base import ListedDocument, ListedSection, ListingPart
 from shared.errors import Unrecoverable
 from shared.http import JsonClient
@@ -28,6 +26,8 @@ def document_identifier(article_id: object, locale: str) -> str:
 
 def html_to_markdown(html: str | None) -> str:
     """Article body HTML as markdown (ATX headings, ``-`` bullets)."""
+    from markdownify import markdownify  # bs4 with it: loaded by a process that converts
+
     # The wrapper keeps bs4 from reading a body such as "page.html" as a file name.
     return markdownify(f"<div>{html or ''}</div>", heading_style="ATX", bullets="-").strip()
 

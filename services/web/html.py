@@ -1,8 +1,11 @@
-"""HTML to what a knowledge base keeps of it: a title, markdown, and same-host links."""
+"""HTML to what a knowledge base keeps of it: a title, markdown, and same-host links.
+
+markdownify (and bs4 under it, about 6 MiB) is imported at the first conversion: the API,
+the scheduler and workers that never convert a page do not load it.
+"""
 
 from __future__ import annotations
 
-from markdownify import markdownify
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from services.web.urls import normalize_url, origin
@@ -55,6 +58,8 @@ def _outermost(nodes: list[LexborNode]) -> list[LexborNode]:
 
 
 def _markdown(html: str) -> str:
+    from markdownify import markdownify
+
     text = markdownify(html, heading_style="ATX", bullets="-", strip=["img"])
     lines = [line.rstrip() for line in text.splitlines()]
     paragraphs = "\n".join(lines).split("\n\n")

@@ -10,11 +10,8 @@ from typing import Any
 import pytest
 
 from services.connectors.base import SourceConfig
-from services.connectors.confluence import (
-    ConfluenceProvider,
-    default_base_url,
-    storage_to_markdown,
-)
+from services.connectors.confluence import ConfluenceProvider, default_base_url
+from services.connectors.confluence_storage import storage_to_markdown
 from shared.errors import Delay, JobError, Unrecoverable
 from testkit.fakes.confluence_server import API, ConfluenceServer
 from testkit.fakes.protocol_server import TRANSIENT_FAILURES
