@@ -26,9 +26,6 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
-from slack_sdk import WebClient
-from slack_sdk.errors import SlackApiError
-
 from services.reports.store import ReportRow
 from shared.errors import SpeedtierError
 
@@ -111,6 +108,10 @@ def post_report(target: SlackTarget, text: str, blocks: list[dict[str, Any]]) ->
       SlackRefused: Slack answered without posting (non-2xx or ``ok: false``).
       SlackUncertain: no usable answer; the message may have landed.
     """
+    # Imported here: slack_sdk (1.6 MiB) stays out of processes that never post a report.
+    from slack_sdk import WebClient
+    from slack_sdk.errors import SlackApiError
+
     client = WebClient(
         token=target.token,
         base_url=target.base_url,

@@ -1,11 +1,14 @@
 """What a process loads only when it first needs it: bs4 and markdownify (about 6 MiB) with
-the first page converted, cryptography's Fernet with the first credentials opened; the
-product modules a worker, the API and the scheduler import at bootstrap do not load them."""
+the first page converted, dulwich (3.7 MiB) with the first Git walk, slack_sdk (1.6 MiB)
+with the first report posted, cryptography's Fernet with the first credentials opened
+(``test_credentials.py``); the product modules a worker, the API and the scheduler import
+at bootstrap do not load them."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 
 def loaded_after(script: str) -> list[str]:
@@ -34,3 +37,22 @@ def test_confluence_pages_and_listings_convert_as_before() -> None:
 
     assert html_to_markdown("<h2>Refunds</h2><ul><li>one</li></ul>") == "## Refunds\n\n- one"
     assert storage_to_markdown("<p>Kept</p><ac:structured-macro ac:name='toc'/>") == "Kept\n"
+
+
+def test_git_and_slack_clients_load_at_their_first_use(tmp_path: Path) -> None:
+    script = (
+        "import sys\n"
+        "import services.connectors.git_repository, services.super_sources.sources\n"
+        "import services.reports.slack\n"
+        "print('dulwich' in sys.modules, 'slack_sdk' in sys.modules)\n"
+        "from services.connectors.git_repository import SOURCE\n"
+        "from services.connectors.nodes import Connection, NodeRef\n"
+        f"conn = Connection('git', 1, 1, '', {{}}, {{'cache_dir': {str(tmp_path)!r}}})\n"
+        "try:\n"
+        f"    SOURCE.walk(conn, NodeRef('GitRepository', {str(tmp_path / 'none')!r}), None)\n"
+        "except Exception as exc:\n"
+        "    print(type(exc).__name__)\n"
+        "print('dulwich' in sys.modules)\n"
+    )
+    # The first walk (of a path that holds no repository: NotFound) loads dulwich.
+    assert loaded_after(script) == ["False", "False", "NotFound", "True"]
