@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import feedparser  # type: ignore[import-untyped]
 from sqlalchemy.orm import Session
 
 from services.indexing.digests import text_hash
@@ -89,6 +88,8 @@ def parse_feed(data: bytes, url: str) -> list[FeedEntry]:
     Raises:
       FeedUnreadable: not RSS or Atom, or malformed beyond reading any entry.
     """
+    import feedparser  # type: ignore[import-untyped]  # 2 MiB: loaded by the first feed read
+
     # Bytes, never a str: feedparser would take a str for a URL or a file name.
     parsed: Any = feedparser.parse(data, response_headers={"content-location": url})
     entries = [entry for entry in map(lambda raw: _entry(raw, url), parsed.entries) if entry]
@@ -167,6 +168,8 @@ def read_feed(feed_url: str, fetch: FeedFetch) -> Feed:
       Delay / Retryable / Unrecoverable: from the fetcher (429, 5xx, 404, refused address).
     """
     fetched = fetch(feed_url)
+    import feedparser
+
     parsed: Any = feedparser.parse(
         fetched.body, response_headers={"content-location": fetched.final_url}
     )

@@ -1,6 +1,7 @@
 """What a process loads only when it first needs it: bs4 and markdownify (about 6 MiB) with
 the first page converted, dulwich (3.7 MiB) with the first Git walk, slack_sdk (1.6 MiB)
-with the first report posted, cryptography's Fernet with the first credentials opened
+with the first report posted, semantic-text-splitter (2.3 MiB) with the first split,
+feedparser (2 MiB) with the first feed read, cryptography's Fernet with the first credentials opened
 (``test_credentials.py``); the product modules a worker, the API and the scheduler import
 at bootstrap do not load them."""
 
@@ -56,3 +57,19 @@ def test_git_and_slack_clients_load_at_their_first_use(tmp_path: Path) -> None:
     )
     # The first walk (of a path that holds no repository: NotFound) loads dulwich.
     assert loaded_after(script) == ["False", "False", "NotFound", "True"]
+
+
+def test_the_splitter_and_feedparser_load_at_their_first_use() -> None:
+    script = (
+        "import sys\n"
+        "import services.indexing.chunking, services.ingestion.feeds\n"
+        "print('semantic_text_splitter' in sys.modules, 'feedparser' in sys.modules)\n"
+        "from services.indexing.chunking import Chunker\n"
+        "print(len(Chunker(max_tokens=20, overlap_tokens=2).split('one two three. ' * 20)) > 1)\n"
+        "from services.ingestion.feeds import parse_feed\n"
+        "rss = b'<rss><channel><item><guid>a</guid><title>T</title>'\n"
+        "rss += b'<description>Body</description></item></channel></rss>'\n"
+        "print(len(parse_feed(rss, 'https://a.test/feed')))\n"
+        "print('semantic_text_splitter' in sys.modules, 'feedparser' in sys.modules)\n"
+    )
+    assert loaded_after(script) == ["False", "False", "True", "1", "True", "True"]
