@@ -8,9 +8,11 @@ importable by spawned worker processes.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import json
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -211,6 +213,9 @@ def running_worker(broker: TierBroker, *, threads: int = 4, drain: float = 5.0) 
 
 
 def _process_main(redis_url: str, namespace: str, threads: int, kwargs: dict[str, Any]) -> None:
+    # SIGUSR1 prints every thread's stack to stderr (dump_stacks): what a test that finds
+    # the process still running shows.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     broker = make_broker(redis_url, namespace, **kwargs)
     queues = [q for f in families().values() for q in f.queues()]
     serve(broker, queues, threads=threads, poll_ms=50, drain_seconds=5)
@@ -235,6 +240,13 @@ def start_worker_process(
         else:
             os.environ[FAULT_ENV] = saved
     return process
+
+
+def dump_stacks(process: multiprocessing.process.BaseProcess) -> None:
+    """Have a worker process of :func:`start_worker_process` print its threads' stacks."""
+    if process.pid is not None and process.exitcode is None:
+        os.kill(process.pid, signal.SIGUSR1)
+        time.sleep(1)
 
 
 def state(broker: TierBroker, job_id: str) -> str | None:

@@ -29,7 +29,9 @@ def test_sigterm_mid_job_finishes_in_flight_and_returns_the_rest(
     h.wait_until(lambda: len(h.trace(redis_client, namespace)) >= 3)
     # When it gets SIGTERM mid-job
     os.kill(worker.pid, signal.SIGTERM)  # type: ignore[arg-type]
-    worker.join(20)
+    worker.join(30)
+    if worker.exitcode is None:
+        h.dump_stacks(worker)  # to stderr, shown with the failure
     assert worker.exitcode == 0
     events = h.trace(redis_client, namespace)
     started = {e["item"] for e in events if e["ev"] == "start"}
