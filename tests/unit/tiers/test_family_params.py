@@ -3,14 +3,12 @@ worker process, which only runs jobs, never imports pydantic (issue 16, target 6
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from pydantic import BaseModel
 
 from router.registry import Registry
 from router.requests import JobRequest, ValidationFailed, route
+from tests.fresh_process import printed_by
 from tiers.families import Family
 
 REFERENCE = f"{__name__}:ItemParams"
@@ -85,7 +83,4 @@ def test_a_worker_process_of_the_benchmark_families_never_imports_pydantic() -> 
         "families['b_noop'].params_model()\n"
         "print('pydantic' in sys.modules)\n"
     )
-    printed = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True
-    ).stdout.split()
-    assert printed == ["False", "True"]
+    assert printed_by(script) == ["False", "True"]

@@ -7,15 +7,9 @@ at bootstrap do not load them."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-
-def loaded_after(script: str) -> list[str]:
-    return subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True
-    ).stdout.split()
+from tests.fresh_process import printed_by as loaded_after
 
 
 def test_html_conversion_libraries_load_at_the_first_conversion() -> None:

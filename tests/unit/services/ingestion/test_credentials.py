@@ -12,6 +12,7 @@ from services.ingestion.credentials import (
     CredentialsUnreadable,
 )
 from shared.config import load_settings
+from tests.fresh_process import printed_by
 
 SECRET = {"api_token": "secret_notion_123", "email": "ops@example.com"}
 
@@ -86,9 +87,6 @@ def test_the_setting_takes_several_keys() -> None:
 def test_cryptography_is_loaded_only_when_credentials_are_first_sealed_or_opened() -> None:
     """A process that never runs a connector sync (the API, the scheduler, most workers)
     does not carry Fernet and the OpenSSL bindings: 6.7 MiB."""
-    import subprocess
-    import sys
-
     key = Fernet.generate_key().decode()
     script = (
         "import sys\n"
@@ -98,7 +96,4 @@ def test_cryptography_is_loaded_only_when_credentials_are_first_sealed_or_opened
         "token = box.seal({'api_token': 'x'})\n"
         "print('cryptography.fernet' in sys.modules, box.open(token) == {'api_token': 'x'})\n"
     )
-    printed = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=True
-    ).stdout.split()
-    assert printed == ["False", "True", "True"]
+    assert printed_by(script) == ["False", "True", "True"]
