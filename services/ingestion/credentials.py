@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from shared.config import parse_fernet_keys
@@ -54,10 +54,11 @@ class CredentialBox:
     """Seals and opens connection credentials (a JSON object of strings).
 
     Attributes:
-      keys: the Fernet keys (url-safe base64), the first one encrypting.
+      keys: the Fernet keys (url-safe base64), the first one encrypting; kept out of the
+        box's repr, which tracebacks and Sentry's frame variables would otherwise show.
     """
 
-    keys: tuple[bytes, ...] = ()
+    keys: tuple[bytes, ...] = field(default=(), repr=False)
 
     @classmethod
     def from_setting(cls, value: str | None) -> CredentialBox:

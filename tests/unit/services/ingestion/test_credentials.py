@@ -97,3 +97,10 @@ def test_cryptography_is_loaded_only_when_credentials_are_first_sealed_or_opened
         "print('cryptography.fernet' in sys.modules, box.open(token) == {'api_token': 'x'})\n"
     )
     assert printed_by(script) == ["False", "True", "True"]
+
+
+def test_the_keys_never_show_in_the_boxs_repr() -> None:
+    key = Fernet.generate_key().decode()
+    box = CredentialBox.from_setting(key)
+    assert key not in repr(box) and key not in str(box)
+    assert box.configured
