@@ -6,7 +6,6 @@ a run and hand its slot on) is one Lua script, so Redis applies it whole or not 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -38,9 +37,6 @@ if TYPE_CHECKING:
 
 LIVE_STATES = frozenset({"waiting", "parked", "delayed", "active"})
 FINISHED_STATES = frozenset({"completed", "failed", "record_missing", "skipped"})
-#: A settle that acks refreshes its worker's heartbeat when the last one it sent is older
-#: than this (Dramatiq's ack beats on every call; it gives up on a worker after a minute).
-SETTLE_BEAT_SECONDS = 1.0
 
 
 def _load(name: str) -> str:
@@ -75,7 +71,6 @@ class JobStore(FetchClaims):
         # The fetch-time claims' verdicts and slots (tiers.fetch_claims.FetchClaims).
         self.claimed_at_fetch = {}
         self.slots_at_fetch = {}
-        self._settle_beat_at = float("-inf")
         self._scripts = {
             name: client.register_script(_load(name))
             for name in (
@@ -240,18 +235,8 @@ class JobStore(FetchClaims):
             QUEUED_LEASE_MS,
             delay[:500],
             *(ack or ("", "")),
-            self._settle_beat() if ack else "",
             *counted,
         ]
-
-    def _settle_beat(self) -> str:
-        """``"1"`` when this settle should refresh the worker's heartbeat (two threads may
-        both send one: harmless)."""
-        now = time.monotonic()
-        if now - self._settle_beat_at < SETTLE_BEAT_SECONDS:
-            return ""
-        self._settle_beat_at = now
-        return "1"
 
     def promote(self, delayed: Message[Any], queue: str, worker_id: str) -> str:
         """Move a due delayed message to ``queue`` (its group's slot or parked list) and ack

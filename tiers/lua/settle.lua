@@ -1,13 +1,11 @@
 -- Record how a run ended and free its group slot (passing it to a parked message).
 -- ARGV: job_id, redis_id, group_key, state, now_ms, retention_ms, error, failures,
 --       next_redis_id, next_data, next_queue, queued_lease_ms, delay (why it was delayed),
---       ack_queue, worker_id ("" = the caller acks the delivered message itself), beat ("1":
---       refresh the worker's heartbeat too; its sender does so at most about once a second),
+--       ack_queue, worker_id ("" = the caller acks the delivered message itself),
 --       rates_key ("" = not counted), rates_keep_seconds, then the rates fields to count
 -- With next_redis_id set, the job goes back to the broker (retry or delay) in the same step.
 -- With ack_queue set, Dramatiq's ack of the delivered message is done here too (dispatch.lua's
--- "ack": drop it from the worker's ack set and the queue's message hash; the heartbeat when
--- beat is "1": a worker's fetches beat too, and Dramatiq gives up on it after a minute).
+-- "ack": drop it from the worker's ack set and the queue's message hash; heartbeat).
 -- The run is counted in the minute's rates hash (tiers/run_rates.py), stale or not: it ran.
 -- Returns "stale" (the record points at another message: slot and state left alone),
 -- "released" (recorded, and the freed group slot passed to a parked message of the same
@@ -17,13 +15,11 @@ local now, retention, err, failures = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV
 local next_redis_id, next_data, next_queue = ARGV[9], ARGV[10], ARGV[11]
 local queued_lease = tonumber(ARGV[12])
 local delay = ARGV[13]
-local ack_queue, worker_id, beat = ARGV[14], ARGV[15], ARGV[16]
-local rates_key, rates_keep = ARGV[17], ARGV[18]
+local ack_queue, worker_id = ARGV[14], ARGV[15]
+local rates_key, rates_keep = ARGV[16], ARGV[17]
 
 if ack_queue ~= "" then
-    if beat == "1" then
-        redis.call("zadd", ns .. ":__heartbeats__", now, worker_id)
-    end
+    redis.call("zadd", ns .. ":__heartbeats__", now, worker_id)
     if redis.call("srem", ns .. ":__acks__." .. worker_id .. "." .. ack_queue, redis_id) > 0 then
         redis.call("hdel", ns .. ":" .. ack_queue .. ".msgs", redis_id)
     end
@@ -32,7 +28,7 @@ end
 if rates_key and rates_key ~= "" then
     -- A minute's hash is created by the first count of one of its fields: its expiry is set
     -- then (a count of 1), not again at every run.
-    for i = 19, #ARGV do
+    for i = 18, #ARGV do
         if redis.call("hincrby", rates_key, ARGV[i], 1) == 1 then
             redis.call("expire", rates_key, rates_keep)
         end

@@ -189,38 +189,3 @@ def test_settle_acknowledges_the_message_and_the_consumer_skips_its_ack(
     broker.do_ack = no_round_trip  # type: ignore[method-assign]
     consumer.ack(message)
     assert consumer.outstanding_message_count == 0
-
-
-def test_a_settle_that_acks_beats_the_workers_heartbeat_at_most_once_a_second(
-    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
-) -> None:
-    # Given three fetched jobs, and the heartbeat the fetch left taken away
-    for item in "abc":
-        router.enqueue(request(item))
-    consumer = broker.consume(QUEUE, prefetch=3, timeout=100)
-    messages = [next(consumer) for _ in range(3)]
-    beats = f"{namespace}:__heartbeats__"
-
-    def settle_beats(message: object) -> bool:
-        redis_client.zrem(beats, broker.broker_id)
-        verdict = broker.jobs.settle(
-            message,  # type: ignore[arg-type]
-            state="completed",
-            retention_seconds=60,
-            ack=(QUEUE, broker.broker_id),
-        )
-        assert verdict == "ok"
-        return redis_client.zscore(beats, broker.broker_id) is not None
-
-    # When they settle back to back, then after more than a second
-    first, second = settle_beats(messages[0]), settle_beats(messages[1])
-    broker.jobs._settle_beat_at -= 1.5
-    third = settle_beats(messages[2])
-    # Then the first beats, the second (within the second) does not, the third does again
-    assert (first, second, third) == (True, False, True)
-    # And every settle acked its message all the same
-    assert redis_client.hlen(f"{namespace}:{QUEUE}.msgs") == 0
-    for message in messages:
-        setattr(message, ACKED_IN_SETTLE, True)
-        consumer.ack(message)
-    consumer.close()
