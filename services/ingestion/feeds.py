@@ -88,10 +88,17 @@ def parse_feed(data: bytes, url: str) -> list[FeedEntry]:
     Raises:
       FeedUnreadable: not RSS or Atom, or malformed beyond reading any entry.
     """
+    return _entries(_parse(data, url), url)
+
+
+def _parse(data: bytes, url: str) -> Any:
     import feedparser  # type: ignore[import-untyped]  # 2 MiB: loaded by the first feed read
 
     # Bytes, never a str: feedparser would take a str for a URL or a file name.
-    parsed: Any = feedparser.parse(data, response_headers={"content-location": url})
+    return feedparser.parse(data, response_headers={"content-location": url})
+
+
+def _entries(parsed: Any, url: str) -> list[FeedEntry]:
     entries = [entry for entry in map(lambda raw: _entry(raw, url), parsed.entries) if entry]
     if not entries:
         # A bozo feed with readable entries is kept (feedparser's lenient parser reads
@@ -168,13 +175,9 @@ def read_feed(feed_url: str, fetch: FeedFetch) -> Feed:
       Delay / Retryable / Unrecoverable: from the fetcher (429, 5xx, 404, refused address).
     """
     fetched = fetch(feed_url)
-    import feedparser
-
-    parsed: Any = feedparser.parse(
-        fetched.body, response_headers={"content-location": fetched.final_url}
-    )
+    parsed = _parse(fetched.body, fetched.final_url)
     title = " ".join((parsed.get("feed", {}).get("title") or "").split()) or None
-    return Feed(feed_url, title, parse_feed(fetched.body, fetched.final_url))
+    return Feed(feed_url, title, _entries(parsed, fetched.final_url))
 
 
 def sync_entries(
