@@ -80,9 +80,7 @@ class GitSource:
         from services.connectors import git_mirror as git
 
         with git.mirror(conn, url, fetch=False) as repo:
-            if git.pinned_head(repo) is None:
-                git.pin_head(conn, repo, url)
-            head = git.pinned_head(repo)
+            head = git.pinned_head(repo) or git.pin_head(conn, repo, url)
             if head is None:
                 return None
             blob = git.blob_at(repo, head, path.encode())
