@@ -34,22 +34,22 @@ import shutil
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
-from wsgiref.simple_server import WSGIServer
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    REGISTRY,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-    multiprocess,
-    start_http_server,
-    values,
-)
-from prometheus_client.core import Metric
+from shared.lazy_package import defer_init
+
+# A recording process (every worker) never loads the exposition half of prometheus_client;
+# the serving process loads it at its first render or serve (shared/lazy_package.py).
+defer_init("prometheus_client")
+
+from prometheus_client import multiprocess, values  # noqa: E402  (submodules only)
+from prometheus_client.metrics import Counter, Gauge, Histogram  # noqa: E402
+from prometheus_client.registry import REGISTRY, CollectorRegistry  # noqa: E402
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from prometheus_client.metrics_core import Metric
 
 PREFIX = "speedtier_"
 ENV = "PROMETHEUS_MULTIPROC_DIR"
@@ -169,6 +169,8 @@ class _Scrape:
 
 def render(extra: Sequence[Collector] = ()) -> tuple[bytes, str]:
     """``(body, content type)`` of a scrape, with ``extra`` collectors for this scrape only."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Scrape(extra))
     return generate_latest(registry), CONTENT_TYPE_LATEST
@@ -177,6 +179,8 @@ def render(extra: Sequence[Collector] = ()) -> tuple[bytes, str]:
 def serve(port: int, host: str = "0.0.0.0") -> WSGIServer:
     """Answer ``GET /metrics`` on ``host:port`` from a daemon thread; returns the server
     (``shutdown()`` stops it)."""
+    from prometheus_client import start_http_server
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Scrape())
     server, _thread = start_http_server(port, addr=host, registry=registry)
