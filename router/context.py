@@ -13,13 +13,13 @@ product be typed, read and tested without importing the assembly that loads it.
 | ``flags`` | reads kill switches |
 | ``broker`` | the control Redis's client: what every tier shares (rate windows, counters) |
 | ``brokers`` | each tier's broker: its job store (job state, the slot reaper), its queues |
-| ``add_family`` / ``add_tick`` / ``add_blueprint`` | contributes its jobs, ticks and routes |
+| ``add_family`` / ``add_tick`` / ``add_routes`` | contributes its jobs, ticks and routes |
 | ``tick`` | finds a registered tick (a CLI re-drive) |
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -62,8 +62,10 @@ class ServiceContext(Protocol):
     def add_tick(self, tick: Tick) -> None:
         """Schedule a tick (and register the family its emissions run as)."""
 
-    def add_blueprint(self, blueprint: Blueprint) -> None:
-        """Serve a blueprint's routes from the internal API."""
+    def add_routes(self, build: Callable[[], Iterable[Blueprint]]) -> None:
+        """Serve the blueprints ``build`` returns from the internal API. ``build`` runs when
+        the API's app is made: a process that serves no API (a worker, the scheduler) never
+        imports the routes, nor Flask, so ``build`` imports them itself."""
 
     def tick(self, name: str) -> Tick:
         """A registered tick by name.

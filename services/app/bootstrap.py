@@ -4,12 +4,11 @@ flags, database, and every service's families, ticks and routes."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dramatiq
-from flask import Blueprint
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -32,6 +31,9 @@ from tiers.policies import WindowRule
 from tiers.stack import build_tier_brokers
 from tiers.table import TIERS
 from tiers.tier_brokers import TierBrokers
+
+if TYPE_CHECKING:
+    from flask import Blueprint
 
 #: Service packages, each exposing ``register(platform: ServiceContext)``.
 SERVICE_MODULES: tuple[str, ...] = (
@@ -58,7 +60,9 @@ class Platform:
     sessions: sessionmaker[Session]
     slots: GroupSlots
     ticks: list[Tick] = field(default_factory=list)
-    blueprints: list[Blueprint] = field(default_factory=list)
+    #: Each product's route builders (``add_routes``); :meth:`blueprints` runs them.
+    route_builders: list[Callable[[], Iterable[Blueprint]]] = field(default_factory=list)
+    _blueprints: list[Blueprint] | None = field(default=None, repr=False)
 
     @property
     def broker(self) -> TierBroker:
@@ -89,8 +93,16 @@ class Platform:
         self.ticks.append(tick)
         self.add_family(tick_family(tick))
 
-    def add_blueprint(self, blueprint: Blueprint) -> None:
-        self.blueprints.append(blueprint)
+    def add_routes(self, build: Callable[[], Iterable[Blueprint]]) -> None:
+        self.route_builders.append(build)
+        self._blueprints = None
+
+    def blueprints(self) -> list[Blueprint]:
+        """The products' blueprints, built at the first call (the API's app factory), so a
+        worker or the scheduler never loads the routes or Flask."""
+        if self._blueprints is None:
+            self._blueprints = [bp for build in self.route_builders for bp in build()]
+        return self._blueprints
 
     def tick(self, name: str) -> Tick:
         for tick in self.ticks:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from flask import Blueprint
+
     from router.context import ServiceContext
 
 
@@ -22,7 +24,6 @@ def register(platform: ServiceContext) -> None:
     from services.ingestion.connector_sync.sync import SyncContext
     from services.ingestion.credentials import CredentialBox
     from services.ingestion.families import families
-    from services.ingestion.routes import blueprint
     from services.ingestion.ticks import SweepBounds, ingestion_refresh_tick, ingestion_sweep_tick
     from services.ingestion.vector_cache import configure as configure_vector_cache
     from services.web.feed_fetch import feed_fetcher
@@ -66,8 +67,14 @@ def register(platform: ServiceContext) -> None:
         platform.add_family(family)
     platform.add_tick(ingestion_sweep_tick(platform.sessions, platform.router, bounds))
     platform.add_tick(ingestion_refresh_tick(platform.sessions, platform.router, bounds, recrawl))
-    platform.add_blueprint(
-        blueprint(
-            chunker=ctx.chunker, embedder=ctx.embedder, credentials=box, connectors=CONNECTORS
-        )
-    )
+
+    def api_routes() -> list[Blueprint]:
+        from services.ingestion.routes import blueprint
+
+        return [
+            blueprint(
+                chunker=ctx.chunker, embedder=ctx.embedder, credentials=box, connectors=CONNECTORS
+            )
+        ]
+
+    platform.add_routes(api_routes)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from flask import Blueprint
+
     from router.context import ServiceContext
 
 
@@ -14,7 +16,6 @@ def register(platform: ServiceContext) -> None:
     from services.connectors.url_crawl import url_fetcher
     from services.indexing.chunking import Chunker
     from services.indexing.embedders import embedder_from_settings
-    from services.knowledge_sync import routes
     from services.knowledge_sync.actors import build_handlers
     from services.knowledge_sync.crawl_units import CrawlContext
     from services.knowledge_sync.families import families
@@ -37,4 +38,10 @@ def register(platform: ServiceContext) -> None:
     for family in families(handlers):
         platform.add_family(family)
     platform.add_tick(daily_sync_tick(platform.sessions, platform.router))
-    platform.add_blueprint(routes.blueprint())
+    platform.add_routes(_routes)
+
+
+def _routes() -> list[Blueprint]:
+    from services.knowledge_sync import routes
+
+    return [routes.blueprint()]

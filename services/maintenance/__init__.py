@@ -7,11 +7,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from flask import Blueprint
+
     from router.context import ServiceContext
 
 
 def register(platform: ServiceContext) -> None:
-    from services.maintenance import routes, ticks
+    from services.maintenance import ticks
     from services.maintenance.actors import MaintenanceActors, build_handlers
     from services.maintenance.counter_caches import CounterCacheRun
     from services.maintenance.families import families
@@ -42,5 +44,10 @@ def register(platform: ServiceContext) -> None:
     platform.add_tick(ticks.expired_evaluations_tick(rails, jobs))
     platform.add_tick(ticks.unit21_tick(platform.sessions, platform.router))
     platform.add_tick(ticks.counter_cache_tick(platform.sessions, platform.router))
-    for blueprint in routes.blueprints():
-        platform.add_blueprint(blueprint)
+    platform.add_routes(_routes)
+
+
+def _routes() -> list[Blueprint]:
+    from services.maintenance import routes
+
+    return list(routes.blueprints())

@@ -6,12 +6,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from flask import Blueprint
+
     from router.context import ServiceContext
 
 
 def register(platform: ServiceContext) -> None:
     """The report family, the 04:00 and 20:00 UTC ticks and the enqueue route."""
-    from services.reports import routes
     from services.reports.actors import build_context, report_handler
     from services.reports.families import families
     from services.reports.ticks import report_ticks
@@ -21,4 +22,10 @@ def register(platform: ServiceContext) -> None:
         platform.add_family(family)
     for tick in report_ticks(context, platform.router):
         platform.add_tick(tick)
-    platform.add_blueprint(routes.blueprint())
+    platform.add_routes(_routes)
+
+
+def _routes() -> list[Blueprint]:
+    from services.reports import routes
+
+    return [routes.blueprint()]

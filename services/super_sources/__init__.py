@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from flask import Blueprint
+
     from router.context import ServiceContext
     from services.super_sources.registry import SourceRegistry
 
@@ -23,7 +25,6 @@ def install(platform: ServiceContext, registry: SourceRegistry) -> None:
     from services.connectors.nodes import RateLimitState
     from services.indexing.chunking import Chunker
     from services.indexing.embedders import embedder_from_settings
-    from services.super_sources import routes
     from services.super_sources.actors import build_handlers
     from services.super_sources.context import SuperContext
     from services.super_sources.families import families
@@ -44,4 +45,10 @@ def install(platform: ServiceContext, registry: SourceRegistry) -> None:
     )
     for family in families(build_handlers(platform.sessions, platform.router, ctx)):
         platform.add_family(family)
-    platform.add_blueprint(routes.blueprint(ctx))
+
+    def webhook_routes() -> list[Blueprint]:
+        from services.super_sources import routes
+
+        return [routes.blueprint(ctx)]
+
+    platform.add_routes(webhook_routes)

@@ -8,12 +8,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from flask import Blueprint
+
     from router.context import ServiceContext
 
 
 def register(platform: ServiceContext) -> None:
     from services.rails.client import RailsClient
-    from services.uploads import routes
     from services.uploads.actors import build_handlers
     from services.uploads.completion import SyncCompletions
     from services.uploads.dispatch import UploadJobs
@@ -56,5 +57,10 @@ def register(platform: ServiceContext) -> None:
         return (jobs_store.record(job_id) or {}).get("state")
 
     platform.add_tick(upload_scan_tick(platform.sessions, platform.router, job_state))
-    platform.add_blueprint(routes.blueprint())
-    platform.add_blueprint(routes.completion_blueprint())
+    platform.add_routes(_routes)
+
+
+def _routes() -> list[Blueprint]:
+    from services.uploads import routes
+
+    return [routes.blueprint(), routes.completion_blueprint()]

@@ -98,7 +98,7 @@ def create_app(
     attach_platform(app, platform)
     install_bearer_auth(app, token)
     register_error_handlers(app)
-    for blueprint in (*PLATFORM_BLUEPRINTS, *platform.blueprints):
+    for blueprint in (*PLATFORM_BLUEPRINTS, *platform.blueprints()):
         app.register_blueprint(blueprint)
     from services.app.dashboard import blueprint as dashboard  # it reads api_token from here
 

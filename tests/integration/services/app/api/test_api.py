@@ -48,8 +48,10 @@ def api_platform(make_platform: MakePlatform, **settings: Any) -> Platform:
     platform = make_platform(
         families=[h.families()["t_plain"]], **{"api_max_body_bytes": MAX_BODY, **settings}
     )
-    platform.add_blueprint(
-        enqueue_blueprint("plain_service", "/internal/plain_service", {"t_plain"}, "Plain jobs")
+    platform.add_routes(
+        lambda: [
+            enqueue_blueprint("plain_service", "/internal/plain_service", {"t_plain"}, "Plain jobs")
+        ]
     )
     return platform
 
