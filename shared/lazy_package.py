@@ -52,13 +52,27 @@ def defer_init(name: str) -> ModuleType:
 def _on_missing_name(
     module: ModuleType, spec: importlib.machinery.ModuleSpec
 ) -> Callable[[str], object]:
-    """The module's ``__getattr__`` (PEP 562), called only for names it does not hold yet."""
+    """The module's ``__getattr__`` (PEP 562), called only for names it does not hold yet.
+    It stays in place while the package's ``__init__`` runs, so a thread asking for a name
+    meanwhile waits for the ``__init__`` to finish instead of finding the name missing."""
     search_path = list(spec.submodule_search_locations or [])
+    progress = {"running": False, "done": False}
 
     def missing(attribute: str) -> object:
         if not attribute.startswith("__") and _is_submodule(attribute, search_path):
             return importlib.import_module(f"{spec.name}.{attribute}")
-        _run_init(module, spec)
+        with _lock:
+            # The thread running __init__ re-enters here for a name __init__ has not set
+            # yet: that is a missing name, as in any module still being imported.
+            if not progress["done"] and not progress["running"]:
+                progress["running"] = True
+                try:
+                    _run_init(module, spec)
+                finally:
+                    progress["running"] = False
+                progress["done"] = True
+                if module.__dict__.get("__getattr__") is missing:
+                    del module.__dict__["__getattr__"]  # the package is whole: no hook left
         try:
             return module.__dict__[attribute]
         except KeyError:
@@ -72,14 +86,11 @@ def _is_submodule(attribute: str, search_path: list[str]) -> bool:
 
 
 def _run_init(module: ModuleType, spec: importlib.machinery.ModuleSpec) -> None:
-    """Run the package's ``__init__`` in ``module``, once (a second caller waits for it)."""
-    with _lock:
-        if "__getattr__" not in module.__dict__:
-            return
-        del module.__dict__["__getattr__"]
-        assert spec.loader is not None
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            sys.modules.pop(spec.name, None)
-            raise
+    """Run the package's ``__init__`` in ``module``; if it fails, the package is dropped from
+    ``sys.modules`` (the next import starts afresh, as after any failed import)."""
+    assert spec.loader is not None
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(spec.name, None)
+        raise

@@ -62,7 +62,7 @@ class Platform:
     ticks: list[Tick] = field(default_factory=list)
     #: Each product's route builders (``add_routes``); :meth:`blueprints` runs them.
     route_builders: list[Callable[[], Iterable[Blueprint]]] = field(default_factory=list)
-    _blueprints: list[Blueprint] | None = field(default=None, repr=False)
+    _blueprints: list[Blueprint] | None = field(default=None, init=False, repr=False)
 
     @property
     def broker(self) -> TierBroker:

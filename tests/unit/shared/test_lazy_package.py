@@ -134,3 +134,34 @@ def test_defer_init_refuses_a_plain_module() -> None:
 
     with pytest.raises(ImportError, match="not an importable package"):
         defer_init("no_such_package_anywhere")
+
+
+def test_threads_that_first_use_the_package_together_each_get_the_real_names() -> None:
+    # When eight threads of a process that only recorded values ask for exposition names at
+    # once (two scrapes of a pool's port arriving together)
+    words = printed_by(
+        textwrap.dedent(
+            """
+            import sys, threading
+            from shared import metrics
+            metrics.counter("lazy_threads", "runs").inc()
+            import prometheus_client
+            barrier = threading.Barrier(8)
+            got = []
+
+            def scrape():
+                barrier.wait()
+                got.append(prometheus_client.generate_latest is not None)
+                got.append(b"speedtier_lazy_threads_total 1.0" in metrics.render()[0])
+
+            threads = [threading.Thread(target=scrape) for _ in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            print(len(got), all(got))
+            """
+        )
+    )
+    # Then the package's __init__ ran once for all of them and every one saw the real names
+    assert words == ["16", "True"]
