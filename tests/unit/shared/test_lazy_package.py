@@ -63,7 +63,9 @@ def test_the_first_scrape_loads_the_package_and_sees_values_recorded_before() ->
     assert words == ["False", "True", "True", "True", "True", "True", "True"]
 
 
-def _write_package(root: Path) -> None:
+def _printed_beside_a_package(root: Path, script: str) -> list[str]:
+    """What ``script`` prints in a fresh process that can import ``lazypkg``: a package whose
+    ``__init__`` imports ``heavy`` and a name of ``light``, which imports ``helper``."""
     package = root / "lazypkg"
     package.mkdir()
     (package / "__init__.py").write_text(
@@ -72,6 +74,8 @@ def _write_package(root: Path) -> None:
     (package / "light.py").write_text("from . import helper\nVALUE = helper.ONE + 1\n")
     (package / "helper.py").write_text("ONE = 1\n")
     (package / "heavy.py").write_text("LOADED = True\n")
+    prelude = f"import sys\nsys.path.insert(0, {str(root)!r})\n"
+    return printed_by(prelude + textwrap.dedent(script))
 
 
 @pytest.mark.parametrize(
@@ -89,18 +93,14 @@ def _write_package(root: Path) -> None:
 def test_submodules_load_alone_and_a_package_name_runs_init(
     tmp_path: Path, use: str, expected: list[str]
 ) -> None:
-    _write_package(tmp_path)
-    words = printed_by(
-        textwrap.dedent(
-            f"""
-            import sys
-            sys.path.insert(0, {str(tmp_path)!r})
-            from shared.lazy_package import defer_init
-            lazypkg = defer_init("lazypkg")
-            {use}
-            print("lazypkg.heavy" in sys.modules, "INITIALISED" in vars(lazypkg))
-            """
-        )
+    words = _printed_beside_a_package(
+        tmp_path,
+        f"""
+        from shared.lazy_package import defer_init
+        lazypkg = defer_init("lazypkg")
+        {use}
+        print("lazypkg.heavy" in sys.modules, "INITIALISED" in vars(lazypkg))
+        """,
     )
     assert words == expected
 
@@ -108,23 +108,19 @@ def test_submodules_load_alone_and_a_package_name_runs_init(
 def test_a_missing_name_is_an_attribute_error_after_init_and_imported_packages_are_kept(
     tmp_path: Path,
 ) -> None:
-    _write_package(tmp_path)
-    words = printed_by(
-        textwrap.dedent(
-            f"""
-            import sys
-            sys.path.insert(0, {str(tmp_path)!r})
-            import lazypkg
-            from shared.lazy_package import defer_init
-            print(defer_init("lazypkg") is lazypkg)
-            del sys.modules["lazypkg"], sys.modules["lazypkg.light"], sys.modules["lazypkg.heavy"]
-            deferred = defer_init("lazypkg")
-            try:
-                deferred.nothing_here
-            except AttributeError as error:
-                print("AttributeError", "INITIALISED" in vars(deferred))
-            """
-        )
+    words = _printed_beside_a_package(
+        tmp_path,
+        """
+        import lazypkg
+        from shared.lazy_package import defer_init
+        print(defer_init("lazypkg") is lazypkg)
+        del sys.modules["lazypkg"], sys.modules["lazypkg.light"], sys.modules["lazypkg.heavy"]
+        deferred = defer_init("lazypkg")
+        try:
+            deferred.nothing_here
+        except AttributeError as error:
+            print("AttributeError", "INITIALISED" in vars(deferred))
+        """,
     )
     assert words == ["True", "AttributeError", "True"]
 
