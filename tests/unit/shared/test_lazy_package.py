@@ -40,7 +40,8 @@ def test_the_first_scrape_loads_the_package_and_sees_values_recorded_before() ->
     words = printed_by(
         textwrap.dedent(
             """
-            import sys
+            import os, sys
+            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
             from shared import metrics
             metrics.counter("lazy_early", "early").inc(7)
             before = "prometheus_client.exposition" in sys.modules
