@@ -122,12 +122,17 @@ def test_an_unchanged_node_is_skipped_and_a_newer_one_is_indexed_again(
         assert first.queue == "super_index.slow"
         h.wait_until(lambda: h.state(super_platform.broker, first.job_id) == "completed")
         # When it is indexed again unchanged, then again after the provider changed it
-        super_platform.router.enqueue(request)
+        # (the same request has the same job id: the next one is accepted as a new job only
+        # once this one has settled, not merely counted)
+        again = super_platform.router.enqueue(request)
         h.wait_until(lambda: _counters(super_platform).get("super.acme.already_indexed") == 1)
+        h.wait_until(lambda: h.state(super_platform.broker, again.job_id) == "completed")
         newer = {ref.node_id: ("new text", T0 + timedelta(days=1))}
         tracker.put_nodes(redis_client, namespace, root.node_id, newer)
-        super_platform.router.enqueue(request)
+        changed = super_platform.router.enqueue(request)
+        assert changed.outcome == "replaced"  # a settled job of that id is replaced
         h.wait_until(lambda: _counters(super_platform).get("super.acme.indexation") == 2)
+        h.wait_until(lambda: h.state(super_platform.broker, changed.job_id) == "completed")
         # and once more with a listed date not newer than indexed: no provider call at all
         fetches = int(redis_client.hget(f"{namespace}:tracker:fetches", ref.node_id) or 0)
         listed = index_request(org, "acme", conn, root, ref, listed_date=T0 + timedelta(days=1))
