@@ -263,6 +263,12 @@ class TierBroker(RedisBroker):
         leftovers, self._leftovers[queue_name] = self._leftovers[queue_name], []
         return leftovers
 
+    def maintain(self, queue_name: str) -> None:
+        """Dramatiq's maintenance for ``queue_name`` (dead workers' messages of the queue back
+        to it, expired dead letters dropped) and nothing else: its dispatch script's
+        ``requeue`` of no message, with the maintenance drawn."""
+        self._dispatch("requeue", maintenance=1)(queue_name)
+
     def wake_event(self, queue_name: str) -> threading.Event:
         """The event that cuts short an idle consumer's wait on ``queue_name`` (the same one
         for every consumer of the queue this process starts)."""

@@ -48,6 +48,7 @@ from dramatiq.worker import ConsumerThread
 from tiers.faults import fault_point
 from tiers.options import JOB_ID, REDIS_MESSAGE_ID
 from tiers.outage_log import OutageLog
+from tiers.queue_watch import IDLE_FETCHES, QueueWatch
 from tiers.redis_retry import REDIS_DOWN
 
 if TYPE_CHECKING:
@@ -112,6 +113,10 @@ class FetchedMessage(MessageProxy):
         fields["message_timestamp"] = message.message_timestamp
 
 
+def _nothing_delayed() -> bool:
+    return False
+
+
 class TierConsumer(_RedisConsumer):
     """Dramatiq's Redis consumer, plus:
 
@@ -147,6 +152,12 @@ class TierConsumer(_RedisConsumer):
         #: Set when a settle of this process pushed a message to the queue: an empty fetch's
         #: backoff ends there (a grouped queue is fed one released message per settle).
         self._wake = broker.wake_event(queue_name)
+        #: The worker's queue watch: once its queue is idle this consumer sleeps until the
+        #: watch sees a message there, instead of polling (None: it polls).
+        self.watch: QueueWatch | None = None
+        #: Whether the consumer thread holds delayed messages (they are moved when due, so
+        #: a delay queue's consumer holding some polls instead of sleeping).
+        self.holds_delayed: Callable[[], bool] = _nothing_delayed
 
     def __next__(self) -> MessageProxy | None:
         """The next fetched message; None when there is none to hand out this poll (the
@@ -171,7 +182,11 @@ class TierConsumer(_RedisConsumer):
             if self.message_cache:
                 return self.__next__()
             self.misses, backoff_ms = compute_backoff(self.misses, max_backoff=self.timeout)
-            if self._wake.wait(backoff_ms / 1000):
+            if self.watch is not None and self.misses > IDLE_FETCHES and not self.holds_delayed():
+                woken = self.watch.sleep(self.queue_name, self._wake)
+            else:
+                woken = self._wake.wait(backoff_ms / 1000)
+            if woken:
                 self.misses = 0
             return None
         except redis.ConnectionError as exc:
@@ -260,6 +275,19 @@ class TierConsumerThread(ConsumerThread):
     broker: TierBroker
     #: The worker threads its messages go to; None for a delay queue's consumer.
     worker_threads: int | None = None
+    #: The worker's queue watch, which its consumer sleeps on while the queue is idle.
+    watch: QueueWatch | None = None
+
+    def _holds_delayed(self) -> bool:
+        return bool(self.delay_queue.queue)
+
+    def stop(self) -> None:
+        super().stop()
+        self.broker.wake_event(self.queue_name).set()  # a sleeping consumer sees it now
+
+    def pause(self) -> None:
+        super().pause()
+        self.broker.wake_event(self.queue_name).set()
 
     def run(self) -> None:
         self.running = True
@@ -281,6 +309,8 @@ class TierConsumerThread(ConsumerThread):
                 )
                 if isinstance(self.consumer, TierConsumer):
                     self.consumer.worker_threads = self.worker_threads
+                    self.consumer.watch = self.watch
+                    self.consumer.holds_delayed = self._holds_delayed
                 for message in self.consumer:
                     if message is not None:
                         self.handle_message(message)
@@ -369,6 +399,15 @@ class TierWorker(Worker):
 
     broker: TierBroker
 
+    def __init__(self, broker: TierBroker, **options: Any) -> None:
+        super().__init__(broker, **options)
+        #: Looks at the queues whose consumers sleep (``tiers.queue_watch``).
+        self.watch = QueueWatch(broker, self.worker_timeout)
+
+    def start(self) -> None:
+        self.watch.start()
+        super().start()
+
     def stop(self, timeout: int = 600_000) -> None:
         started = time.monotonic()
         super().stop(timeout)
@@ -378,6 +417,7 @@ class TierWorker(Worker):
                 "settles still unanswered at shutdown: their messages return after this "
                 "worker's heartbeat expires"
             )
+        self.watch.stop()
 
     def _add_consumer(self, queue_name: str, *, delay: bool = False) -> None:
         if queue_name in self.consumers:
@@ -392,4 +432,5 @@ class TierWorker(Worker):
             worker_timeout=self.worker_timeout,
         )
         thread.worker_threads = None if delay else self.worker_threads
+        thread.watch = self.watch
         thread.start()

@@ -83,6 +83,7 @@ def serve(
 
 
 def threads_alive(worker: TierWorker) -> bool:
-    """Every consumer thread (one per queue) and worker thread of ``worker`` is running."""
-    threads = [*worker.consumers.values(), *worker.workers]
+    """Every consumer thread (one per queue), worker thread and the queue watch of
+    ``worker`` is running."""
+    threads = [*worker.consumers.values(), *worker.workers, worker.watch.thread]
     return bool(threads) and all(thread.is_alive() for thread in threads)
