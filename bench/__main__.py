@@ -2,7 +2,8 @@
 ``bench/results/<name>.json``.
 
   python -m bench                 # throughput (20,000 jobs), fairness (10,000 backlog), storm,
-                                  # ingestion, the enqueue API under load, Redis CPU per path
+                                  # ingestion, the enqueue API under load, Redis CPU per path,
+                                  # idle workers' CPU (queues watched and polled)
   python -m bench --quick         # smoke run: 2,000 jobs, 1,000 backlog, the full storm
   python -m bench --only fairness --only throttle_storm
 
@@ -17,7 +18,15 @@ import argparse
 import sys
 import time
 
-NAMES = ("throughput", "fairness", "throttle_storm", "ingestion", "enqueue_api", "redis_cpu")
+NAMES = (
+    "throughput",
+    "fairness",
+    "throttle_storm",
+    "ingestion",
+    "enqueue_api",
+    "redis_cpu",
+    "idle_workers",
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -399,13 +399,15 @@ class TierWorker(Worker):
 
     broker: TierBroker
 
-    def __init__(self, broker: TierBroker, **options: Any) -> None:
+    def __init__(self, broker: TierBroker, *, watch: bool = True, **options: Any) -> None:
         super().__init__(broker, **options)
-        #: Looks at the queues whose consumers sleep (``tiers.queue_watch``).
-        self.watch = QueueWatch(broker, self.worker_timeout)
+        #: Looks at the queues whose consumers sleep (``tiers.queue_watch``); None: every
+        #: consumer polls its queue (Dramatiq's way; the benchmarks' baseline).
+        self.watch = QueueWatch(broker, self.worker_timeout) if watch else None
 
     def start(self) -> None:
-        self.watch.start()
+        if self.watch is not None:
+            self.watch.start()
         super().start()
 
     def stop(self, timeout: int = 600_000) -> None:
@@ -417,7 +419,8 @@ class TierWorker(Worker):
                 "settles still unanswered at shutdown: their messages return after this "
                 "worker's heartbeat expires"
             )
-        self.watch.stop()
+        if self.watch is not None:
+            self.watch.stop()
 
     def _add_consumer(self, queue_name: str, *, delay: bool = False) -> None:
         if queue_name in self.consumers:

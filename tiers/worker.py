@@ -30,6 +30,7 @@ def serve(
     stop: threading.Event | None = None,
     on_beat: Callable[[], None] | None = None,
     beat_seconds: float = 5.0,
+    watch: bool = True,
 ) -> None:
     """Consume ``queues`` with ``threads`` worker threads until SIGTERM/SIGINT (or ``stop``).
 
@@ -40,6 +41,8 @@ def serve(
         delayed message may be moved to its queue.
       on_beat: called every ``beat_seconds`` while every consumer and worker thread is alive
         (the liveness heartbeat); a dead thread stops the beats, so the probe fails.
+      watch: idle queues are watched by one look for all (``tiers.queue_watch``); False
+        leaves each consumer polling its own (the benchmarks' baseline).
     """
     queues = set(queues)
     stop = stop or threading.Event()
@@ -61,7 +64,9 @@ def serve(
             if on_beat:
                 on_beat()
         return
-    worker = TierWorker(broker, queues=queues, worker_threads=threads, worker_timeout=poll_ms)
+    worker = TierWorker(
+        broker, queues=queues, worker_threads=threads, worker_timeout=poll_ms, watch=watch
+    )
     if prefetch:
         worker.queue_prefetch = prefetch
     worker.start()
@@ -85,5 +90,7 @@ def serve(
 def threads_alive(worker: TierWorker) -> bool:
     """Every consumer thread (one per queue), worker thread and the queue watch of
     ``worker`` is running."""
-    threads = [*worker.consumers.values(), *worker.workers, worker.watch.thread]
+    threads = [*worker.consumers.values(), *worker.workers]
+    if worker.watch is not None:
+        threads.append(worker.watch.thread)
     return bool(threads) and all(thread.is_alive() for thread in threads)

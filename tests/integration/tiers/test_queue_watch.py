@@ -19,6 +19,7 @@ from router.requests import JobRequest
 from tests import platform_harness as h
 from tiers.broker import TierBroker
 from tiers.consumer import TierWorker
+from tiers.queue_watch import QueueWatch
 
 POLL_MS = 50
 
@@ -36,14 +37,20 @@ def idle_worker(broker: TierBroker, longest_sleep: float | None = None) -> Itera
     """A worker over the harness's queues (and their delay queues) whose consumers have all
     gone to sleep; ``longest_sleep`` overrides how long a consumer sleeps without a wake."""
     worker = TierWorker(broker, queues=set(_queues()), worker_threads=2, worker_timeout=POLL_MS)
+    assert worker.watch is not None
     if longest_sleep is not None:
         worker.watch.longest_sleep = longest_sleep
     worker.start()
     try:
-        h.wait_until(lambda: len(worker.watch.asleep()) == 2 * len(_queues()), timeout=10)
+        h.wait_until(lambda: len(watch_of(worker).asleep()) == 2 * len(_queues()), timeout=10)
         yield worker
     finally:
         worker.stop(timeout=10_000)
+
+
+def watch_of(worker: TierWorker) -> QueueWatch:
+    assert worker.watch is not None
+    return worker.watch
 
 
 def _counting_fetches(broker: TierBroker) -> Counter[str]:
@@ -83,14 +90,14 @@ def test_a_job_sent_to_a_sleeping_queue_runs_and_a_stop_wakes_every_sleeper(
         # When a job is sent to one of the sleeping queues, the watch's look wakes its consumer
         answer = router.enqueue(plain("woken"))
         h.wait_until(lambda: h.state(broker, answer.job_id) == "completed", timeout=10)
-        h.wait_until(lambda: len(worker.watch.asleep()) == 2 * len(_queues()), timeout=10)
+        h.wait_until(lambda: len(watch_of(worker).asleep()) == 2 * len(_queues()), timeout=10)
         # And stopping the worker does not wait for the sleepers' 10 minutes
         stopped = threading.Event()
         started = time.monotonic()
         threading.Thread(target=lambda: (worker.stop(10_000), stopped.set()), daemon=True).start()
         assert stopped.wait(30)
     assert time.monotonic() - started < 10
-    assert not worker.watch.thread.is_alive()
+    assert not watch_of(worker).thread.is_alive()
 
 
 def test_a_dead_workers_message_comes_back_while_every_consumer_sleeps(
