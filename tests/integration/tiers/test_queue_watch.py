@@ -117,3 +117,16 @@ def test_a_dead_workers_message_comes_back_while_every_consumer_sleeps(
         # Then the watch's maintenance hands the message back and the job runs
         h.wait_until(lambda: h.state(broker, answer.job_id) == "completed", timeout=15)
     assert not redis_client.exists(f"{namespace}:__acks__.other-worker.{queue}")
+
+
+def test_the_liveness_probe_counts_the_watch_among_the_workers_threads(
+    broker: TierBroker,
+) -> None:
+    from tiers.worker import threads_alive
+
+    with idle_worker(broker) as worker:
+        assert threads_alive(worker)
+        # When the watch's thread is gone, the sleepers would only poll every 5 s: the
+        # worker is not healthy, and its liveness probe says so
+        watch_of(worker).stop()
+        assert not threads_alive(worker)
