@@ -4,7 +4,9 @@ Dramatiq's consumer polls its queue every poll interval when it finds it empty; 
 serves every queue of its tier (and each queue's delay queue), so an idle fast-tier worker
 polling every 100 ms sent Redis about 240 round trips a second (7% of a core in the worker,
 2.4% in Redis; at the default 500 ms, 48 and 2.4%; the maintenance tier more than twice
-that), and a busy one went on paying for its idle queues (``python -m bench.idle_workers``). Here a consumer that found its queue empty a few times in a row goes to sleep on its
+that), and a busy one went on paying for its idle queues (``python -m bench.idle_workers``).
+
+Here a consumer that found its queue empty a few times in a row goes to sleep on its
 queue's wake event, and one thread of the worker, every half poll interval, asks Redis in
 one script call (``watch.lua``) how many messages each sleeping queue holds, and wakes the
 consumers whose queue is not empty.
