@@ -4,8 +4,9 @@ superseded ones, each with the text it was indexed from."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import cast
 
-from sqlalchemy import delete
+from sqlalchemy import Table, delete, insert
 from sqlalchemy.orm import Session, undefer
 
 from services.ingestion.store.documents import get_document
@@ -15,6 +16,10 @@ from shared.errors import RecordMissing
 
 #: Superseded versions kept per document, besides the current one.
 RETAINED_SNAPSHOTS = 10
+#: A document's first version (``current_version`` is 0 before it).
+FIRST_VERSION = 1
+#: The versions' table, for a Core ``INSERT`` (no ORM bookkeeping).
+_VERSIONS = cast(Table, KbDocumentVersion.__table__)
 
 
 def add_version(
@@ -30,9 +35,14 @@ def add_version(
 ) -> None:
     """Write ``content`` as the document's ``version`` (made current by ``cause``) and
     delete the versions older than the retained superseded ones (the caller holds the
-    document's lock)."""
-    session.add(
-        KbDocumentVersion(
+    document's lock).
+
+    One ``INSERT`` statement, not an ORM object flushed by the unit of work (nothing reads
+    the row back in this transaction); the ``DELETE`` is sent only when a version can be
+    old enough to go (versions count from 1, so not before version ``RETAINED_SNAPSHOTS +
+    2``): a document's first eleven versions cost one statement each, not two."""
+    session.execute(
+        insert(_VERSIONS).values(
             organization_id=organization_id,
             document_id=document_id,
             version=version,
@@ -42,11 +52,14 @@ def add_version(
             created_at=now,
         )
     )
+    oldest_kept = version - RETAINED_SNAPSHOTS
+    if oldest_kept <= FIRST_VERSION:
+        return
     session.execute(
         delete(KbDocumentVersion).where(
             KbDocumentVersion.organization_id == organization_id,
             KbDocumentVersion.document_id == document_id,
-            KbDocumentVersion.version < version - RETAINED_SNAPSHOTS,
+            KbDocumentVersion.version < oldest_kept,
         ),
         execution_options={"synchronize_session": False},
     )
