@@ -1,5 +1,6 @@
-"""Factories for the ingestion tests: organizations, and a tenant calling the public API
-with its own API key (provisioned through the internal route)."""
+"""Factories for the ingestion tests: organizations, a text document in a new base, and a
+tenant calling the public API with its own API key (provisioned through the internal
+route)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flask.testing import FlaskClient
+from sqlalchemy.orm import Session
 from werkzeug.test import TestResponse
 
 #: How long a test waits for a document to leave ``processing``.
@@ -19,6 +21,20 @@ PATIENCE = 60.0
 
 def new_org() -> int:
     return 10**6 + uuid.uuid4().int % 10**12
+
+
+def new_text_document(session: Session, org: int, name: str, text: str) -> int:
+    """A document of ``text`` in a new knowledge base of ``org`` (in ``processing``); its id."""
+    from services.ingestion import store
+
+    base = store.create_knowledge_base(session, organization_id=org, name="Docs")
+    return store.add_document(
+        session,
+        organization_id=org,
+        knowledge_base_id=base.id,
+        name=name,
+        source=store.TextSource(text),
+    ).document.id
 
 
 @dataclass

@@ -13,7 +13,7 @@ from services.indexing.chunking import Chunker
 from services.indexing.embedders import HashingEmbedder
 from services.ingestion import feeds, pipeline, rollback, store, url_refresh
 from services.web.fetch import PageFetch, page_fetcher
-from tests.integration.services.ingestion.factories import new_org
+from tests.integration.services.ingestion.factories import new_org, new_text_document
 from tests.integration.services.ingestion.test_pipeline import Site
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -88,19 +88,12 @@ def test_upload_reupload_and_rollback(session: Session, fetch: PageFetch) -> Non
 
 def test_a_retry_keeps_the_cause_of_the_bytes_it_reruns(session: Session, fetch: PageFetch) -> None:
     org = new_org()
-    base = store.create_knowledge_base(session, organization_id=org, name="Docs")
-    added = store.add_document(
-        session,
-        organization_id=org,
-        knowledge_base_id=base.id,
-        name="Notes",
-        source=store.TextSource("Some notes."),
-    )
+    document_id = new_text_document(session, org, "Notes", "Some notes.")
     session.commit()
-    store.mark_for_retry(session, organization_id=org, document_id=added.document.id)
+    store.mark_for_retry(session, organization_id=org, document_id=document_id)
     session.commit()
-    ingest(session, org, added.document.id, T0, fetch)
-    assert causes(session, org, added.document.id) == [(1, "upload")]
+    ingest(session, org, document_id, T0, fetch)
+    assert causes(session, org, document_id) == [(1, "upload")]
 
 
 @pytest.mark.parametrize(("schedule", "cause"), [(None, "recrawl"), ("weekly", "refresh")])

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from services.ingestion import store
 from services.ingestion.store.versions import RETAINED_SNAPSHOTS
-from tests.integration.services.ingestion.factories import new_org
+from tests.integration.services.ingestion.factories import new_org, new_text_document
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -45,14 +45,7 @@ def test_versions_are_one_insert_each_until_one_can_go_then_the_oldest_goes(
     session: Session,
 ) -> None:
     org = new_org()
-    base = store.create_knowledge_base(session, organization_id=org, name="Help center")
-    document_id = store.add_document(
-        session,
-        organization_id=org,
-        knowledge_base_id=base.id,
-        name="doc",
-        source=store.TextSource("text"),
-    ).document.id
+    document_id = new_text_document(session, org, "doc", "text")
     # Given versions 1 to 11: the current one and ten superseded, none old enough to go
     for version in range(1, RETAINED_SNAPSHOTS + 2):
         assert _statements_of_add_version(session, org, document_id, version) == ["INSERT"]
