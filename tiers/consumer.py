@@ -37,7 +37,6 @@ from queue import PriorityQueue
 from typing import TYPE_CHECKING, Any
 
 import redis
-from dramatiq import Worker
 from dramatiq.broker import MessageProxy
 from dramatiq.brokers.redis import _RedisConsumer
 from dramatiq.common import compute_backoff, current_millis, iter_queue, q_name
@@ -391,49 +390,3 @@ class TierConsumerThread(ConsumerThread):
             )
         self.delay_queue = PriorityQueue()
         self._close_consumer()
-
-
-class TierWorker(Worker):
-    """Dramatiq's worker with :class:`TierConsumerThread` consumers, whose stop waits for
-    the settles still on their way (up to its timeout)."""
-
-    broker: TierBroker
-
-    def __init__(self, broker: TierBroker, *, watch: bool = True, **options: Any) -> None:
-        super().__init__(broker, **options)
-        #: Looks at the queues whose consumers sleep (``tiers.queue_watch``); None: every
-        #: consumer polls its queue (Dramatiq's way; the benchmarks' baseline).
-        self.watch = QueueWatch(broker, self.worker_timeout) if watch else None
-
-    def start(self) -> None:
-        if self.watch is not None:
-            self.watch.start()
-        super().start()
-
-    def stop(self, timeout: int = 600_000) -> None:
-        started = time.monotonic()
-        super().stop(timeout)
-        left = max(0.0, timeout / 1000 - (time.monotonic() - started))
-        if not self.broker.jobs.flush_settles(max(left, 1.0)):
-            log.warning(
-                "settles still unanswered at shutdown: their messages return after this "
-                "worker's heartbeat expires"
-            )
-        if self.watch is not None:
-            self.watch.stop()
-
-    def _add_consumer(self, queue_name: str, *, delay: bool = False) -> None:
-        if queue_name in self.consumers:
-            return
-        if self.consumer_whitelist and q_name(queue_name) not in self.consumer_whitelist:
-            return
-        thread = self.consumers[queue_name] = TierConsumerThread(
-            broker=self.broker,
-            queue_name=queue_name,
-            prefetch=self.delay_prefetch if delay else self.queue_prefetch,
-            work_queue=self.work_queue,
-            worker_timeout=self.worker_timeout,
-        )
-        thread.worker_threads = None if delay else self.worker_threads
-        thread.watch = self.watch
-        thread.start()

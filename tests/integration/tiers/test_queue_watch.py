@@ -18,8 +18,8 @@ from router.enqueue import Router
 from router.requests import JobRequest
 from tests import platform_harness as h
 from tiers.broker import TierBroker
-from tiers.consumer import TierWorker
 from tiers.queue_watch import QueueWatch
+from tiers.worker import TierWorker
 
 POLL_MS = 50
 
