@@ -49,6 +49,7 @@ from bench.common import (
     rnd,
     write_result,
 )
+from bench.job_timing import drain_timing, time_in_worker_ms
 
 NAME = "bullmq_compare"
 DIRECTORY = Path(__file__).with_name("bullmq")
@@ -181,6 +182,8 @@ def speedtier_drain(kind: str, jobs: int, redis_url: str) -> tuple[float, dict[s
         workers_cpu = pool.cpu_seconds() - workers_before
         redis_cpu = redis_cpu_seconds(client) - redis_before
         calls = commands_per_job(command_delta(calls_before, command_calls(client)), jobs)
+        slots = max((family.group_caps or {}).values(), default=0) * organizations
+        timing = drain_timing(time_in_worker_ms(client, namespace), jobs / seconds, slots)
     finally:
         pool.shutdown()
         delete_namespace(client, namespace)
@@ -190,6 +193,7 @@ def speedtier_drain(kind: str, jobs: int, redis_url: str) -> tuple[float, dict[s
         "redis_cpu_us": round(redis_cpu / jobs * 1e6),
         "commands": calls["calls_per_job"],
         "script_calls": calls["script_calls_per_job"],
+        **timing,
     }
     return jobs / seconds, cost
 
@@ -334,7 +338,16 @@ def summary(result: dict[str, Any]) -> str:
             "speedtier's drain, per job (median; Redis figures are server-wide):",
             "",
             markdown_table(
-                ["drain", "worker CPU µs", "Redis CPU µs", "Redis commands", "script calls"],
+                [
+                    "drain",
+                    "worker CPU µs",
+                    "Redis CPU µs",
+                    "Redis commands",
+                    "script calls",
+                    "in a worker ms (mean)",
+                    "slot cycle ms",
+                    "release to claim ms",
+                ],
                 [
                     [
                         labels[m],
@@ -342,10 +355,17 @@ def summary(result: dict[str, Any]) -> str:
                         c["redis_cpu_us"],
                         c["commands"],
                         c["script_calls"],
+                        c.get("in_worker_ms_mean", "-"),
+                        c.get("slot_cycle_ms", "-"),
+                        c.get("released_to_claimed_ms", "-"),
                     ]
                     for m, c in result["drain_costs_per_job"].items()
                 ],
             ),
+            "",
+            "In a worker: from the fetch's claim to the settle (job records). A group slot's "
+            "cycle is slots / jobs per second; release to claim is what the time in a worker "
+            "leaves of it (in the queue, and the fetch's trip): means (`bench.job_timing`).",
         ]
     )
 
