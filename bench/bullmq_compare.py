@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.bullmq_report import MEASURES, summary
 from bench.common import (
     REDIS_URL,
     WorkerPool,
@@ -43,7 +44,6 @@ from bench.common import (
     delete_namespace,
     interrupt_on_sigterm,
     machine,
-    markdown_table,
     new_namespace,
     redis_cpu_seconds,
     rnd,
@@ -55,12 +55,6 @@ NAME = "bullmq_compare"
 DIRECTORY = Path(__file__).with_name("bullmq")
 ORGANIZATIONS = 20
 SETTINGS = {"processes": 2, "threads": 8, "prefetch": 200, "poll_ms": 100}
-MEASURES = (
-    "single_enqueue",
-    "bulk_enqueue",
-    "drain",
-    "drain_grouped",
-)
 
 
 def node_missing() -> str | None:
@@ -264,6 +258,16 @@ def run(
     ratios["grouped_to_ungrouped"] = rnd(
         medians["speedtier"]["drain_grouped"] / medians["speedtier"]["drain"], 2
     )
+    # Each round's own ratios (its two sides measured seconds apart, so a machine whose
+    # speed drifts during the run moves both together).
+    st, bull = samples["speedtier"], samples["bullmq"]
+    by_round = {
+        "drain": [s / b for s, b in zip(st["drain"], bull["drain"], strict=True)],
+        "grouped_to_ungrouped": [
+            g / u for g, u in zip(st["drain_grouped"], st["drain"], strict=True)
+        ],
+    }
+    round_ratios = {k: [rnd(min(v), 2), rnd(max(v), 2)] for k, v in by_round.items()}
     raw = {"raw_dramatiq_send": round(statistics.median(raw_sends))} if raw_sends else {}
     if raw:
         ratios["single_to_raw_send"] = rnd(
@@ -279,6 +283,7 @@ def run(
         "medians": medians,
         **raw,
         "ratios": ratios,
+        "round_ratio_ranges": round_ratios,
         "drain_costs_per_job": drain_costs,
         "load_averages": loads,
         "targets": {
@@ -294,80 +299,6 @@ def run(
             ),
         },
     }
-
-
-def summary(result: dict[str, Any]) -> str:
-    if "skipped" in result:
-        return f"### speedtier beside BullMQ\n\nSkipped: {result['skipped']}."
-    medians, ratios = result["medians"], result["ratios"]
-    labels = {
-        "single_enqueue": "enqueue one by one",
-        "bulk_enqueue": "bulk enqueue (addBulk / enqueue_many)",
-        "drain": "drain, no group cap",
-        "drain_grouped": "drain, cap 5 per organization, 20 organizations (BullMQ: no cap)",
-    }
-    rows = [
-        [labels[m], f"{medians['bullmq'][m]:,}", f"{medians['speedtier'][m]:,}", ratios[m]]
-        for m in MEASURES
-        if m in medians["speedtier"]
-    ]
-    settings = result["settings"]
-    return "\n".join(
-        [
-            "### speedtier beside BullMQ",
-            "",
-            f"{settings['jobs']:,} no-op jobs, median of {settings['rounds']} alternating "
-            f"rounds, BullMQ {result['bullmq_version']} (one Worker, concurrency 50), speedtier "
-            f"{settings['processes']} processes x {settings['threads']} threads; jobs/s. "
-            f"Load average at each measure: {result['load_averages']}.",
-            "",
-            markdown_table(["measure", "BullMQ", "speedtier", "speedtier / BullMQ"], rows),
-            "",
-            f"Grouped drain / ungrouped drain: {ratios['grouped_to_ungrouped']} (target >= 0.8).",
-            *(
-                [
-                    "",
-                    f"Raw Dramatiq's `send` one by one: {result['raw_dramatiq_send']:,}/s; "
-                    f"`Router.enqueue` / raw send: {ratios['single_to_raw_send']} "
-                    "(target >= 1.0).",
-                ]
-                if "raw_dramatiq_send" in result
-                else []
-            ),
-            "",
-            "speedtier's drain, per job (median; Redis figures are server-wide):",
-            "",
-            markdown_table(
-                [
-                    "drain",
-                    "worker CPU µs",
-                    "Redis CPU µs",
-                    "Redis commands",
-                    "script calls",
-                    "in a worker ms (mean)",
-                    "slot cycle ms",
-                    "release to claim ms",
-                ],
-                [
-                    [
-                        labels[m],
-                        c["worker_cpu_us"],
-                        c["redis_cpu_us"],
-                        c["commands"],
-                        c["script_calls"],
-                        c.get("in_worker_ms_mean", "-"),
-                        c.get("slot_cycle_ms", "-"),
-                        c.get("released_to_claimed_ms", "-"),
-                    ]
-                    for m, c in result["drain_costs_per_job"].items()
-                ],
-            ),
-            "",
-            "In a worker: from the fetch's claim to the settle (job records). A group slot's "
-            "cycle is slots / jobs per second; release to claim is what the time in a worker "
-            "leaves of it (in the queue, and the fetch's trip): means (`bench.job_timing`).",
-        ]
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
