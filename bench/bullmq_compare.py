@@ -252,7 +252,11 @@ def run(
     }
     ratios = {m: rnd(medians["speedtier"][m] / medians["bullmq"][m], 2) for m in measures}
     drain_costs = {
-        measure: {k: statistics.median(c[k] for c in by_round) for k in by_round[0]}
+        measure: {
+            k: statistics.median(values)
+            for k in by_round[0]
+            if (values := [c[k] for c in by_round if c.get(k) is not None])
+        }
         for measure, by_round in costs.items()
     }
     ratios["grouped_to_ungrouped"] = rnd(
