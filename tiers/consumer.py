@@ -21,7 +21,8 @@ or the queue only trickles in           a fetch that found fewer messages than i
                                         message is decoded once
 a delayed message is due                moved to its queue and its delayed copy acked in
                                         one script (``promote.lua``): a crash between
-                                        the two cannot make a finished job run again
+                                        the two cannot make a finished job run again;
+                                        the queue's consumer here is woken (it may sleep)
 the worker stops                        prefetched and delayed messages handed back
 =====================================  ==============================================
 """
@@ -362,7 +363,11 @@ class TierConsumerThread(ConsumerThread):
                 self.delay_queue.task_done()
                 raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
             fault_point("promote.after")
-            if verdict != "moved":
+            if verdict == "moved":
+                # Its queue's consumer here may be asleep (an idle queue): it fetches now,
+                # not at the queue watch's next look.
+                self.broker.wake(q_name(message.queue_name))
+            else:
                 log.info("delayed job %s not moved: %s", message.options.get(JOB_ID), verdict)
             setattr(message, ACKED_IN_SETTLE, True)
             self.post_process_message(message)

@@ -22,7 +22,8 @@ What the polls also did, the watch keeps doing:
   what it puts back in the queue, the next look sees;
 - **a wake within a poll**: a message pushed to a sleeping queue is seen by the next look,
   at most half a poll interval later (an idle queue's poll slept half to a whole interval);
-  a settle that passes a freed group slot on sets the wake event at once, as before.
+  a settle that passes a freed group slot on sets the wake event at once, as before, and
+  so does a due delayed job this worker moves back to its queue.
 
 When a look fails (Redis unreachable) every sleeping consumer is woken and polls as before,
 meeting the error in its own fetch (and its usual recovery). A consumer never sleeps longer

@@ -28,18 +28,31 @@ def plain(item: str) -> JobRequest:
     return JobRequest(kind="t_plain", organization_id=1, params={"item": item})
 
 
+def plain_delayed(item: str) -> JobRequest:
+    return JobRequest(
+        kind="t_plain",
+        organization_id=1,
+        params={"item": item, "mode": "delay", "times": 1, "delay": 0.5},
+    )
+
+
 def _queues() -> list[str]:
     return [q for family in h.families().values() for q in family.queues()]
 
 
 @contextmanager
-def idle_worker(broker: TierBroker, longest_sleep: float | None = None) -> Iterator[TierWorker]:
+def idle_worker(
+    broker: TierBroker, longest_sleep: float | None = None, look_every: float | None = None
+) -> Iterator[TierWorker]:
     """A worker over the harness's queues (and their delay queues) whose consumers have all
-    gone to sleep; ``longest_sleep`` overrides how long a consumer sleeps without a wake."""
+    gone to sleep; ``longest_sleep`` overrides how long a consumer sleeps without a wake, and
+    ``look_every`` how often the watch looks (seconds)."""
     worker = TierWorker(broker, queues=set(_queues()), worker_threads=2, worker_timeout=POLL_MS)
     assert worker.watch is not None
     if longest_sleep is not None:
         worker.watch.longest_sleep = longest_sleep
+    if look_every is not None:
+        worker.watch.interval = look_every
     worker.start()
     try:
         h.wait_until(lambda: len(watch_of(worker).asleep()) == 2 * len(_queues()), timeout=10)
@@ -98,6 +111,24 @@ def test_a_job_sent_to_a_sleeping_queue_runs_and_a_stop_wakes_every_sleeper(
         assert stopped.wait(30)
     assert time.monotonic() - started < 10
     assert not watch_of(worker).thread.is_alive()
+
+
+def test_a_delayed_job_moved_to_its_sleeping_queue_wakes_that_queues_consumer(
+    router: Router, broker: TierBroker
+) -> None:
+    # Given a worker whose consumers all sleep, with no look and no wake of their own for 10
+    # minutes: only a wake event makes one fetch
+    queue = "t_plain.fast"
+    with idle_worker(broker, longest_sleep=600, look_every=600) as worker:
+        # and a job that asks to be delayed once, by half a second
+        answer = router.enqueue(plain_delayed("later"))
+        broker.wake(queue)  # (what the watch's look would do: it runs once, and is delayed)
+        h.wait_until(lambda: h.state(broker, answer.job_id) == "delayed", timeout=10)
+        h.wait_until(lambda: queue in watch_of(worker).asleep(), timeout=10)
+        broker.wake(f"{queue}.DQ")  # the delay queue's consumer takes the delayed copy
+        # When the job is due and this worker moves it back to its queue
+        # Then the move wakes the queue's consumer, which runs it (no look would for 10 min)
+        h.wait_until(lambda: h.state(broker, answer.job_id) == "completed", timeout=10)
 
 
 def test_a_dead_workers_message_comes_back_while_every_consumer_sleeps(

@@ -50,10 +50,15 @@ def test_window_shared_by_two_worker_processes_admits_exactly_its_limit(
     # counted by the window that admitted each run (a wall-clock second could straddle)
     per_window = Counter(e["window"] for e in starts)
     assert None not in per_window
-    # Then no one-second window saw more than 5 starts, full windows saw exactly 5,
+    # Then no one-second window saw more than 5 starts, full windows saw exactly 5 but for
+    # the reservations that lapsed (a delayed job that woke after its reserved window, as a
+    # loaded machine can make it: capacity lost and counted, never a start over the limit),
     # and nothing failed: the refused starts were delayed, not retried
     assert max(per_window.values()) == 5
-    assert sorted(per_window.values(), reverse=True)[:4] == [5, 5, 5, 5]
+    windows = RateWindows(redis_client, namespace)
+    lapsed = windows.lapsed(windows.key("t_window", "notion", "ods-4"))
+    shortfall = sum(5 - count for count in sorted(per_window.values(), reverse=True)[:4])
+    assert shortfall <= lapsed
     assert len(starts) == 23
     for i in range(23):
         assert broker.jobs.record(f"window-{i}")["failures"] == "0"  # type: ignore[index]
