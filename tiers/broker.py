@@ -14,7 +14,7 @@ from dramatiq.common import current_millis, dq_name, xq_name
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware, MiddlewareError
 
-from tiers.consumer import ACKED_IN_SETTLE, TierConsumer
+from tiers.consumer import TierConsumer
 from tiers.faults import fault_point
 from tiers.hooks import HookTable
 from tiers.job_store import EnqueueResult, JobStore, as_text
@@ -22,6 +22,7 @@ from tiers.middleware.group_slots import GROUP_PARKED
 from tiers.middleware.job_metrics import tier_of_queue
 from tiers.options import ETA, JOB_ID, REDIS_MESSAGE_ID
 from tiers.script_send import ScriptSender
+from tiers.settling import ACKED_IN_SETTLE
 
 log = logging.getLogger(__name__)
 

@@ -50,49 +50,16 @@ from tiers.options import JOB_ID, REDIS_MESSAGE_ID
 from tiers.outage_log import OutageLog
 from tiers.queue_watch import IDLE_FETCHES, QueueWatch
 from tiers.redis_retry import REDIS_DOWN
+from tiers.settling import ACKED_IN_SETTLE, SETTLING, Settling
 
 if TYPE_CHECKING:
     from tiers.broker import TierBroker
 
 log = logging.getLogger(__name__)
 
-#: Set on a delivered message once a script (settle, promote) has acknowledged it to Dramatiq.
-ACKED_IN_SETTLE = "_st_acked_in_settle"
-#: Set on a delivered message whose settle is on its way (a :class:`Settling`).
-SETTLING = "_st_settling"
 #: The longest a consumer waits before reconnecting after an error; it waits no longer than
 #: the poll interval, so work resumes within a poll of Redis coming back.
 RESTART_DELAY_SECONDS = 1.0
-
-
-class Settling:
-    """A run's settle on its way to Redis. The message's post-processing (Dramatiq's ack or
-    nack, and this worker letting go of the message) waits for it: until the settle is
-    answered the message is still this worker's, in Redis and in memory, so a Redis blip
-    cannot hand it to another worker before its outcome is recorded."""
-
-    __slots__ = ("_done", "_lock", "_then")
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._done = False
-        self._then: Callable[[], None] | None = None
-
-    def then(self, action: Callable[[], None]) -> None:
-        """Run ``action`` once the settle is answered (now, when it already is)."""
-        with self._lock:
-            if not self._done:
-                self._then = action
-                return
-        action()
-
-    def finish(self) -> None:
-        """The settle is answered: run what waited for it."""
-        with self._lock:
-            self._done = True
-            action, self._then = self._then, None
-        if action is not None:
-            action()
 
 
 class FetchedMessage(MessageProxy):
@@ -113,8 +80,8 @@ class FetchedMessage(MessageProxy):
         fields["message_timestamp"] = message.message_timestamp
 
 
-def _nothing_delayed() -> bool:
-    return False
+def _nothing_delayed() -> float | None:
+    return None
 
 
 class TierConsumer(_RedisConsumer):
@@ -155,9 +122,11 @@ class TierConsumer(_RedisConsumer):
         #: The worker's queue watch: once its queue is idle this consumer sleeps until the
         #: watch sees a message there, instead of polling (None: it polls).
         self.watch: QueueWatch | None = None
-        #: Whether the consumer thread holds delayed messages (they are moved when due, so
-        #: a delay queue's consumer holding some polls instead of sleeping).
-        self.holds_delayed: Callable[[], bool] = _nothing_delayed
+        #: Seconds until the earliest delayed message the consumer thread holds is due (None:
+        #: it holds none). They are moved when due, after this consumer's wait: a delay
+        #: queue's consumer holding some polls instead of sleeping, and waits no longer than
+        #: that.
+        self.next_due: Callable[[], float | None] = _nothing_delayed
 
     def __next__(self) -> MessageProxy | None:
         """The next fetched message; None when there is none to hand out this poll (the
@@ -171,7 +140,7 @@ class TierConsumer(_RedisConsumer):
             if not self._may_fetch():
                 self._room.clear()
                 if not self._may_fetch():  # checked again: an ack may have come in between
-                    self._room.wait(self.timeout / 1000)
+                    self._room.wait(self._until_due(self.timeout / 1000))
                 return None
             asked = self._batch_size()
             # Cleared before the fetch: a release landing after it sets it again, so the
@@ -182,15 +151,21 @@ class TierConsumer(_RedisConsumer):
             if self.message_cache:
                 return self.__next__()
             self.misses, backoff_ms = compute_backoff(self.misses, max_backoff=self.timeout)
-            if self.watch is not None and self.misses > IDLE_FETCHES and not self.holds_delayed():
+            if self.watch is not None and self.misses > IDLE_FETCHES and self.next_due() is None:
                 woken = self.watch.sleep(self.queue_name, self._wake)
             else:
-                woken = self._wake.wait(backoff_ms / 1000)
+                woken = self._wake.wait(self._until_due(backoff_ms / 1000))
             if woken:
                 self.misses = 0
             return None
         except redis.ConnectionError as exc:
             raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
+
+    def _until_due(self, seconds: float) -> float:
+        """``seconds``, or less when a held delayed message is due sooner (it is moved on
+        time, not up to a poll interval late)."""
+        due = self.next_due()
+        return seconds if due is None else min(seconds, due)
 
     def _may_fetch(self) -> bool:
         outstanding = len(self.queued_message_ids) + len(self.message_cache)
@@ -278,8 +253,9 @@ class TierConsumerThread(ConsumerThread):
     #: The worker's queue watch, which its consumer sleeps on while the queue is idle.
     watch: QueueWatch | None = None
 
-    def _holds_delayed(self) -> bool:
-        return bool(self.delay_queue.queue)
+    def _next_due(self) -> float | None:
+        held = self.delay_queue.queue  # a heap: the earliest eta first (this thread's own)
+        return max(0.0, (held[0].priority - current_millis()) / 1000) if held else None
 
     def stop(self) -> None:
         super().stop()
@@ -310,7 +286,7 @@ class TierConsumerThread(ConsumerThread):
                 if isinstance(self.consumer, TierConsumer):
                     self.consumer.worker_threads = self.worker_threads
                     self.consumer.watch = self.watch
-                    self.consumer.holds_delayed = self._holds_delayed
+                    self.consumer.next_due = self._next_due
                 for message in self.consumer:
                     if message is not None:
                         self.handle_message(message)

@@ -60,7 +60,6 @@ from shared.errors import (
 from shared.outages import is_infrastructure_outage
 from tiers.attempts import delay_streak, set_running_policy
 from tiers.broker import ACKED_IN_SETTLE, TierBroker
-from tiers.consumer import SETTLING, Settling
 from tiers.families import Family, family_of
 from tiers.faults import fault_point
 from tiers.job_store import JobStore
@@ -79,6 +78,7 @@ from tiers.options import (
 )
 from tiers.policies import DEFAULT_RETRY, RetryPolicy
 from tiers.run_rates import run_count
+from tiers.settling import SETTLING, Settling
 
 log = logging.getLogger(__name__)
 
