@@ -194,14 +194,16 @@ def make_broker(
 
 
 @contextlib.contextmanager
-def running_worker(broker: TierBroker, *, threads: int = 4, drain: float = 5.0) -> Iterator[None]:
+def running_worker(
+    broker: TierBroker, *, threads: int = 4, drain: float = 5.0, poll_ms: int = 50
+) -> Iterator[None]:
     """A real Dramatiq worker over every fast queue, in a thread of this process."""
     stop = threading.Event()
     queues = [q for f in families().values() for q in f.queues()]
     thread = threading.Thread(
         target=serve,
         args=(broker, queues),
-        kwargs={"threads": threads, "stop": stop, "poll_ms": 50, "drain_seconds": drain},
+        kwargs={"threads": threads, "stop": stop, "poll_ms": poll_ms, "drain_seconds": drain},
         daemon=True,
     )
     thread.start()

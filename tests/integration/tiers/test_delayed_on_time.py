@@ -5,10 +5,7 @@ holding delayed messages waits no longer than the earliest of them needs (``Tier
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import redis
 
@@ -16,7 +13,6 @@ from router.enqueue import Router
 from router.requests import JobRequest
 from tests import platform_harness as h
 from tiers.broker import TierBroker
-from tiers.worker import serve
 
 #: The default poll interval: a delay queue's consumer used to move a due job up to this late.
 POLL_MS = 500
@@ -24,29 +20,11 @@ DELAY = 1.5
 JOBS = 5
 
 
-@contextmanager
-def worker_polling_every(broker: TierBroker, poll_ms: int) -> Iterator[None]:
-    stop = threading.Event()
-    queues = [q for family in h.families().values() for q in family.queues()]
-    thread = threading.Thread(
-        target=serve,
-        args=(broker, queues),
-        kwargs={"threads": 4, "stop": stop, "poll_ms": poll_ms, "drain_seconds": 2},
-        daemon=True,
-    )
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(15)
-
-
 def test_delayed_jobs_run_when_due_not_a_poll_later(
     router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
 ) -> None:
     # Given a worker at the default poll interval whose queues have gone idle
-    with worker_polling_every(broker, POLL_MS):
+    with h.running_worker(broker, poll_ms=POLL_MS, drain=2):
         time.sleep(1.0)
         # When jobs ask to be delayed by 1.5 s, one every 0.37 s (each due while the delay
         # queue's consumer waits out another point of its poll)
