@@ -80,7 +80,7 @@ class FetchedMessage(MessageProxy):
         fields["message_timestamp"] = message.message_timestamp
 
 
-def _nothing_delayed() -> float | None:
+def _nothing_due() -> float | None:
     return None
 
 
@@ -126,7 +126,7 @@ class TierConsumer(_RedisConsumer):
         #: it holds none). They are moved when due, after this consumer's wait: a delay
         #: queue's consumer holding some polls instead of sleeping, and waits no longer than
         #: that.
-        self.next_due: Callable[[], float | None] = _nothing_delayed
+        self.next_due: Callable[[], float | None] = _nothing_due
 
     def __next__(self) -> MessageProxy | None:
         """The next fetched message; None when there is none to hand out this poll (the
