@@ -52,15 +52,17 @@ def record_failed_attempt(
     *,
     organization_id: int,
     document_id: int,
-    submitted_at: datetime,
+    submitted_at: datetime | None,
     error: BaseException,
     final: bool,
     now: datetime,
 ) -> str | None:
     """Verify the terminal state after an attempt that raised ``error``: count the attempt
     and, when no retry will follow (``final``, or :data:`MAX_TOTAL_ATTEMPTS` reached across
-    re-enqueues), mark the document failed. A document re-submitted, deleted or settled
-    meanwhile is left alone. The caller commits.
+    re-enqueues), mark the document failed. A document re-submitted (``submitted_at`` is
+    the submission the attempt read; None when it failed before reading one, and then the
+    attempt counts against the current one), deleted or settled meanwhile is left alone.
+    The caller commits.
 
     Returns:
       the failure reason written, or None when the document stays as it is.
@@ -71,7 +73,8 @@ def record_failed_attempt(
         )
     except RecordMissing:
         return None
-    if document.status != "processing" or document.submitted_at != submitted_at:
+    resubmitted = submitted_at is not None and document.submitted_at != submitted_at
+    if document.status != "processing" or resubmitted:
         return None
     document.attempts += 1
     if not final and document.attempts < MAX_TOTAL_ATTEMPTS:
@@ -88,7 +91,7 @@ def _record_failure(
     sessions: sessionmaker[Session],
     organization_id: int,
     document_id: int,
-    submitted_at: datetime,
+    submitted_at: datetime | None,
     error: Exception,
     now: datetime,
     final_attempt: bool,
@@ -141,16 +144,20 @@ def run_ingestion(
     """
     outcome: IngestOutcome | None = None
     for _ in range(MAX_SUPERSEDED_ROUNDS):
-        with session_scope(sessions) as session:
-            submitted_at = store.get_document(
-                session, organization_id=organization_id, document_id=document_id
-            ).submitted_at
+        # The submission this attempt works on, read in the pass's own transaction (its
+        # first statement); None when the attempt failed before reading it.
+        submitted_at: datetime | None = None
         try:
             with session_scope(sessions) as session:
+                document = store.get_document(
+                    session, organization_id=organization_id, document_id=document_id
+                )
+                submitted_at = document.submitted_at
                 outcome = ingest_document(
                     session,
                     organization_id=organization_id,
                     document_id=document_id,
+                    document=document,
                     chunker=chunker,
                     embedder=embedder,
                     now=now,

@@ -99,11 +99,15 @@ def ingest_document(
     recrawl_interval_seconds: float = DEFAULT_RECRAWL_INTERVAL_SECONDS,
     ocr: OcrLimits = DEFAULT_OCR_LIMITS,
     fetch_feed: FeedFetch | None = None,
+    document: KbDocument | None = None,
 ) -> IngestOutcome:
     """Run one ingestion pass over a document in ``processing``, in the caller's transaction
     (the caller commits). A document in another status is left as it is.
 
     Parameters:
+      document: the document as the caller just read it in this session
+        (``store.get_document``), so the pass does not read it again; None: the pass reads
+        it.
       chunker / embedder: the shared chunk/embed component.
       now: the time written as ``ready_at``, ``failed_at`` or ``last_fetched_at``.
       fetch: fetches a page (``services.web.fetch.page_fetcher``); needed for a URL document
@@ -124,7 +128,10 @@ def ingest_document(
     """
     from services.indexing.extract import ExtractionFailed
 
-    document = store.get_document(session, organization_id=organization_id, document_id=document_id)
+    if document is None:
+        document = store.get_document(
+            session, organization_id=organization_id, document_id=document_id
+        )
     if document.status != "processing":
         return _settled(session, document, unchanged=True)
     this = _Pass(session, document, now, recrawl_interval_seconds, ocr)
