@@ -21,6 +21,7 @@ from dramatiq.common import q_name
 from tiers.broker import TierBroker
 from tiers.consumer import TierConsumerThread
 from tiers.queue_watch import QueueWatch
+from tiers.work_queue import WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,8 @@ class TierWorker(Worker):
 
     def __init__(self, broker: TierBroker, *, watch: bool = True, **options: Any) -> None:
         super().__init__(broker, **options)
+        # Before any thread starts (start() makes them): the same order, cheaper per message.
+        self.work_queue = WorkQueue()  # type: ignore[assignment]
         #: Looks at the queues whose consumers sleep (``tiers.queue_watch``); None: every
         #: consumer polls its queue (Dramatiq's way; the benchmarks' baseline).
         self.watch = QueueWatch(broker, self.worker_timeout) if watch else None
