@@ -20,6 +20,7 @@ from dramatiq.common import q_name
 
 from tiers.broker import TierBroker
 from tiers.consumer import TierConsumerThread
+from tiers.gc_tuning import tune_worker_collector
 from tiers.queue_watch import QueueWatch
 from tiers.work_queue import WorkQueue
 
@@ -76,6 +77,9 @@ def serve(
     )
     if prefetch:
         worker.queue_prefetch = prefetch
+    if threading.current_thread() is threading.main_thread():
+        # This process is a worker (not a test serving in a thread of its own process).
+        tune_worker_collector()
     worker.start()
     log.info("worker consuming %s with %d threads", ", ".join(sorted(queues)), threads)
     beating = True
