@@ -168,6 +168,7 @@ class JobStore(FetchClaims):
                 now_ms(),
                 self.lease_ms,
                 parked_form.encode(),
+                main_queue,
             ],
         )
         return reply.decode() if isinstance(reply, bytes) else str(reply)

@@ -3,8 +3,15 @@
 --   ns:job:<id>                hash: the job record (state, msg, cur, queue, org, attempts, ...)
 --   ns:group:<gk>              zset: job ids admitted to the group, scored by lease deadline (ms)
 --   ns:group:<gk>:parked       list: redis message ids held back because the group was full
---   ns:group:<gk>:parked.msgs  hash: redis message id -> encoded message
---   ns:__leases__              zset: group key -> earliest lease deadline, for the reaper
+--   ns:group:<gk>:parked.msgs  hash: redis message id -> encoded message, and
+--                              "@" .. redis message id -> "<queue>\n<job id>" (where the
+--                              release sends it and whose slot it takes, without decoding
+--                              the message; absent on messages parked before it existed)
+--   ns:__leases__              zset: group key -> earliest lease deadline, for the reaper.
+--                              Every group holding a job has its entry, at or below its
+--                              earliest deadline: admit() adds it, a lease refresh only
+--                              moves deadlines later, and only reap.lua removes an entry,
+--                              once its group is empty
 local ns = KEYS[1]
 
 local function push(queue, redis_id, data)
@@ -17,9 +24,10 @@ local function admit(gk, job_id, deadline)
     redis.call("zadd", ns .. ":__leases__", "LT", deadline, gk)
 end
 
-local function park(gk, redis_id, data)
+-- Hold a message of queue back in its group's parked list, with where it goes when released.
+local function park(gk, redis_id, data, queue, job_id)
     local parked = ns .. ":group:" .. gk .. ":parked"
-    redis.call("hset", parked .. ".msgs", redis_id, data)
+    redis.call("hset", parked .. ".msgs", redis_id, data, "@" .. redis_id, queue .. "\n" .. job_id)
     redis.call("rpush", parked, redis_id)
 end
 
@@ -33,7 +41,7 @@ local function place(queue, redis_id, data, gk, cap, job_id, now, queued_lease)
     if gk ~= "" then
         local group = ns .. ":group:" .. gk
         if not redis.call("zscore", group, job_id) and redis.call("zcard", group) >= cap then
-            park(gk, redis_id, data)
+            park(gk, redis_id, data, queue, job_id)
             return "parked"
         end
         admit(gk, job_id, now + queued_lease)
@@ -51,18 +59,30 @@ local function release(gk, job_id, now, queued_lease)
         return 0
     end
     local parked = group .. ":parked"
+    local stored = parked .. ".msgs"
     while true do
         local redis_id = redis.call("lpop", parked)
         if not redis_id then
             return 1
         end
-        local data = redis.call("hget", parked .. ".msgs", redis_id)
-        redis.call("hdel", parked .. ".msgs", redis_id)
+        local where = "@" .. redis_id
+        local found = redis.call("hmget", stored, redis_id, where)
+        redis.call("hdel", stored, redis_id, where)
+        local data, route = found[1], found[2]
         if data then
-            local message = cjson.decode(data)
-            local next_job = message["options"]["st_job"]
-            admit(gk, next_job, now + queued_lease)
-            push(message["queue_name"], redis_id, data)
+            local queue, next_job
+            if route then
+                local cut = string.find(route, "\n", 1, true)
+                queue, next_job = string.sub(route, 1, cut - 1), string.sub(route, cut + 1)
+            else
+                local message = cjson.decode(data)
+                queue, next_job = message["queue_name"], message["options"]["st_job"]
+            end
+            -- The slot passes from job_id to next_job: the group is not empty, so its
+            -- __leases__ entry is there, and at or below job_id's run lease, earlier than
+            -- next_job's queued one (see the key layout): only the group's own zset moves.
+            redis.call("zadd", group, now + queued_lease, next_job)
+            push(queue, redis_id, data)
             redis.call("hset", ns .. ":job:" .. next_job, "state", "waiting")
             return 1, true
         end
@@ -86,15 +106,21 @@ local function claim(job_id, message_id, redis_id, gk, cap, now, lease, park_it)
         end
     end
     if gk ~= "" then
-        local group = ns .. ":group:" .. gk
-        if not redis.call("zscore", group, job_id) and redis.call("zcard", group) >= cap then
-            if not park_it() then
-                return "later"
+        local group, deadline = ns .. ":group:" .. gk, now + lease
+        -- Usually the job holds its slot (admitted when queued, or by a release): one
+        -- command moves its lease. 0 means it holds none, or already this very deadline.
+        if redis.call("zadd", group, "XX", "CH", deadline, job_id) == 0
+            and not redis.call("zscore", group, job_id) then
+            if redis.call("zcard", group) >= cap then
+                if not park_it() then
+                    return "later"
+                end
+                redis.call("hset", record, "state", "parked")
+                return "parked"
             end
-            redis.call("hset", record, "state", "parked")
-            return "parked"
+            redis.call("zadd", group, deadline, job_id)
         end
-        admit(gk, job_id, now + lease)
+        redis.call("zadd", ns .. ":__leases__", "LT", deadline, gk)
     end
     if not state then
         redis.call("hset", record, "msg", message_id, "cur", redis_id, "created_at", now,
@@ -104,15 +130,16 @@ local function claim(job_id, message_id, redis_id, gk, cap, now, lease, park_it)
     return "run"
 end
 
--- Claim one fetched main-queue message (claim_many.lua, fetch_claim.lua). A message to park
--- is parked from its copy in the queue's message hash (messages) and acked (acks: the
+-- Claim one fetched message of a main queue (claim_many.lua, fetch_claim.lua). A message to
+-- park is parked from its copy in the queue's message hash and acked (acks: the
 -- worker's ack set of the queue) in this step; without that copy it is claimed later.
-local function claim_fetched(job_id, message_id, redis_id, gk, cap, now, lease, messages, acks)
+local function claim_fetched(job_id, message_id, redis_id, gk, cap, now, lease, queue, acks)
     return claim(job_id, message_id, redis_id, gk, cap, now, lease, function()
+        local messages = ns .. ":" .. queue .. ".msgs"
         local data = redis.call("hget", messages, redis_id)
         if data and redis.call("srem", acks, redis_id) > 0 then
             redis.call("hdel", messages, redis_id)
-            park(gk, redis_id, data)
+            park(gk, redis_id, data, queue, job_id)
             return true
         end
         return false

@@ -1,0 +1,142 @@
+"""A freed group slot passes to the oldest parked message without decoding it: a parked
+message is stored with its route (queue and job id), and the release reads that. Messages
+parked before the route existed are still released, from the message itself. And the
+lease index (``__leases__``) keeps, for every group holding a job, an entry at or below its
+earliest deadline, which lets a release leave it alone (tiers/lua/_prelude.lua)."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from router.enqueue import Router
+from router.requests import JobRequest
+from tests import platform_harness as h
+from tiers.broker import TierBroker
+from tiers.fetch_claims import QUEUED_LEASE_MS
+
+QUEUE = "t_serial.fast"
+GROUP = f"{QUEUE}|1"
+
+
+def serial(item: str) -> JobRequest:
+    return JobRequest(kind="t_serial", organization_id=1, params={"item": item})
+
+
+def parked_keys(namespace: str) -> tuple[str, str]:
+    parked = f"{namespace}:group:{GROUP}:parked"
+    return parked, f"{parked}.msgs"
+
+
+def leases_cover_groups(client: redis.Redis, namespace: str) -> None:
+    """Every group holding a job has a lease entry at or below its earliest deadline."""
+    group = client.zrange(f"{namespace}:group:{GROUP}", 0, 0, withscores=True)
+    if not group:
+        return
+    entry = client.zscore(f"{namespace}:__leases__", GROUP)
+    assert entry is not None, "a group holding a job has no entry in the lease index"
+    assert entry <= group[0][1]
+
+
+def run_one(broker: TierBroker, consumer: object) -> str:
+    """Fetch the next message (claimed at fetch) and settle it; the settle's verdict."""
+    message = next(consumer)  # type: ignore[call-overload]
+    assert message is not None
+    return broker.jobs.settle(message, state="completed", retention_seconds=60)
+
+
+def test_a_release_moves_the_message_by_its_route_and_leaves_nothing_behind(
+    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
+) -> None:
+    # Given three jobs of a group capped at 1: a holds the slot, b and c are parked with
+    # their routes
+    router.enqueue_many([serial("a"), serial("b"), serial("c")])
+    parked, stored = parked_keys(namespace)
+    b_id = broker.jobs.record("serial-b")["cur"]  # type: ignore[index]
+    assert redis_client.hget(stored, f"@{b_id}") == f"{QUEUE}\nserial-b".encode()
+    consumer = broker.consume(QUEUE, prefetch=10, timeout=100)
+    # When each run is settled, the slot passes down the line
+    assert run_one(broker, consumer) == "released"
+    assert h.state(broker, "serial-b") == "waiting"
+    assert redis_client.zrange(f"{namespace}:group:{GROUP}", 0, -1) == [b"serial-b"]
+    assert redis_client.lrange(f"{namespace}:{QUEUE}", 0, -1) == [b_id.encode()]
+    assert run_one(broker, consumer) == "released"
+    assert run_one(broker, consumer) == "ok"
+    consumer.close()  # type: ignore[attr-defined]
+    # Then every job ran, and neither the parked list nor its messages (or routes) remain
+    assert [h.state(broker, f"serial-{i}") for i in "abc"] == ["completed"] * 3
+    assert not redis_client.exists(parked, stored)
+
+
+def test_a_message_parked_without_a_route_is_released_from_its_message(
+    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
+) -> None:
+    # Given b parked as a version before routes parked it: its message alone
+    router.enqueue_many([serial("a"), serial("b")])
+    _, stored = parked_keys(namespace)
+    b_id = broker.jobs.record("serial-b")["cur"]  # type: ignore[index]
+    assert redis_client.hdel(stored, f"@{b_id}") == 1
+    consumer = broker.consume(QUEUE, prefetch=10, timeout=100)
+    # When a's slot frees, b takes it and is queued, then runs
+    assert run_one(broker, consumer) == "released"
+    assert h.state(broker, "serial-b") == "waiting"
+    assert redis_client.zscore(f"{namespace}:group:{GROUP}", "serial-b") is not None
+    assert run_one(broker, consumer) == "ok"
+    consumer.close()  # type: ignore[attr-defined]
+    assert h.state(broker, "serial-b") == "completed"
+    assert not redis_client.exists(stored)
+
+
+def test_a_parked_message_whose_data_is_gone_passes_the_slot_on(
+    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
+) -> None:
+    # Given b and c parked behind a, and b's stored message gone (route included)
+    router.enqueue_many([serial("a"), serial("b"), serial("c")])
+    _, stored = parked_keys(namespace)
+    b_id = broker.jobs.record("serial-b")["cur"]  # type: ignore[index]
+    redis_client.hdel(stored, b_id, f"@{b_id}")
+    consumer = broker.consume(QUEUE, prefetch=10, timeout=100)
+    # When a's slot frees, it goes to c
+    assert run_one(broker, consumer) == "released"
+    assert h.state(broker, "serial-c") == "waiting"
+    assert h.state(broker, "serial-b") == "parked"
+    consumer.close()  # type: ignore[attr-defined]
+
+
+def test_the_lease_index_covers_every_group_through_claims_releases_and_reaps(
+    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
+) -> None:
+    group = f"{namespace}:group:{GROUP}"
+    router.enqueue_many([serial(str(i)) for i in range(4)])
+    leases_cover_groups(redis_client, namespace)
+    # A held slot's claim at fetch moves its lease from the queued one to the run lease
+    before = int(time.time() * 1000) - 1
+    consumer = broker.consume(QUEUE, prefetch=10, timeout=100)
+    message = next(consumer)
+    assert message is not None
+    deadline = redis_client.zscore(group, "serial-0")
+    assert deadline is not None
+    assert before + broker.jobs.lease_ms <= deadline < before + QUEUED_LEASE_MS / 2
+    leases_cover_groups(redis_client, namespace)
+    # A release admits the next job with a queued lease and leaves the index entry alone
+    assert broker.jobs.settle(message, state="completed", retention_seconds=60) == "released"
+    leases_cover_groups(redis_client, namespace)
+    assert redis_client.zscore(group, "serial-1") >= before + QUEUED_LEASE_MS  # type: ignore[operator]
+    # A reap of an expired slot (its worker died) passes it on and resets the entry
+    message = next(consumer)
+    assert message is not None
+    redis_client.zadd(group, {"serial-1": 1})
+    redis_client.zadd(f"{namespace}:__leases__", {GROUP: 1})
+    assert broker.jobs.reap() == 1
+    assert h.state(broker, "serial-2") == "waiting"
+    leases_cover_groups(redis_client, namespace)
+    # And once the group is empty, the entry goes with the next reap
+    consumer.close()  # type: ignore[attr-defined]
+    for job in ("serial-2", "serial-3"):
+        while redis_client.zscore(group, job) is not None:
+            redis_client.zadd(group, {job: 1})
+            redis_client.zadd(f"{namespace}:__leases__", {GROUP: 1})
+            broker.jobs.reap()
+    assert not redis_client.exists(group)
+    assert redis_client.zscore(f"{namespace}:__leases__", GROUP) is None
