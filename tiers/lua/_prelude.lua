@@ -2,11 +2,17 @@
 -- Key layout under the namespace ns (Dramatiq's own keys are ns:<queue> and ns:<queue>.msgs):
 --   ns:job:<id>                hash: the job record (state, msg, cur, queue, org, attempts, ...)
 --   ns:group:<gk>              zset: job ids admitted to the group, scored by lease deadline (ms)
---   ns:group:<gk>:parked       list: redis message ids held back because the group was full
---   ns:group:<gk>:parked.msgs  hash: redis message id -> encoded message, and
---                              "@" .. redis message id -> "<queue>\n<job id>" (where the
---                              release sends it and whose slot it takes, without decoding
---                              the message; absent on messages parked before it existed)
+--   ns:group:<gk>:parked       list: messages held back because the group was full, oldest
+--                              first. Most are parked in place: their data stays in their
+--                              queue's message hash (in no ack set, not in the queue's
+--                              list) and the entry is their route, "<redis id>\n<queue>\n<job
+--                              id>", so a release moves an id, not the message. A message a
+--                              worker already holds at its start (claim.lua: its delivery
+--                              is then acked, which drops the queue's copy) is parked apart:
+--                              the entry is its redis id alone and its data goes to
+--   ns:group:<gk>:parked.msgs  hash: redis message id -> encoded message, and "@" .. redis
+--                              message id -> "<queue>\n<job id>" (absent on messages parked
+--                              before it existed: the release decodes those)
 --   ns:__leases__              zset: group key -> earliest lease deadline, for the reaper.
 --                              Every group holding a job has its entry, at or below its
 --                              earliest deadline: admit() adds it, a lease refresh only
@@ -24,8 +30,13 @@ local function admit(gk, job_id, deadline)
     redis.call("zadd", ns .. ":__leases__", "LT", deadline, gk)
 end
 
--- Hold a message of queue back in its group's parked list, with where it goes when released.
-local function park(gk, redis_id, data, queue, job_id)
+-- Park a message in place (its data is, or has just been put, in its queue's hash).
+local function park(gk, redis_id, queue, job_id)
+    redis.call("rpush", ns .. ":group:" .. gk .. ":parked", redis_id .. "\n" .. queue .. "\n" .. job_id)
+end
+
+-- Park a message apart: its data in the group's own hash, with its route.
+local function park_apart(gk, redis_id, data, queue, job_id)
     local parked = ns .. ":group:" .. gk .. ":parked"
     redis.call("hset", parked .. ".msgs", redis_id, data, "@" .. redis_id, queue .. "\n" .. job_id)
     redis.call("rpush", parked, redis_id)
@@ -41,13 +52,45 @@ local function place(queue, redis_id, data, gk, cap, job_id, now, queued_lease)
     if gk ~= "" then
         local group = ns .. ":group:" .. gk
         if not redis.call("zscore", group, job_id) and redis.call("zcard", group) >= cap then
-            park(gk, redis_id, data, queue, job_id)
+            redis.call("hset", ns .. ":" .. queue .. ".msgs", redis_id, data)
+            park(gk, redis_id, queue, job_id)
             return "parked"
         end
         admit(gk, job_id, now + queued_lease)
     end
     push(queue, redis_id, data)
     return "waiting"
+end
+
+-- A parked entry taken off its list: its redis id, queue and job id, with its data now in
+-- its queue's hash; nil when its message is gone.
+local function parked_route(stored, entry)
+    local first = string.find(entry, "\n", 1, true)
+    if first then
+        local second = string.find(entry, "\n", first + 1, true)
+        local redis_id, queue = string.sub(entry, 1, first - 1), string.sub(entry, first + 1, second - 1)
+        if redis.call("hexists", ns .. ":" .. queue .. ".msgs", redis_id) == 0 then
+            return nil
+        end
+        return redis_id, queue, string.sub(entry, second + 1)
+    end
+    local where = "@" .. entry
+    local found = redis.call("hmget", stored, entry, where)
+    redis.call("hdel", stored, entry, where)
+    local data, route = found[1], found[2]
+    if not data then
+        return nil
+    end
+    local queue, job_id
+    if route then
+        local cut = string.find(route, "\n", 1, true)
+        queue, job_id = string.sub(route, 1, cut - 1), string.sub(route, cut + 1)
+    else
+        local message = cjson.decode(data)
+        queue, job_id = message["queue_name"], message["options"]["st_job"]
+    end
+    redis.call("hset", ns .. ":" .. queue .. ".msgs", entry, data)
+    return entry, queue, job_id
 end
 
 -- Free job_id's slot in group gk; if it held one, pass it to the oldest parked message.
@@ -59,30 +102,18 @@ local function release(gk, job_id, now, queued_lease)
         return 0
     end
     local parked = group .. ":parked"
-    local stored = parked .. ".msgs"
     while true do
-        local redis_id = redis.call("lpop", parked)
-        if not redis_id then
+        local entry = redis.call("lpop", parked)
+        if not entry then
             return 1
         end
-        local where = "@" .. redis_id
-        local found = redis.call("hmget", stored, redis_id, where)
-        redis.call("hdel", stored, redis_id, where)
-        local data, route = found[1], found[2]
-        if data then
-            local queue, next_job
-            if route then
-                local cut = string.find(route, "\n", 1, true)
-                queue, next_job = string.sub(route, 1, cut - 1), string.sub(route, cut + 1)
-            else
-                local message = cjson.decode(data)
-                queue, next_job = message["queue_name"], message["options"]["st_job"]
-            end
-            -- The slot passes from job_id to next_job: the group is not empty, so its
-            -- __leases__ entry is there, and at or below job_id's run lease, earlier than
-            -- next_job's queued one (see the key layout): only the group's own zset moves.
+        local redis_id, queue, next_job = parked_route(parked .. ".msgs", entry)
+        if redis_id then
+            -- The slot passes from job_id to next_job. The group's __leases__ entry is there
+            -- (job_id was in the group) and at or below job_id's deadline, which is no later
+            -- than next_job's queued one (see the key layout): only the group's zset moves.
             redis.call("zadd", group, now + queued_lease, next_job)
-            push(queue, redis_id, data)
+            redis.call("rpush", ns .. ":" .. queue, redis_id)
             redis.call("hset", ns .. ":job:" .. next_job, "state", "waiting")
             return 1, true
         end
@@ -135,11 +166,9 @@ end
 -- worker's ack set of the queue) in this step; without that copy it is claimed later.
 local function claim_fetched(job_id, message_id, redis_id, gk, cap, now, lease, queue, acks)
     return claim(job_id, message_id, redis_id, gk, cap, now, lease, function()
-        local messages = ns .. ":" .. queue .. ".msgs"
-        local data = redis.call("hget", messages, redis_id)
-        if data and redis.call("srem", acks, redis_id) > 0 then
-            redis.call("hdel", messages, redis_id)
-            park(gk, redis_id, data, queue, job_id)
+        if redis.call("hexists", ns .. ":" .. queue .. ".msgs", redis_id) == 1
+            and redis.call("srem", acks, redis_id) > 0 then
+            park(gk, redis_id, queue, job_id)
             return true
         end
         return false

@@ -7,6 +7,6 @@ local cap, now, lease, data = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARG
 local queue = ARGV[9]
 
 return claim(job_id, message_id, redis_id, gk, cap, now, lease, function()
-    park(gk, redis_id, data, queue, job_id)
+    park_apart(gk, redis_id, data, queue, job_id)
     return true
 end)

@@ -1,13 +1,15 @@
-"""A freed group slot passes to the oldest parked message without decoding it: a parked
-message is stored with its route (queue and job id), and the release reads that. Messages
-parked before the route existed are still released, from the message itself. And the
-lease index (``__leases__``) keeps, for every group holding a job, an entry at or below its
-earliest deadline, which lets a release leave it alone (tiers/lua/_prelude.lua)."""
+"""A freed group slot passes to the oldest parked message by moving an id, not the message:
+a message parked when it is queued (or fetched) keeps its data in its queue's hash and its
+parked entry is its route (redis id, queue, job id). Messages parked apart (by a claim at a
+run's start, or by a version before routes) are still released, from the group's own hash.
+And the lease index (``__leases__``) keeps, for every group holding a job, an entry at or
+below its earliest deadline, which lets a release leave it alone (tiers/lua/_prelude.lua)."""
 
 from __future__ import annotations
 
 import time
 
+import pytest
 import redis
 
 from router.enqueue import Router
@@ -40,21 +42,29 @@ def leases_cover_groups(client: redis.Redis, namespace: str) -> None:
 
 
 def run_one(broker: TierBroker, consumer: object) -> str:
-    """Fetch the next message (claimed at fetch) and settle it; the settle's verdict."""
+    """Fetch the next message (claimed at fetch) and settle it, acking its delivery; the
+    settle's verdict."""
     message = next(consumer)  # type: ignore[call-overload]
     assert message is not None
-    return broker.jobs.settle(message, state="completed", retention_seconds=60)
+    return broker.jobs.settle(
+        message, state="completed", retention_seconds=60, ack=(QUEUE, broker.broker_id)
+    )
 
 
-def test_a_release_moves_the_message_by_its_route_and_leaves_nothing_behind(
+def test_a_release_moves_the_parked_id_by_its_route_and_leaves_nothing_behind(
     router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
 ) -> None:
-    # Given three jobs of a group capped at 1: a holds the slot, b and c are parked with
-    # their routes
+    # Given three jobs of a group capped at 1: a holds the slot, b and c are parked in place
     router.enqueue_many([serial("a"), serial("b"), serial("c")])
     parked, stored = parked_keys(namespace)
-    b_id = broker.jobs.record("serial-b")["cur"]  # type: ignore[index]
-    assert redis_client.hget(stored, f"@{b_id}") == f"{QUEUE}\nserial-b".encode()
+    a_id, b_id, c_id = (broker.jobs.record(f"serial-{i}")["cur"] for i in "abc")  # type: ignore[index]
+    assert redis_client.lrange(parked, 0, -1) == [
+        f"{b_id}\n{QUEUE}\nserial-b".encode(),
+        f"{c_id}\n{QUEUE}\nserial-c".encode(),
+    ]
+    assert redis_client.lrange(f"{namespace}:{QUEUE}", 0, -1) == [a_id.encode()]
+    assert redis_client.hlen(f"{namespace}:{QUEUE}.msgs") == 3
+    assert not redis_client.exists(stored)
     consumer = broker.consume(QUEUE, prefetch=10, timeout=100)
     # When each run is settled, the slot passes down the line
     assert run_one(broker, consumer) == "released"
@@ -64,38 +74,67 @@ def test_a_release_moves_the_message_by_its_route_and_leaves_nothing_behind(
     assert run_one(broker, consumer) == "released"
     assert run_one(broker, consumer) == "ok"
     consumer.close()  # type: ignore[attr-defined]
-    # Then every job ran, and neither the parked list nor its messages (or routes) remain
+    # Then every job ran once, and no parked entry or message remains
     assert [h.state(broker, f"serial-{i}") for i in "abc"] == ["completed"] * 3
-    assert not redis_client.exists(parked, stored)
+    assert not redis_client.exists(parked, stored, f"{namespace}:{QUEUE}.msgs")
 
 
-def test_a_message_parked_without_a_route_is_released_from_its_message(
-    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
+def park_apart(
+    client: redis.Redis, namespace: str, redis_id: str, job_id: str, *, route: bool
 ) -> None:
-    # Given b parked as a version before routes parked it: its message alone
+    """Turn the first parked entry (redis_id's, parked in place) into one parked apart, as
+    claim.lua parks (route=True) or as a version before routes did (route=False)."""
+    parked, stored = parked_keys(namespace)
+    data = client.hget(f"{namespace}:{QUEUE}.msgs", redis_id)
+    assert data is not None
+    client.hdel(f"{namespace}:{QUEUE}.msgs", redis_id)
+    client.hset(stored, redis_id, data)
+    if route:
+        client.hset(stored, f"@{redis_id}", f"{QUEUE}\n{job_id}")
+    client.lset(parked, 0, redis_id)
+
+
+@pytest.mark.parametrize("route", [True, False], ids=["with its route", "without a route"])
+def test_a_message_parked_apart_is_released_from_the_groups_hash(
+    router: Router,
+    broker: TierBroker,
+    redis_client: redis.Redis,
+    namespace: str,
+    route: bool,
+) -> None:
+    # Given b parked apart: its message in the group's own hash
     router.enqueue_many([serial("a"), serial("b")])
     _, stored = parked_keys(namespace)
     b_id = broker.jobs.record("serial-b")["cur"]  # type: ignore[index]
-    assert redis_client.hdel(stored, f"@{b_id}") == 1
+    park_apart(redis_client, namespace, b_id, "serial-b", route=route)
     consumer = broker.consume(QUEUE, prefetch=10, timeout=100)
     # When a's slot frees, b takes it and is queued, then runs
     assert run_one(broker, consumer) == "released"
     assert h.state(broker, "serial-b") == "waiting"
     assert redis_client.zscore(f"{namespace}:group:{GROUP}", "serial-b") is not None
+    assert not redis_client.exists(stored)
     assert run_one(broker, consumer) == "ok"
     consumer.close()  # type: ignore[attr-defined]
     assert h.state(broker, "serial-b") == "completed"
-    assert not redis_client.exists(stored)
 
 
+@pytest.mark.parametrize("apart", [False, True], ids=["in place", "apart"])
 def test_a_parked_message_whose_data_is_gone_passes_the_slot_on(
-    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
+    router: Router,
+    broker: TierBroker,
+    redis_client: redis.Redis,
+    namespace: str,
+    apart: bool,
 ) -> None:
-    # Given b and c parked behind a, and b's stored message gone (route included)
+    # Given b and c parked behind a, and b's message gone
     router.enqueue_many([serial("a"), serial("b"), serial("c")])
     _, stored = parked_keys(namespace)
     b_id = broker.jobs.record("serial-b")["cur"]  # type: ignore[index]
-    redis_client.hdel(stored, b_id, f"@{b_id}")
+    if apart:
+        park_apart(redis_client, namespace, b_id, "serial-b", route=True)
+        redis_client.hdel(stored, b_id, f"@{b_id}")
+    else:
+        redis_client.hdel(f"{namespace}:{QUEUE}.msgs", b_id)
     consumer = broker.consume(QUEUE, prefetch=10, timeout=100)
     # When a's slot frees, it goes to c
     assert run_one(broker, consumer) == "released"
@@ -140,3 +179,34 @@ def test_the_lease_index_covers_every_group_through_claims_releases_and_reaps(
             broker.jobs.reap()
     assert not redis_client.exists(group)
     assert redis_client.zscore(f"{namespace}:__leases__", GROUP) is None
+
+
+def test_a_message_a_claim_parks_at_its_start_is_parked_apart_and_outlives_its_ack(
+    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
+) -> None:
+    from dramatiq.message import Message
+
+    group = f"{namespace}:group:{GROUP}"
+    router.enqueue_many([serial("a"), serial("b")])
+    a_id = broker.jobs.record("serial-a")["cur"]  # type: ignore[index]
+    # Given a's slot gone (reaped) and the group full with another holder
+    redis_client.zrem(group, "serial-a")
+    redis_client.zadd(group, {"holder": 1})
+    redis_client.zadd(f"{namespace}:__leases__", {GROUP: 1})
+    assert redis_client.lpop(f"{namespace}:{QUEUE}") == a_id.encode()  # a worker fetched a
+    delivered = Message.decode(redis_client.hget(f"{namespace}:{QUEUE}.msgs", a_id))
+    # When a worker claims a at its start, it is parked apart, and the worker's ack of the
+    # delivery drops the queue's copy
+    assert broker.jobs.claim(delivered, QUEUE) == "parked"
+    _, stored = parked_keys(namespace)
+    assert redis_client.hget(stored, f"@{a_id}") == f"{QUEUE}\nserial-a".encode()
+    redis_client.hdel(f"{namespace}:{QUEUE}.msgs", a_id)
+    # Then once the holder's slot is reaped and b has run, a is queued with its message
+    assert broker.jobs.reap() == 1
+    consumer = broker.consume(QUEUE, prefetch=10, timeout=100)
+    assert run_one(broker, consumer) == "released"
+    assert h.state(broker, "serial-a") == "waiting"
+    assert redis_client.hexists(f"{namespace}:{QUEUE}.msgs", a_id)
+    assert run_one(broker, consumer) == "ok"
+    consumer.close()  # type: ignore[attr-defined]
+    assert [h.state(broker, f"serial-{i}") for i in "ab"] == ["completed"] * 2
