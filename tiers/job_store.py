@@ -151,9 +151,11 @@ class JobStore(FetchClaims):
 
     # -- worker side -------------------------------------------------------------------------
 
-    def claim(self, message: Message[Any], main_queue: str) -> str:
-        """Before a run: ``run``, ``stale`` (replaced or superseded copy), ``done`` (already
-        finished) or ``parked`` (group full; the message now waits in its group)."""
+    def claim(self, message: Message[Any], main_queue: str, worker_id: str) -> str:
+        """Before a run of a message ``worker_id`` fetched from ``main_queue``: ``run``,
+        ``stale`` (replaced or superseded copy), ``done`` (already finished) or ``parked``
+        (group full; the message now waits in its group, and its delivery is no longer the
+        worker's to ack: the ack that follows is a no-op)."""
         options = message.options
         parked_form = message.copy(queue_name=main_queue)
         parked_form.options.pop(ETA, None)
@@ -169,6 +171,7 @@ class JobStore(FetchClaims):
                 self.lease_ms,
                 parked_form.encode(),
                 main_queue,
+                worker_id,
             ],
         )
         return reply.decode() if isinstance(reply, bytes) else str(reply)

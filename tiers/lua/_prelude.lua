@@ -3,16 +3,13 @@
 --   ns:job:<id>                hash: the job record (state, msg, cur, queue, org, attempts, ...)
 --   ns:group:<gk>              zset: job ids admitted to the group, scored by lease deadline (ms)
 --   ns:group:<gk>:parked       list: messages held back because the group was full, oldest
---                              first. Most are parked in place: their data stays in their
+--                              first, parked in place: a message's data stays in its
 --                              queue's message hash (in no ack set, not in the queue's
---                              list) and the entry is their route, "<redis id>\n<queue>\n<job
---                              id>", so a release moves an id, not the message. A message a
---                              worker already holds at its start (claim.lua: its delivery
---                              is then acked, which drops the queue's copy) is parked apart:
---                              the entry is its redis id alone and its data goes to
---   ns:group:<gk>:parked.msgs  hash: redis message id -> encoded message, and "@" .. redis
---                              message id -> "<queue>\n<job id>" (absent on messages parked
---                              before it existed: the release decodes those)
+--                              list) and its entry is its route, "<redis id>\n<queue>\n<job
+--                              id>", so a release moves an id, not the message. An entry
+--                              that is a redis id alone was parked by an earlier version,
+--                              with its data in
+--   ns:group:<gk>:parked.msgs  hash: redis message id -> encoded message (earlier versions)
 --   ns:__leases__              zset: group key -> earliest lease deadline, for the reaper.
 --                              Every group holding a job has its entry, at or below its
 --                              earliest deadline: admit() adds it, a lease refresh only
@@ -30,16 +27,9 @@ local function admit(gk, job_id, deadline)
     redis.call("zadd", ns .. ":__leases__", "LT", deadline, gk)
 end
 
--- Park a message in place (its data is, or has just been put, in its queue's hash).
+-- Park a message (its data is, or has just been put, in its queue's hash).
 local function park(gk, redis_id, queue, job_id)
     redis.call("rpush", ns .. ":group:" .. gk .. ":parked", redis_id .. "\n" .. queue .. "\n" .. job_id)
-end
-
--- Park a message apart: its data in the group's own hash, with its route.
-local function park_apart(gk, redis_id, data, queue, job_id)
-    local parked = ns .. ":group:" .. gk .. ":parked"
-    redis.call("hset", parked .. ".msgs", redis_id, data, "@" .. redis_id, queue .. "\n" .. job_id)
-    redis.call("rpush", parked, redis_id)
 end
 
 -- Put a message where its job now waits: a delay queue, its queue (taking a group slot when
@@ -62,35 +52,27 @@ local function place(queue, redis_id, data, gk, cap, job_id, now, queued_lease)
     return "waiting"
 end
 
--- A parked entry taken off its list: its redis id, queue and job id, with its data now in
--- its queue's hash; nil when its message is gone.
+-- A parked entry taken off its list: its redis id, queue and job id, with its data in its
+-- queue's hash; nil when its message is gone.
 local function parked_route(stored, entry)
     local first = string.find(entry, "\n", 1, true)
-    if first then
-        local second = string.find(entry, "\n", first + 1, true)
-        local redis_id, queue = string.sub(entry, 1, first - 1), string.sub(entry, first + 1, second - 1)
-        if redis.call("hexists", ns .. ":" .. queue .. ".msgs", redis_id) == 0 then
+    if not first then
+        -- Parked by an earlier version: the data is in the group's own hash.
+        local data = redis.call("hget", stored, entry)
+        if not data then
             return nil
         end
-        return redis_id, queue, string.sub(entry, second + 1)
+        redis.call("hdel", stored, entry)
+        local message = cjson.decode(data)
+        redis.call("hset", ns .. ":" .. message["queue_name"] .. ".msgs", entry, data)
+        return entry, message["queue_name"], message["options"]["st_job"]
     end
-    local where = "@" .. entry
-    local found = redis.call("hmget", stored, entry, where)
-    redis.call("hdel", stored, entry, where)
-    local data, route = found[1], found[2]
-    if not data then
+    local second = string.find(entry, "\n", first + 1, true)
+    local redis_id, queue = string.sub(entry, 1, first - 1), string.sub(entry, first + 1, second - 1)
+    if redis.call("hexists", ns .. ":" .. queue .. ".msgs", redis_id) == 0 then
         return nil
     end
-    local queue, job_id
-    if route then
-        local cut = string.find(route, "\n", 1, true)
-        queue, job_id = string.sub(route, 1, cut - 1), string.sub(route, cut + 1)
-    else
-        local message = cjson.decode(data)
-        queue, job_id = message["queue_name"], message["options"]["st_job"]
-    end
-    redis.call("hset", ns .. ":" .. queue .. ".msgs", entry, data)
-    return entry, queue, job_id
+    return redis_id, queue, string.sub(entry, second + 1)
 end
 
 -- Free job_id's slot in group gk; if it held one, pass it to the oldest parked message.

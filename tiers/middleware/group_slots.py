@@ -55,8 +55,9 @@ class GroupSlots(Middleware):
         # Claimed when its batch was fetched (TierBroker.fetch_messages), unless that failed.
         verdict = self.jobs.take_fetch_claim(options[REDIS_MESSAGE_ID])
         if verdict is None:
+            worker_id = broker.broker_id  # type: ignore[attr-defined]
             verdict = until_redis_answers(
-                lambda: self.jobs.claim(message, q_name(message.queue_name)),
+                lambda: self.jobs.claim(message, q_name(message.queue_name), worker_id),
                 what="claiming a job",
             )
         if verdict == "parked":

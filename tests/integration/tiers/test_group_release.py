@@ -1,9 +1,11 @@
 """A freed group slot passes to the oldest parked message by moving an id, not the message:
-a message parked when it is queued (or fetched) keeps its data in its queue's hash and its
-parked entry is its route (redis id, queue, job id). Messages parked apart (by a claim at a
-run's start, or by a version before routes) are still released, from the group's own hash.
-And the lease index (``__leases__``) keeps, for every group holding a job, an entry at or
-below its earliest deadline, which lets a release leave it alone (tiers/lua/_prelude.lua)."""
+a parked message keeps its data in its queue's hash and its parked entry is its route
+(redis id, queue, job id). Entries parked by an earlier version (the redis id alone, the
+message in the group's own hash) are still released. A claim at a run's start parks in
+place too, taking the delivery out of the worker's ack set, so the ack that follows cannot
+drop a copy a release queued meanwhile. And the lease index (``__leases__``) keeps, for
+every group holding a job, an entry at or below its earliest deadline, which lets a release
+leave it alone (tiers/lua/_prelude.lua)."""
 
 from __future__ import annotations
 
@@ -79,34 +81,25 @@ def test_a_release_moves_the_parked_id_by_its_route_and_leaves_nothing_behind(
     assert not redis_client.exists(parked, stored, f"{namespace}:{QUEUE}.msgs")
 
 
-def park_apart(
-    client: redis.Redis, namespace: str, redis_id: str, job_id: str, *, route: bool
-) -> None:
-    """Turn the first parked entry (redis_id's, parked in place) into one parked apart, as
-    claim.lua parks (route=True) or as a version before routes did (route=False)."""
+def park_as_before(client: redis.Redis, namespace: str, redis_id: str) -> None:
+    """Turn the first parked entry (redis_id's) into one an earlier version parked: the
+    redis id alone, the message in the group's own hash."""
     parked, stored = parked_keys(namespace)
     data = client.hget(f"{namespace}:{QUEUE}.msgs", redis_id)
     assert data is not None
     client.hdel(f"{namespace}:{QUEUE}.msgs", redis_id)
     client.hset(stored, redis_id, data)
-    if route:
-        client.hset(stored, f"@{redis_id}", f"{QUEUE}\n{job_id}")
     client.lset(parked, 0, redis_id)
 
 
-@pytest.mark.parametrize("route", [True, False], ids=["with its route", "without a route"])
-def test_a_message_parked_apart_is_released_from_the_groups_hash(
-    router: Router,
-    broker: TierBroker,
-    redis_client: redis.Redis,
-    namespace: str,
-    route: bool,
+def test_a_message_an_earlier_version_parked_is_released_from_the_groups_hash(
+    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
 ) -> None:
-    # Given b parked apart: its message in the group's own hash
+    # Given b parked by an earlier version: its message in the group's own hash
     router.enqueue_many([serial("a"), serial("b")])
     _, stored = parked_keys(namespace)
     b_id = broker.jobs.record("serial-b")["cur"]  # type: ignore[index]
-    park_apart(redis_client, namespace, b_id, "serial-b", route=route)
+    park_as_before(redis_client, namespace, b_id)
     consumer = broker.consume(QUEUE, prefetch=10, timeout=100)
     # When a's slot frees, b takes it and is queued, then runs
     assert run_one(broker, consumer) == "released"
@@ -118,21 +111,21 @@ def test_a_message_parked_apart_is_released_from_the_groups_hash(
     assert h.state(broker, "serial-b") == "completed"
 
 
-@pytest.mark.parametrize("apart", [False, True], ids=["in place", "apart"])
+@pytest.mark.parametrize("before", [False, True], ids=["parked in place", "parked before"])
 def test_a_parked_message_whose_data_is_gone_passes_the_slot_on(
     router: Router,
     broker: TierBroker,
     redis_client: redis.Redis,
     namespace: str,
-    apart: bool,
+    before: bool,
 ) -> None:
     # Given b and c parked behind a, and b's message gone
     router.enqueue_many([serial("a"), serial("b"), serial("c")])
     _, stored = parked_keys(namespace)
     b_id = broker.jobs.record("serial-b")["cur"]  # type: ignore[index]
-    if apart:
-        park_apart(redis_client, namespace, b_id, "serial-b", route=True)
-        redis_client.hdel(stored, b_id, f"@{b_id}")
+    if before:
+        park_as_before(redis_client, namespace, b_id)
+        redis_client.hdel(stored, b_id)
     else:
         redis_client.hdel(f"{namespace}:{QUEUE}.msgs", b_id)
     consumer = broker.consume(QUEUE, prefetch=10, timeout=100)
@@ -181,32 +174,35 @@ def test_the_lease_index_covers_every_group_through_claims_releases_and_reaps(
     assert redis_client.zscore(f"{namespace}:__leases__", GROUP) is None
 
 
-def test_a_message_a_claim_parks_at_its_start_is_parked_apart_and_outlives_its_ack(
+def test_a_job_a_claim_parks_at_its_start_survives_the_ack_of_its_delivery(
     router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
 ) -> None:
     from dramatiq.message import Message
 
-    group = f"{namespace}:group:{GROUP}"
+    group, queue = f"{namespace}:group:{GROUP}", f"{namespace}:{QUEUE}"
     router.enqueue_many([serial("a"), serial("b")])
     a_id = broker.jobs.record("serial-a")["cur"]  # type: ignore[index]
-    # Given a's slot gone (reaped) and the group full with another holder
+    # Given a's slot gone (reaped) and the group full with another holder, and a delivered
+    # to this worker (Dramatiq's fetch, without the fetch-time claim)
     redis_client.zrem(group, "serial-a")
     redis_client.zadd(group, {"holder": 1})
     redis_client.zadd(f"{namespace}:__leases__", {GROUP: 1})
-    assert redis_client.lpop(f"{namespace}:{QUEUE}") == a_id.encode()  # a worker fetched a
-    delivered = Message.decode(redis_client.hget(f"{namespace}:{QUEUE}.msgs", a_id))
-    # When a worker claims a at its start, it is parked apart, and the worker's ack of the
-    # delivery drops the queue's copy
-    assert broker.jobs.claim(delivered, QUEUE) == "parked"
-    _, stored = parked_keys(namespace)
-    assert redis_client.hget(stored, f"@{a_id}") == f"{QUEUE}\nserial-a".encode()
-    redis_client.hdel(f"{namespace}:{QUEUE}.msgs", a_id)
-    # Then once the holder's slot is reaped and b has run, a is queued with its message
+    acks = f"{namespace}:__acks__.{broker.broker_id}.{QUEUE}"
+    assert redis_client.lpop(queue) == a_id.encode()
+    redis_client.sadd(acks, a_id)
+    delivered = Message.decode(redis_client.hget(f"{queue}.msgs", a_id))
+    # When the worker claims a at its start, a is parked in place, no longer in the ack set
+    assert broker.jobs.claim(delivered, QUEUE, broker.broker_id) == "parked"
+    assert redis_client.lrange(f"{group}:parked", -1, -1) == [f"{a_id}\n{QUEUE}\nserial-a".encode()]
+    assert not redis_client.sismember(acks, a_id)
+    # And b, then a, get the slot before the worker's ack of that delivery reaches Redis
     assert broker.jobs.reap() == 1
     consumer = broker.consume(QUEUE, prefetch=10, timeout=100)
     assert run_one(broker, consumer) == "released"
     assert h.state(broker, "serial-a") == "waiting"
-    assert redis_client.hexists(f"{namespace}:{QUEUE}.msgs", a_id)
+    broker.do_ack(QUEUE, a_id)  # type: ignore[attr-defined]
+    # Then the ack dropped nothing: a runs, once
+    assert redis_client.hexists(f"{queue}.msgs", a_id)
     assert run_one(broker, consumer) == "ok"
     consumer.close()  # type: ignore[attr-defined]
     assert [h.state(broker, f"serial-{i}") for i in "ab"] == ["completed"] * 2

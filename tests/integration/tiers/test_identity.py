@@ -130,7 +130,7 @@ def test_message_redelivered_after_worker_died_runs(
     from dramatiq.message import Message
 
     message = Message.decode(redis_client.hget(f"{queue}.msgs", redis_id))
-    assert broker.jobs.claim(message, "t_plain.fast") == "run"
+    assert broker.jobs.claim(message, "t_plain.fast", broker.broker_id) == "run"
     assert state(broker, "plain-r") == "active"
     # When the broker hands its message back (what Dramatiq's maintenance does)
     redis_client.rpush(queue, redis_id)
