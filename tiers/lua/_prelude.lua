@@ -2,19 +2,15 @@
 -- Key layout under the namespace ns (Dramatiq's own keys are ns:<queue> and ns:<queue>.msgs):
 --   ns:job:<id>                hash: the job record (state, msg, cur, queue, org, attempts, ...)
 --   ns:group:<gk>              zset: job ids admitted to the group, scored by lease deadline (ms)
---   ns:group:<gk>:parked       list: messages held back because the group was full, oldest
---                              first, parked in place: a message's data stays in its
---                              queue's message hash (in no ack set, not in the queue's
---                              list) and its entry is its route, "<redis id>\n<queue>\n<job
---                              id>", so a release moves an id, not the message. An entry
---                              that is a redis id alone was parked by an earlier version,
---                              with its data in
---   ns:group:<gk>:parked.msgs  hash: redis message id -> encoded message (earlier versions)
+--   ns:group:<gk>:parked       list: redis message ids held back because the group was full
+--   ns:group:<gk>:parked.msgs  hash: redis message id -> encoded message
 --   ns:__leases__              zset: group key -> earliest lease deadline, for the reaper.
 --                              Every group holding a job has its entry, at or below its
 --                              earliest deadline: admit() adds it, a lease refresh only
 --                              moves deadlines later, and only reap.lua removes an entry,
 --                              once its group is empty
+-- These layouts are read by every version of these scripts running at once (a rolling
+-- deploy): a new layout must be readable, and its entries safe, in the older scripts.
 local ns = KEYS[1]
 
 local function push(queue, redis_id, data)
@@ -27,9 +23,10 @@ local function admit(gk, job_id, deadline)
     redis.call("zadd", ns .. ":__leases__", "LT", deadline, gk)
 end
 
--- Park a message (its data is, or has just been put, in its queue's hash).
-local function park(gk, redis_id, queue, job_id)
-    redis.call("rpush", ns .. ":group:" .. gk .. ":parked", redis_id .. "\n" .. queue .. "\n" .. job_id)
+local function park(gk, redis_id, data)
+    local parked = ns .. ":group:" .. gk .. ":parked"
+    redis.call("hset", parked .. ".msgs", redis_id, data)
+    redis.call("rpush", parked, redis_id)
 end
 
 -- Put a message where its job now waits: a delay queue, its queue (taking a group slot when
@@ -42,37 +39,13 @@ local function place(queue, redis_id, data, gk, cap, job_id, now, queued_lease)
     if gk ~= "" then
         local group = ns .. ":group:" .. gk
         if not redis.call("zscore", group, job_id) and redis.call("zcard", group) >= cap then
-            redis.call("hset", ns .. ":" .. queue .. ".msgs", redis_id, data)
-            park(gk, redis_id, queue, job_id)
+            park(gk, redis_id, data)
             return "parked"
         end
         admit(gk, job_id, now + queued_lease)
     end
     push(queue, redis_id, data)
     return "waiting"
-end
-
--- A parked entry taken off its list: its redis id, queue and job id, with its data in its
--- queue's hash; nil when its message is gone.
-local function parked_route(stored, entry)
-    local first = string.find(entry, "\n", 1, true)
-    if not first then
-        -- Parked by an earlier version: the data is in the group's own hash.
-        local data = redis.call("hget", stored, entry)
-        if not data then
-            return nil
-        end
-        redis.call("hdel", stored, entry)
-        local message = cjson.decode(data)
-        redis.call("hset", ns .. ":" .. message["queue_name"] .. ".msgs", entry, data)
-        return entry, message["queue_name"], message["options"]["st_job"]
-    end
-    local second = string.find(entry, "\n", first + 1, true)
-    local redis_id, queue = string.sub(entry, 1, first - 1), string.sub(entry, first + 1, second - 1)
-    if redis.call("hexists", ns .. ":" .. queue .. ".msgs", redis_id) == 0 then
-        return nil
-    end
-    return redis_id, queue, string.sub(entry, second + 1)
 end
 
 -- Free job_id's slot in group gk; if it held one, pass it to the oldest parked message.
@@ -85,17 +58,20 @@ local function release(gk, job_id, now, queued_lease)
     end
     local parked = group .. ":parked"
     while true do
-        local entry = redis.call("lpop", parked)
-        if not entry then
+        local redis_id = redis.call("lpop", parked)
+        if not redis_id then
             return 1
         end
-        local redis_id, queue, next_job = parked_route(parked .. ".msgs", entry)
-        if redis_id then
+        local data = redis.call("hget", parked .. ".msgs", redis_id)
+        redis.call("hdel", parked .. ".msgs", redis_id)
+        if data then
+            local message = cjson.decode(data)
+            local next_job = message["options"]["st_job"]
             -- The slot passes from job_id to next_job. The group's __leases__ entry is there
             -- (job_id was in the group) and at or below job_id's deadline, which is no later
             -- than next_job's queued one (see the key layout): only the group's zset moves.
             redis.call("zadd", group, now + queued_lease, next_job)
-            redis.call("rpush", ns .. ":" .. queue, redis_id)
+            push(message["queue_name"], redis_id, data)
             redis.call("hset", ns .. ":job:" .. next_job, "state", "waiting")
             return 1, true
         end
@@ -143,14 +119,15 @@ local function claim(job_id, message_id, redis_id, gk, cap, now, lease, park_it)
     return "run"
 end
 
--- Claim one fetched message of a main queue (claim_many.lua, fetch_claim.lua). A message to
--- park is parked from its copy in the queue's message hash and acked (acks: the
+-- Claim one fetched main-queue message (claim_many.lua, fetch_claim.lua). A message to park
+-- is parked from its copy in the queue's message hash (messages) and acked (acks: the
 -- worker's ack set of the queue) in this step; without that copy it is claimed later.
-local function claim_fetched(job_id, message_id, redis_id, gk, cap, now, lease, queue, acks)
+local function claim_fetched(job_id, message_id, redis_id, gk, cap, now, lease, messages, acks)
     return claim(job_id, message_id, redis_id, gk, cap, now, lease, function()
-        if redis.call("hexists", ns .. ":" .. queue .. ".msgs", redis_id) == 1
-            and redis.call("srem", acks, redis_id) > 0 then
-            park(gk, redis_id, queue, job_id)
+        local data = redis.call("hget", messages, redis_id)
+        if data and redis.call("srem", acks, redis_id) > 0 then
+            redis.call("hdel", messages, redis_id)
+            park(gk, redis_id, data)
             return true
         end
         return false

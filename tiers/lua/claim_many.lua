@@ -9,10 +9,11 @@
 --       group_key, cap
 -- Returns one verdict per message: run | stale | done | parked | later (claim it at start).
 local now, lease, queue, worker_id = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local messages = ns .. ":" .. queue .. ".msgs"
 local acks = ns .. ":__acks__." .. worker_id .. "." .. queue
 local verdicts = {}
 for i = 5, #ARGV, 5 do
     verdicts[#verdicts + 1] = claim_fetched(ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3],
-        tonumber(ARGV[i + 4]), now, lease, queue, acks)
+        tonumber(ARGV[i + 4]), now, lease, messages, acks)
 end
 return verdicts

@@ -64,7 +64,7 @@ for i, redis_id in ipairs(ids) do
                 gk = ""
             end
             verdict = claim_fetched(options["st_job"], message["message_id"], redis_id, gk,
-                tonumber(options["st_cap"]) or 0, now, lease, queue, acks)
+                tonumber(options["st_cap"]) or 0, now, lease, messages, acks)
         end
     end
     verdicts[i] = verdict
