@@ -54,6 +54,7 @@ from bench.job_timing import drain_timing, time_in_worker_ms
 NAME = "bullmq_compare"
 DIRECTORY = Path(__file__).with_name("bullmq")
 ORGANIZATIONS = 20
+DRAINS = ("drain", "drain_grouped")
 SETTINGS = {"processes": 2, "threads": 8, "prefetch": 200, "poll_ms": 100}
 
 
@@ -192,6 +193,18 @@ def speedtier_drain(kind: str, jobs: int, redis_url: str) -> tuple[float, dict[s
     return jobs / seconds, cost
 
 
+def cpu_bound(rates: dict[str, float], costs: dict[str, dict[str, float]]) -> dict[str, float]:
+    """What the drains' CPU says of the grouped ratio: each drain's cores busy (worker and
+    Redis CPU per job times jobs/s) and ``grouped_cpu_bound``, the ungrouped job's CPU over
+    the grouped job's, which is the grouped / ungrouped ratio the drains would show if both
+    kept the same cores busy (the work a group cap adds, priced in CPU)."""
+    cpu = {m: costs[m]["worker_cpu_us"] + costs[m]["redis_cpu_us"] for m in DRAINS}
+    return {
+        "grouped_cpu_bound": rnd(cpu["drain"] / cpu["drain_grouped"], 2),
+        **{f"{m}_cores_busy": rnd(rates[m] * cpu[m] / 1e6, 2) for m in DRAINS},
+    }
+
+
 def run(
     *,
     quick: bool = False,
@@ -262,6 +275,7 @@ def run(
     ratios["grouped_to_ungrouped"] = rnd(
         medians["speedtier"]["drain_grouped"] / medians["speedtier"]["drain"], 2
     )
+    ratios.update(cpu_bound(medians["speedtier"], drain_costs))
     # Each round's own ratios (its two sides measured seconds apart, so a machine whose
     # speed drifts during the run moves both together).
     st, bull = samples["speedtier"], samples["bullmq"]

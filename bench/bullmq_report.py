@@ -26,6 +26,19 @@ def _round_ranges(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def _cpu_bound(ratios: dict[str, Any]) -> list[str]:
+    if "grouped_cpu_bound" not in ratios:
+        return []
+    return [
+        "",
+        f"By CPU (workers' and Redis's, per job, medians): an ungrouped job costs "
+        f"{ratios['grouped_cpu_bound']}x a grouped one, which is the grouped / ungrouped "
+        "ratio if both drains kept the same cores busy; they kept "
+        f"{ratios['drain_cores_busy']} (ungrouped) and {ratios['drain_grouped_cores_busy']} "
+        "(grouped) of the machine's cores busy with workers and Redis.",
+    ]
+
+
 def summary(result: dict[str, Any]) -> str:
     if "skipped" in result:
         return f"### speedtier beside BullMQ\n\nSkipped: {result['skipped']}."
@@ -54,6 +67,7 @@ def summary(result: dict[str, Any]) -> str:
             markdown_table(["measure", "BullMQ", "speedtier", "speedtier / BullMQ"], rows),
             "",
             f"Grouped drain / ungrouped drain: {ratios['grouped_to_ungrouped']} (target >= 0.8).",
+            *_cpu_bound(ratios),
             *_round_ranges(result),
             *(
                 [
