@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from collections.abc import Mapping
 from contextlib import closing
 from datetime import UTC, datetime
@@ -53,7 +52,10 @@ from services.connectors.nodes import (
     WebhookEvent,
     WebhookParse,
     WebhookVerify,
+    as_object,
     header,
+    storable_event,
+    webhook_payload,
 )
 from shared.errors import Retryable, Unrecoverable
 from shared.http import NotFound
@@ -230,24 +232,26 @@ def parse(headers: Mapping[str, str], body: bytes) -> WebhookEvent:
     event = header(headers, "X-GitHub-Event") or ""
     if not delivery:
         raise MalformedWebhook("github webhook without X-GitHub-Delivery")
-    try:
-        payload = json.loads(body)
-        full_name = str(payload["repository"]["full_name"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise MalformedWebhook(f"github webhook {delivery}: unreadable payload ({exc})") from exc
+    what = f"github webhook {delivery}"
+    payload = webhook_payload(body, what)
+    full_name = as_object(payload.get("repository")).get("full_name")
+    if not isinstance(full_name, str) or not full_name:
+        raise MalformedWebhook(f"{what}: no repository full_name")
     root = NodeRef(REPO, full_name)
     on_pull = event in PULL_EVENTS
     item = payload.get("pull_request") if on_pull else payload.get("issue")
     if event not in ("issues", "issue_comment", *PULL_EVENTS) or not isinstance(item, dict):
-        return WebhookEvent(delivery, [], root=root, kind=event)
+        return storable_event(WebhookEvent(delivery, [], root=root, kind=event), what)
     number = item.get("number") or payload.get("number")
-    if not isinstance(number, int):
-        raise MalformedWebhook(f"github webhook {delivery}: no issue number")
+    if not isinstance(number, int) or isinstance(number, bool):
+        raise MalformedWebhook(f"{what}: no issue number")
     pull = on_pull or "pull_request" in item
     ref = NodeRef(PULL if pull else ISSUE, f"{full_name}#{number}")
     if event == "issues" and payload.get("action") == "deleted":
-        return WebhookEvent(delivery, [], root=root, removed=[ref], kind=event)
-    return WebhookEvent(delivery, [ref], root=root, kind=event)
+        return storable_event(
+            WebhookEvent(delivery, [], root=root, removed=[ref], kind=event), what
+        )
+    return storable_event(WebhookEvent(delivery, [ref], root=root, kind=event), what)
 
 
 #: mypy holds the webhook functions to the contract's signatures.

@@ -50,7 +50,10 @@ from services.connectors.nodes import (
     WebhookEvent,
     WebhookParse,
     WebhookVerify,
+    as_object,
     header,
+    storable_event,
+    webhook_payload,
 )
 from shared.errors import Retryable, Unrecoverable
 from shared.http import NotFound
@@ -233,28 +236,36 @@ def parse(headers: Mapping[str, str], body: bytes) -> WebhookEvent:
     delivery = header(headers, "X-Gitlab-Event-UUID") or header(headers, "Idempotency-Key")
     if not delivery:
         raise MalformedWebhook("gitlab webhook without X-Gitlab-Event-UUID")
-    try:
-        payload = json.loads(body)
-        kind = str(payload["object_kind"])
-        project = str(payload["project"]["id"])
-        attributes = payload.get("object_attributes") or {}
-    except (ValueError, KeyError, TypeError) as exc:
-        raise MalformedWebhook(f"gitlab webhook {delivery}: unreadable payload ({exc})") from exc
+    what = f"gitlab webhook {delivery}"
+    payload = webhook_payload(body, what)
+    kind, project_id = payload.get("object_kind"), as_object(payload.get("project")).get("id")
+    if not isinstance(kind, str) or not _is_id(project_id):
+        raise MalformedWebhook(f"{what}: no object_kind and project id")
+    project = str(project_id)
+    attributes = as_object(payload.get("object_attributes"))
     root = NodeRef(PROJECT, project)
     if kind in ("issue", "work_item", "merge_request"):
         iid = attributes.get("iid")
         merge = kind == "merge_request"
     elif kind == "note" and attributes.get("noteable_type") in ("Issue", "MergeRequest"):
         merge = attributes["noteable_type"] == "MergeRequest"
-        iid = (payload.get("merge_request" if merge else "issue") or {}).get("iid")
+        iid = as_object(payload.get("merge_request" if merge else "issue")).get("iid")
     else:
-        return WebhookEvent(delivery, [], root=root, kind=kind)
-    if not isinstance(iid, int):
-        raise MalformedWebhook(f"gitlab webhook {delivery}: no iid")
+        return storable_event(WebhookEvent(delivery, [], root=root, kind=kind), what)
+    if not _is_id(iid) or isinstance(iid, str):
+        raise MalformedWebhook(f"{what}: no iid")
     ref = (
         NodeRef(MERGE_REQUEST, f"{project}!{iid}") if merge else NodeRef(ISSUE, f"{project}#{iid}")
     )
-    return WebhookEvent(delivery, [ref], root=root, kind=kind)
+    return storable_event(WebhookEvent(delivery, [ref], root=root, kind=kind), what)
+
+
+def _is_id(value: Any) -> bool:
+    """A project id or iid as a payload may carry it: a whole number (not a boolean) or a
+    non-empty string."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or (isinstance(value, str) and value != "")
 
 
 #: mypy holds the webhook functions to the contract's signatures.

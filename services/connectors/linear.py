@@ -50,7 +50,10 @@ from services.connectors.nodes import (
     WebhookEvent,
     WebhookParse,
     WebhookVerify,
+    as_object,
     header,
+    storable_event,
+    webhook_payload,
 )
 from shared.errors import Retryable, Unrecoverable
 from shared.http import NotFound
@@ -314,23 +317,27 @@ def parse(headers: Mapping[str, str], body: bytes) -> WebhookEvent:
     delivery = header(headers, "Linear-Delivery")
     if not delivery:
         raise MalformedWebhook("linear webhook without Linear-Delivery")
-    try:
-        payload = json.loads(body)
-        kind = str(payload["type"])
-        data = payload["data"]
-        ident = str(data["id"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise MalformedWebhook(f"linear webhook {delivery}: unreadable payload ({exc})") from exc
+    what = f"linear webhook {delivery}"
+    payload = webhook_payload(body, what)
+    kind, data = payload.get("type"), payload.get("data")
+    if not isinstance(kind, str) or not isinstance(data, dict):
+        raise MalformedWebhook(f"{what}: no type and data object")
+    ident = data.get("id")
+    if not isinstance(ident, str) or not ident:
+        raise MalformedWebhook(f"{what}: no data.id")
     node_type = {"Issue": ISSUE, "Comment": COMMENT}.get(kind)
     if node_type is None:
-        return WebhookEvent(delivery, [], kind=kind)
-    issue = data.get("issue") if isinstance(data.get("issue"), dict) else {}
-    team = data.get("teamId") or (data.get("team") or {}).get("id") or issue.get("teamId")
-    root = NodeRef(TEAM, str(team)) if team else None
+        return storable_event(WebhookEvent(delivery, [], kind=kind), what)
+    team = (
+        data.get("teamId")
+        or as_object(data.get("team")).get("id")
+        or as_object(data.get("issue")).get("teamId")
+    )
+    root = NodeRef(TEAM, team) if isinstance(team, str) and team else None
     ref = NodeRef(node_type, ident)
     if payload.get("action") == "remove":
-        return WebhookEvent(delivery, [], root=root, removed=[ref], kind=kind)
-    return WebhookEvent(delivery, [ref], root=root, kind=kind)
+        return storable_event(WebhookEvent(delivery, [], root=root, removed=[ref], kind=kind), what)
+    return storable_event(WebhookEvent(delivery, [ref], root=root, kind=kind), what)
 
 
 #: mypy holds the webhook functions to the contract's signatures.

@@ -31,6 +31,7 @@ response's quota headers are recorded there, so the next job of the same connect
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -157,6 +158,43 @@ class NodeSource(Protocol):
 
 class MalformedWebhook(SpeedtierError):
     """A webhook body or its headers cannot be read (answer 400, do not retry)."""
+
+
+def webhook_payload(body: bytes, what: str) -> dict[str, Any]:
+    """The delivery's body as the JSON object a webhook sends; raises
+    :class:`MalformedWebhook` when it is not one (not JSON, nested too deep to read, or
+    another JSON value). ``what`` names the delivery in the message."""
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        reason = "nested too deep" if isinstance(exc, RecursionError) else str(exc)
+        raise MalformedWebhook(f"{what}: unreadable payload ({reason})") from None
+    if not isinstance(payload, dict):
+        raise MalformedWebhook(f"{what}: the payload is not a JSON object")
+    return payload
+
+
+def as_object(value: Any) -> dict[str, Any]:
+    """``value`` when the payload holds an object there, else an empty one (a field of the
+    wrong type reads as absent)."""
+    return value if isinstance(value, dict) else {}
+
+
+def storable_event(event: WebhookEvent, what: str) -> WebhookEvent:
+    """``event`` when every text in it can be stored (PostgreSQL text holds neither NUL
+    nor a lone surrogate, which UTF-8 cannot encode); raises :class:`MalformedWebhook`
+    naming the first one that cannot (``what`` names the delivery)."""
+    refs = [ref for ref in (event.root, *event.refs, *event.removed) if ref is not None]
+    texts = [("delivery id", event.delivery_id), ("event kind", event.kind)]
+    texts += [(f"{ref.node_type} id", ref.node_id) for ref in refs]
+    for name, text in texts:
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            raise MalformedWebhook(f"{what}: its {name} is not valid UTF-8 text") from None
+        if "\x00" in text:
+            raise MalformedWebhook(f"{what}: its {name} must not contain NUL (U+0000)")
+    return event
 
 
 class WebhookVerify(Protocol):

@@ -88,7 +88,7 @@ class WebhookParams(BaseModel):
     refs: list[tuple[_Text, _Text]] = Field(default_factory=list, max_length=10_000)
     removed: list[tuple[_Text, _Text]] = Field(default_factory=list, max_length=10_000)
     root: tuple[_Text, _Text] | None = None
-    received_at: float = 0.0
+    received_at: float = Field(0.0, ge=0, allow_inf_nan=False)
 
 
 def key_part(value: str) -> str:

@@ -94,7 +94,8 @@ def receive(
         return Answer(404, {"error": f"no webhook at /webhooks/{source}/{path}"})
     connection_id: int | None = None
     if connection_param is not None:
-        if not connection_param.isdigit() or not 0 < int(connection_param) < 2**63:
+        digits = connection_param.isascii() and connection_param.isdigit()  # not "²"
+        if not digits or not 0 < int(connection_param) < 2**63:
             return Answer(400, {"error": "connection must be a positive integer"})
         connection_id = int(connection_param)
     key = None if connection_id is not None else _root_key(hook, headers, body)

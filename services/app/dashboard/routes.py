@@ -341,6 +341,8 @@ def resolve_claim() -> ResponseReturnValue:
     how = request.form.get("how", "")
     if not key or how not in ("delivered", "release"):
         raise PageProblem(400, "Say which claim and how", "Give a key and delivered or release.")
+    if "\x00" in key:  # no claim key holds one: PostgreSQL text cannot
+        raise PageProblem(400, "No such claim key", "A claim key never contains NUL (U+0000).")
     operator: auth.Operator = g.operator
     outcome = actions.resolve_claim(_platform(), operator.name, key, how == "delivered")
     if outcome == "not_unresolved":

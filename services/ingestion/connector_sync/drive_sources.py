@@ -41,6 +41,7 @@ from services.ingestion.connector_sync.adapters import (
     StrictSettings,
 )
 from shared.errors import Unrecoverable
+from shared.inputs import Text
 
 _Id = Field(min_length=1, max_length=512, pattern=r"^[^\x00/\s]+$")
 
@@ -48,7 +49,7 @@ _Id = Field(min_length=1, max_length=512, pattern=r"^[^\x00/\s]+$")
 class AccessToken(StrictSettings):
     """An OAuth access token (refreshing it is the caller's job)."""
 
-    access_token: str = Field(min_length=1, max_length=8192)
+    access_token: Text = Field(min_length=1, max_length=8192)
 
 
 class NoSettings(StrictSettings):
@@ -77,10 +78,10 @@ class DriveSettings(StrictSettings):
 
 
 class SharepointSettings(StrictSettings):
-    site_id: str | None = Field(
+    site_id: Text | None = Field(
         None, min_length=1, max_length=512, description="Every document library of this site."
     )
-    drive_id: str | None = Field(
+    drive_id: Text | None = Field(
         None, min_length=1, max_length=512, description="One document library's drive id."
     )
     page_size: int = Field(200, ge=1, le=1000)

@@ -46,17 +46,18 @@ from services.ingestion.connector_sync.adapters import (
     ListedPage,
     StrictSettings,
 )
+from shared.inputs import Text
 
 _Key = Field(min_length=1, max_length=4096)
 
 
 class NotionCredentials(StrictSettings):
-    api_token: str = _Key
+    api_token: Text = _Key
 
 
 class EmailToken(StrictSettings):
-    email: str = Field(min_length=3, max_length=320)
-    api_token: str = _Key
+    email: Text = Field(min_length=3, max_length=320)
+    api_token: Text = _Key
 
 
 class NoSettings(StrictSettings):
@@ -82,7 +83,7 @@ class ZendeskConnection(StrictSettings):
 
 
 class NotionSettings(StrictSettings):
-    root_page_ids: list[str] = Field(
+    root_page_ids: list[Text] = Field(
         default_factory=list,
         max_length=100,
         description="Only pages under these pages or databases (none: every shared page).",
@@ -90,18 +91,18 @@ class NotionSettings(StrictSettings):
 
 
 class ConfluenceSettings(StrictSettings):
-    space_keys: list[str] = Field(
+    space_keys: list[Text] = Field(
         default_factory=list, max_length=100, description="Only these spaces (none: all)."
     )
 
 
 class ZendeskSettings(StrictSettings):
-    locales: list[str] = Field(
+    locales: list[Text] = Field(
         default_factory=list,
         max_length=50,
         description="Each article in these locales (none: every published translation).",
     )
-    brand_ids: list[str] = Field(
+    brand_ids: list[Text] = Field(
         default_factory=list, max_length=100, description="Only these brands' help centers."
     )
 

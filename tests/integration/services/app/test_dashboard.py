@@ -276,6 +276,12 @@ def test_an_uncertain_claim_is_resolved_from_the_page(app: Flask, platform: Plat
             "/dashboard/claims/resolve", data={"key": other, "how": "burn", "csrf_token": token}
         )
         assert bad.status_code == 400
+        for how in ("delivered", "release"):  # PostgreSQL text holds no NUL: a 400, not a 500
+            nul = client.post(
+                "/dashboard/claims/resolve",
+                data={"key": f"{key}\x00", "how": how, "csrf_token": token},
+            )
+            assert nul.status_code == 400 and "NUL" in nul.text
         audit = client.get("/dashboard/audit").text
         assert "claim-delivered" in audit and "claim-release" in audit
     finally:

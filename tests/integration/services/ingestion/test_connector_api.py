@@ -218,6 +218,52 @@ def test_bad_bindings_are_400_naming_the_field(
     assert tenant.call("GET", f"/knowledge-bases/{base}/connectors").json["bindings"] == []  # type: ignore[index]
 
 
+EMAIL_TOKEN = {"email": "a@b.c", "api_token": "t"}
+
+
+@pytest.mark.parametrize(
+    ("connection", "settings", "field"),
+    [
+        (("notion", {"api_token": "x"}, {}), {"root_page_ids": ["a\u0000"]}, "root_page_ids[0]"),
+        (
+            ("confluence", EMAIL_TOKEN, {"site": "acme"}),
+            {"space_keys": ["\u0000"]},
+            "space_keys[0]",
+        ),
+        (("zendesk", EMAIL_TOKEN, {"subdomain": "acme"}), {"locales": ["e\u0000n"]}, "locales[0]"),
+        (
+            ("zendesk", EMAIL_TOKEN, {"subdomain": "acme"}),
+            {"brand_ids": ["1\u0000"]},
+            "brand_ids[0]",
+        ),
+        (("sharepoint", {"access_token": "t"}, {}), {"site_id": "a\u0000"}, "site_id"),
+        (("sharepoint", {"access_token": "t"}, {}), {"drive_id": "a\u0000"}, "drive_id"),
+    ],
+)
+def test_a_nul_in_a_bindings_settings_is_400_naming_the_field(
+    tenant: Tenant,
+    connection: tuple[str, dict[str, str], dict[str, str]],
+    settings: dict[str, Any],
+    field: str,
+) -> None:
+    provider, credentials, connection_settings = connection
+    ident = connect(
+        tenant,
+        {
+            "provider": provider,
+            "name": provider,
+            "credentials": credentials,
+            "settings": connection_settings,
+        },
+    )
+    base = tenant.create_base()
+    path = f"/knowledge-bases/{base}/connectors"
+    response = tenant.call("POST", path, {"connection_id": ident, "settings": settings})
+    assert response.status_code == 400, response.json
+    assert f"settings.{field}" in response.json["fields"]  # type: ignore[index]
+    assert tenant.call("GET", path).json["bindings"] == []  # type: ignore[index]
+
+
 def test_sharepoint_needs_a_site_or_a_drive(tenant: Tenant) -> None:
     ident = connect(
         tenant, {"provider": "sharepoint", "name": "SP", "credentials": {"access_token": "t"}}

@@ -131,6 +131,7 @@ def test_a_delivery_that_does_not_verify_is_refused_and_nothing_is_enqueued(
         ("gitlab", "nosuch", "1", 404),
         ("gitlab", "events", "999999999", 404),
         ("gitlab", "events", "abc", 400),
+        ("gitlab", "events", "%C2%B2", 400),  # "²": a digit to str.isdigit, not to int()
         ("gitlab", "events", None, 404),
     ],
 )
@@ -278,3 +279,35 @@ def test_a_gitlab_delivery_is_verified_with_x_gitlab_token(
     assert post("guess", f"g1-{org}") == 401
     assert post(SECRET, f"g2-{org}") == 202
     assert production.broker.queue_depths(["super_webhook.fast"])["super_webhook.fast"][0] == 1
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"object_kind": "issue", "project": {"id": 42}, "object_attributes": "x"},
+        {"object_kind": "issue", "project": {"id": "4\x002"}, "object_attributes": {"iid": 3}},
+        {
+            "object_kind": "note",
+            "project": {"id": 42},
+            "object_attributes": {"noteable_type": "Issue"},
+            "issue": "x",
+        },
+    ],
+)
+def test_a_malformed_gitlab_delivery_is_answered_4xx_with_or_without_its_connection(
+    make_platform: MakePlatform, organization: Callable[[], int], payload: dict[str, object]
+) -> None:
+    from services.app.api import create_app
+
+    production = make_platform()
+    client = create_app(production).test_client()
+    conn = make_connection(production, organization(), "gitlab", webhook_secret=SECRET)
+    headers = {"X-Gitlab-Token": SECRET, "X-Gitlab-Event-UUID": "m1"}
+    raw = json.dumps(payload).encode()
+    # Read only to find its connection, unsigned: no connection takes it.
+    assert client.post("/webhooks/gitlab/events", data=raw, headers=headers).status_code == 404
+    signed = client.post(f"/webhooks/gitlab/events?connection={conn}", data=raw, headers=headers)
+    assert signed.status_code == 400 and "gitlab webhook m1" in signed.get_json()["error"]
+    deep = client.post("/webhooks/gitlab/events", data=b"[" * 100_000, headers=headers)
+    assert deep.status_code == 404
+    assert production.broker.queue_depths(["super_webhook.fast"])["super_webhook.fast"][0] == 0

@@ -6,13 +6,14 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 import tiers.table
 from services.super_sources.families import (
     EXTERNAL_SERVICE_RETRY,
     RETENTION_SECONDS,
     ImportParams,
+    WebhookParams,
     families,
 )
 from tiers.families import Family
@@ -84,3 +85,11 @@ def test_webhook_messages_run_before_the_index_backlog_a_worker_has_fetched() ->
     # Dramatiq runs a worker's fetched messages lowest priority first
     assert fams["super_webhook"].priority < fams["super_index"].priority
     assert fams["super_webhook"].priority < fams["super_import"].priority
+
+
+@pytest.mark.parametrize("received_at", [float("nan"), float("inf"), -1.0])
+def test_a_webhook_job_received_at_no_time_is_refused(received_at: float) -> None:
+    fields = {"source": "github", "path": "events", "connection_id": 1, "delivery_id": "d"}
+    assert WebhookParams(**fields, received_at=1.7e9).received_at == 1.7e9
+    with pytest.raises(ValidationError, match="received_at"):
+        WebhookParams(**fields, received_at=received_at)
