@@ -15,13 +15,24 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+
+from shared.errors import NotConfigured
 
 TIER_NAMES = ("fast", "slow", "maintenance")
 ENV_PREFIX = "SPEEDTIER_"
+#: What a Redis URL starts with (redis-py's schemes).
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+#: What a database URL starts with (PostgreSQL through psycopg 3: ``shared.db.engine``).
+DATABASE_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://")
+
+
+class InvalidSettings(NotConfigured, ValueError):
+    """A setting holds a value the process cannot use; the message names its variable."""
 
 
 class Settings(BaseSettings):
@@ -146,6 +157,20 @@ class Settings(BaseSettings):
     #: ``local``'s directory; unset: ``<SPEEDTIER_DATA_DIR>/storage``.
     uploads_root: str | None = None
 
+    @field_validator("redis_url", "fast_redis_url", "slow_redis_url", "maintenance_redis_url")
+    @classmethod
+    def _redis_urls_name_redis(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(REDIS_SCHEMES):
+            raise ValueError(f"expected a URL starting with {' or '.join(REDIS_SCHEMES)}")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url_names_postgresql(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(DATABASE_SCHEMES):
+            raise ValueError(f"expected a URL starting with {' or '.join(DATABASE_SCHEMES)}")
+        return value
+
     @field_validator("crawl_host_rate")
     @classmethod
     def _crawl_host_rate_is_a_rate(cls, value: str) -> str:
@@ -252,5 +277,35 @@ def environment_variables() -> dict[str, str]:
 
 
 def load_settings(**overrides: object) -> Settings:
-    """Read the environment (plus explicit overrides, used by tests) into a Settings object."""
-    return Settings(**overrides)  # type: ignore[arg-type]
+    """Read the environment (plus explicit overrides, used by tests) into a Settings object.
+
+    Raises:
+      InvalidSettings: a value cannot be used; the message names each such variable.
+    """
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        raise InvalidSettings(_invalid(exc)) from None
+    except SettingsError as exc:  # a variable holding JSON (a dict or list field) that is not
+        raise InvalidSettings(_unparsable(str(exc))) from None
+
+
+def _invalid(error: ValidationError) -> str:
+    variables = environment_variables()
+    problems = []
+    for item in error.errors(include_input=False, include_url=False):
+        field = str(item["loc"][0]) if item["loc"] else ""
+        name = variables.get(field, field)
+        where = "".join(f"[{part}]" for part in item["loc"][1:])
+        problems.append(f"{name}{where}: {item['msg']}")
+    return "invalid settings: " + "; ".join(problems)
+
+
+def _unparsable(message: str) -> str:
+    """pydantic-settings' message for a JSON variable it could not parse, naming the
+    variable rather than the field."""
+    match = re.search(r'field "([^"]+)"', message)
+    if match is None:
+        return f"invalid settings: {message}"
+    field = match.group(1)
+    return f"invalid settings: {environment_variables().get(field, field)}: not valid JSON"

@@ -72,12 +72,15 @@ def _check_every_redis(settings: Settings, timeout: float) -> str | None:
 def _check_redis(url: str | None, timeout: float) -> str | None:
     if not url:
         return "REDIS_URL is not set"
-    client = redis.Redis.from_url(
-        url,
-        socket_connect_timeout=timeout,
-        socket_timeout=timeout,
-        retry=Retry(NoBackoff(), 0),
-    )
+    try:
+        client = redis.Redis.from_url(
+            url,
+            socket_connect_timeout=timeout,
+            socket_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
+        )
+    except ValueError as exc:  # not a URL redis-py can read
+        return f"{type(exc).__name__}: {exc}"
     try:
         client.ping()
     except redis.RedisError as exc:

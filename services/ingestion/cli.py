@@ -17,6 +17,7 @@ from services.ingestion.tenant_index import (
     index_name,
     tenant_indexes,
 )
+from shared.cli_types import RECORD_ID
 from shared.db.engine import session_scope
 from shared.errors import RecordMissing
 
@@ -37,7 +38,7 @@ def _moment(value: str | None) -> datetime | None:
 
 
 @ingestion.command("usage")
-@click.option("--organization", "organization_id", type=click.IntRange(min=1), required=True)
+@click.option("--organization", "organization_id", type=RECORD_ID, required=True)
 @click.option("--since", help="From this date or time (ISO 8601; UTC when no zone).")
 @click.option("--until", help="Before this date or time (ISO 8601; UTC when no zone).")
 @click.pass_obj
@@ -67,8 +68,8 @@ def usage(load: LoadContext, organization_id: int, since: str | None, until: str
 
 
 @ingestion.command("sync-connector")
-@click.option("--organization", "organization_id", type=click.IntRange(min=1), required=True)
-@click.argument("binding_id", type=click.IntRange(min=1))
+@click.option("--organization", "organization_id", type=RECORD_ID, required=True)
+@click.argument("binding_id", type=RECORD_ID)
 @click.option("--full", is_flag=True, help="List everything, not only what changed.")
 @click.pass_obj
 def sync_connector(load: LoadContext, organization_id: int, binding_id: int, full: bool) -> None:
@@ -90,7 +91,7 @@ def sync_connector(load: LoadContext, organization_id: int, binding_id: int, ful
 @click.option(
     "--organization",
     "organization_id",
-    type=click.IntRange(min=1),
+    type=RECORD_ID,
     help="Only this organization's connections (default: every organization's).",
 )
 @click.pass_obj
@@ -118,7 +119,7 @@ def rotate_credentials_key(load: LoadContext, organization_id: int | None) -> No
 @click.option(
     "--organization",
     "organization_id",
-    type=click.IntRange(min=1),
+    type=RECORD_ID,
     help="Build this organization's index (default: list the organizations that have one).",
 )
 @click.option("--drop", is_flag=True, help="Drop the organization's index instead.")

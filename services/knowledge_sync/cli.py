@@ -13,6 +13,7 @@ from router.requests import JobRequest
 from services.knowledge_sync.checks import run_checks
 from services.knowledge_sync.families import PAUSE_FLAG, document_request, source_request
 from shared import progress
+from shared.cli_types import RECORD_ID
 from shared.db.engine import session_scope
 from shared.db.models.rails import (
     KnowledgeBaseCrawlTask,
@@ -48,7 +49,7 @@ def tick(load: LoadContext) -> None:
 
 @kb.command("enqueue")
 @click.argument("kind", type=click.Choice(sorted(_UNIT_MODELS)))
-@click.argument("record_id", type=click.IntRange(min=1))
+@click.argument("record_id", type=RECORD_ID)
 @click.pass_obj
 def enqueue(load: LoadContext, kind: str, record_id: int) -> None:
     """Enqueue one unit for the record RECORD_ID (its organization is looked up)."""

@@ -25,6 +25,7 @@ from services.reports.families import PAUSE_FLAG, REPORT_JOB_PREFIX, TIER, repor
 from services.reports.store import reportable_organizations
 from services.reports.ticks import TODAY_TICK, YESTERDAY_TICK
 from shared import progress
+from shared.cli_types import RECORD_ID
 from shared.db.engine import session_scope
 from tiers.dead_letters import DeadLetters
 
@@ -36,7 +37,7 @@ def reports() -> None:
 
 @reports.command("redrive")
 @click.argument("day")
-@click.option("--org", "organization_id", type=click.IntRange(min=1), default=None)
+@click.option("--org", "organization_id", type=RECORD_ID, default=None)
 @click.pass_obj
 def redrive(load: LoadContext, day: str, organization_id: int | None) -> None:
     """Re-drive the reports of DAY (yesterday, today or YYYY-MM-DD)."""

@@ -10,6 +10,7 @@ from services.super_sources import store
 from services.super_sources.families import import_request
 from services.super_sources.queue_status import counters, queue_status
 from services.super_sources.sources import default_registry
+from shared.cli_types import RECORD_ID
 from shared.db.engine import session_scope
 
 
@@ -35,7 +36,7 @@ def status(load: LoadContext) -> None:
 
 @super_group.command("import")
 @click.argument("source")
-@click.argument("connection_id", type=click.IntRange(min=1))
+@click.argument("connection_id", type=RECORD_ID)
 @click.argument("root")
 @click.option("--first-run", is_flag=True, help="Walk from the beginning, not incrementally.")
 @click.pass_obj

@@ -14,6 +14,7 @@ from services.uploads import resolution
 from services.uploads.checks import run_checks
 from services.uploads.families import completion_job_id
 from shared import progress
+from shared.cli_types import RECORD_ID
 from shared.errors import QueueUnavailable
 from shared.rollouts import CONVERSATION_UPLOAD_SYNC_COMPLETION
 
@@ -55,7 +56,7 @@ def check(load: LoadContext, deployed_at: datetime | None) -> None:
 
 
 @uploads.command("resolve-completion")
-@click.argument("upload_id", type=click.IntRange(min=1))
+@click.argument("upload_id", type=RECORD_ID)
 @click.option(
     "--mark-delivered",
     is_flag=True,

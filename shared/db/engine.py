@@ -14,6 +14,10 @@ _PSYCOPG_DRIVER = "postgresql+psycopg"
 _PLAIN_POSTGRES = ("postgres", "postgresql")
 
 
+#: How long opening a connection may take before it fails (libpq's ``connect_timeout``).
+CONNECT_TIMEOUT_SECONDS = 10
+
+
 def database_url(url: str | URL) -> URL:
     """Parse a PostgreSQL URL and pin it to the psycopg 3 driver.
 
@@ -44,7 +48,13 @@ def make_engine(url: str | URL, **engine_options: Any) -> Engine:
     """
     options: dict[str, Any] = {
         "pool_pre_ping": True,
-        "connect_args": {"options": "-c timezone=UTC", "application_name": "speedtier"},
+        "connect_args": {
+            "options": "-c timezone=UTC",
+            "application_name": "speedtier",
+            # A server that accepts the connection and never answers (a wrong port, a
+            # stuck proxy) fails the attempt instead of hanging it: libpq has no limit.
+            "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+        },
     }
     options.update(engine_options)
     return create_engine(database_url(url), **options)

@@ -8,8 +8,6 @@ from typing import Any
 import click
 
 from router.context import ServiceContext
-from shared.errors import NotConfigured
-from shared.redis_persistence import VolatileRedis
 
 #: Every command (or group) of ``speedtier`` -> the module whose ``register(main)`` adds it.
 #: A module is imported only when one of its commands runs (or ``--help`` lists them): a
@@ -58,8 +56,13 @@ class _Main(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except (VolatileRedis, NotConfigured) as exc:
-            raise click.ClickException(str(exc)) from None
+        except Exception as exc:
+            from services.app.cli.failures import one_line
+
+            line = one_line(exc)
+            if line is None:
+                raise
+            raise click.ClickException(line) from None
 
 
 def load_context() -> ServiceContext:

@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from shared.cli_types import Seconds
 from shared.heartbeat import MAX_AGE_SECONDS, age, heartbeat_path
 
 
@@ -18,7 +19,7 @@ from shared.heartbeat import MAX_AGE_SECONDS, age, heartbeat_path
 @click.argument("component")
 @click.option(
     "--max-age",
-    type=click.FloatRange(min=1),
+    type=Seconds(min=1, max=30 * 86_400),
     default=MAX_AGE_SECONDS,
     show_default=True,
     help="Oldest heartbeat, in seconds, that still counts as alive.",

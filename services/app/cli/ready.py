@@ -7,6 +7,7 @@ import sys
 import click
 
 from services.app.readiness import CHECK_TIMEOUT_SECONDS, check_readiness, is_ready
+from shared.cli_types import Seconds
 from shared.config import load_settings
 from shared.runtime_file import resolve
 
@@ -14,7 +15,7 @@ from shared.runtime_file import resolve
 @click.command("ready")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(min=0.1, max=3600),
     default=CHECK_TIMEOUT_SECONDS,
     show_default=True,
     help="Seconds each check may take.",

@@ -99,6 +99,10 @@ def tick(name: str) -> None:
         with progress.working(f"tick {name}: enqueueing its jobs"):
             summary = chosen.run(slot)
         click.echo(f"{name} {slot}: done {summary}")
+        if summary.get("failed"):  # the scheduler retries it; a re-drive by hand says so
+            raise click.ClickException(
+                f"tick {name}: {summary['failed']} job(s) were not enqueued (see the log)"
+            )
     finally:
         platform.close()
 
