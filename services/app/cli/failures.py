@@ -33,7 +33,12 @@ def _database(error: BaseException) -> str | None:
     original = getattr(error, "orig", None)
     if isinstance(error, sql.ProgrammingError) and type(original).__name__ == "UndefinedTable":
         return f"the database is not migrated ({_first_line(original)}): {MIGRATE}"
-    if isinstance(error, sql.OperationalError | sql.InterfaceError):
+    # Connecting failed (refused, timed out, dropped); a deadlock or a cancelled statement,
+    # also OperationalErrors, are not a reachability problem and keep their traceback.
+    connecting = type(original).__name__ in ("OperationalError", "ConnectionTimeout")
+    if isinstance(error, sql.InterfaceError) or (
+        isinstance(error, sql.OperationalError) and connecting
+    ):
         return f"PostgreSQL unreachable: {_first_line(original or error)} (check DATABASE_URL)"
     if isinstance(error, sql.DataError):
         return f"the database refused a value: {_first_line(original or error)}"
