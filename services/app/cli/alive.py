@@ -12,11 +12,15 @@ import sys
 import click
 
 from shared.cli_types import Seconds
+from shared.config import TIER_NAMES
 from shared.heartbeat import MAX_AGE_SECONDS, age, heartbeat_path
+
+#: The processes that beat: each tier's worker pool and the scheduler.
+COMPONENTS = ("scheduler", *(f"worker-{tier}" for tier in TIER_NAMES))
 
 
 @click.command("alive")
-@click.argument("component")
+@click.argument("component", type=click.Choice(COMPONENTS))
 @click.option(
     "--max-age",
     type=Seconds(min=1, max=30 * 86_400),

@@ -94,6 +94,8 @@ def test_an_unmigrated_database_says_to_migrate(empty_database_url: str, redis_u
         ["super", "import", "notion", "99999999999999999999", "NotionPage:abc"],
         ["ingestion", "sync-connector", "--organization", "1", "99999999999999999999"],
         ["alive", "worker-fast", "--max-age", "nan"],
+        ["alive", "worker-bogus"],
+        ["alive", "x/y"],
         ["ready", "--timeout", "inf"],
         ["ready", "--timeout", "nan"],
     ],
