@@ -50,12 +50,10 @@ def test_local_rejects_other_dimensions() -> None:
 
 
 def test_settings_accept_local() -> None:
-    from pydantic import ValidationError
-
-    from shared.config import load_settings
+    from shared.config import InvalidSettings, load_settings
 
     assert load_settings(embedder="local").embedder == "local"
-    with pytest.raises(ValidationError):
+    with pytest.raises(InvalidSettings, match="SPEEDTIER_EMBEDDER"):
         load_settings(embedder="sentence-transformers")
 
 

@@ -14,13 +14,12 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
-from pydantic import ValidationError
 
 from services.app.bootstrap import Platform
 from services.app.scheduler import next_fire_time
 from services.ingestion.url_sources import MIN_RECRAWL_INTERVAL_SECONDS, refresh_interval_seconds
 from services.knowledge_sync.families import document_request, source_request
-from shared.config import load_settings
+from shared.config import InvalidSettings, load_settings
 from testkit.fakes.notion_server import NotionServer
 from tests.fixtures_platform import MakePlatform
 from tests.integration.services.knowledge_sync.factories import (
@@ -101,7 +100,7 @@ def test_the_kb_sync_tick_fires_daily_at_01_00_utc(seed_platform: Platform) -> N
 def test_the_recrawl_interval_has_an_hourly_floor() -> None:
     assert MIN_RECRAWL_INTERVAL_SECONDS == 3600.0
     assert load_settings(recrawl_interval_seconds=3600).recrawl_interval_seconds == 3600
-    with pytest.raises(ValidationError):
+    with pytest.raises(InvalidSettings, match="SPEEDTIER_RECRAWL_INTERVAL_SECONDS"):
         load_settings(recrawl_interval_seconds=3599)
     assert refresh_interval_seconds(None, 60.0) == 3600.0  # never sooner, however called
     assert refresh_interval_seconds("hourly", 86_400.0) == 3600.0
