@@ -45,6 +45,8 @@ def _moment(value: str | None) -> datetime | None:
 def usage(load: LoadContext, organization_id: int, since: str | None, until: str | None) -> None:
     """Totals of an organization's usage events, per kind and knowledge base."""
     start, end = _moment(since), _moment(until)
+    if start is not None and end is not None and end <= start:
+        raise click.UsageError(f"--until ({until}) must be after --since ({since})")
     platform = load()
     with session_scope(platform.sessions) as session:
         totals = store.usage_summary(
@@ -128,6 +130,8 @@ def tenant_index(load: LoadContext, organization_id: int | None, drop: bool) -> 
     """An organization's own HNSW index over its chunks, which search then walks instead of
     the shared one (for tenants above the exact-search threshold, 50,000 chunks); built
     CONCURRENTLY, so writes go on meanwhile."""
+    if drop and organization_id is None:
+        raise click.UsageError("--drop needs --organization (whose index to drop)")
     platform = load()
     with platform.sessions() as session:
         if organization_id is None:

@@ -77,7 +77,10 @@ def retry(load: LoadContext, job_id: str) -> None:
         )
     platform = load()
     operator = f"cli:{getpass.getuser()}"
-    outcome = DeadLetters(platform.brokers.of_tier(TIER).jobs).retry(job_id, operator)
+    jobs = platform.brokers.of_tier(TIER).jobs
+    if jobs.record(job_id) is None:
+        raise click.ClickException(f"no job {job_id} (finished jobs are kept for a while only)")
+    outcome = DeadLetters(jobs).retry(job_id, operator)
     if outcome not in ("waiting", "parked"):
         raise click.ClickException(f"{job_id} was not retried: {outcome}")
     click.echo(f"{job_id}: {outcome}")

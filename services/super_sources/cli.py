@@ -45,9 +45,11 @@ def import_command(
 ) -> None:
     """Re-drive the import of ROOT (``TYPE:ID``, or ``ID`` when SOURCE has one root type)
     of connection CONNECTION_ID."""
-    entry = default_registry().get(source)
+    registry = default_registry()
+    entry = registry.get(source)
     if entry is None:
-        raise click.ClickException(f"unknown source {source!r}")
+        known = ", ".join(sorted(registry.names()))
+        raise click.ClickException(f"unknown source {source!r} (known: {known})")
     root_type, _, root_id = root.partition(":")
     if root_type not in entry.root_node_types:
         if len(entry.root_node_types) != 1:

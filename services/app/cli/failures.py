@@ -3,7 +3,7 @@ instead of a traceback (``speedtier`` exits 1).
 
 Only failures a user fixes outside the code are turned into a line: an unreachable or
 refusing Redis or PostgreSQL, a database the migrations have not reached, a queue that could
-not take the work, a settings value that cannot be used. Anything else is a bug and keeps its
+not take the work, a settings value that cannot be used, a path that cannot be used. Anything else is a bug and keeps its
 traceback.
 """
 
@@ -24,6 +24,10 @@ def one_line(error: BaseException) -> str | None:
         return str(error)
     if isinstance(error, redis.ConnectionError | redis.TimeoutError):
         return f"Redis unreachable: {_first_line(error)} (check REDIS_URL)"
+    if isinstance(error, OSError) and error.filename is not None:
+        # A path a setting names that cannot be used: a file where a directory belongs, a
+        # directory that cannot be created (SPEEDTIER_DATA_DIR, PROMETHEUS_MULTIPROC_DIR).
+        return f"{error.strerror or type(error).__name__}: {error.filename}"
     return _database(error)
 
 

@@ -19,6 +19,8 @@ def _known_flags() -> tuple[Platform, set[str]]:
 
 
 def _set(name: str, enabled: bool, force: bool) -> None:
+    if not name.strip() or "\x00" in name:
+        raise click.UsageError(f"{name!r} is not a flag name")
     platform, known = _known_flags()
     if name not in known and not force:
         listing = ", ".join(sorted(known)) or "none"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
@@ -105,3 +106,60 @@ def test_an_argument_the_database_or_a_timer_cannot_take_is_a_usage_error(
 ) -> None:
     result = _run(args)
     _refused(result, "Invalid value", code=2)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["ingestion", "tenant-index", "--drop"], "--drop needs --organization"),
+        (
+            [
+                "ingestion",
+                "usage",
+                "--organization",
+                "1",
+                "--since",
+                "2026-01-01",
+                "--until",
+                "2025-01-01",
+            ],
+            "must be after --since",
+        ),
+        (["pause", "--force", ""], "is not a flag name"),
+        (["resume", "--force", " "], "is not a flag name"),
+    ],
+)
+def test_a_command_whose_options_contradict_each_other_is_a_usage_error(
+    args: list[str], expected: str
+) -> None:
+    _refused(_run(args), expected, code=2)
+
+
+def test_an_unknown_source_lists_the_known_ones() -> None:
+    _refused(_run(["super", "import", "zendesk", "1", "Ticket:1"]), "known: ", "github")
+
+
+def test_retrying_a_report_job_that_does_not_exist_says_so(
+    database_url: str, redis_url: str, namespace: str
+) -> None:
+    env = {"DATABASE_URL": database_url, "REDIS_URL": redis_url}
+    result = _run(
+        ["reports", "retry", "daily-agent-eval-report-x"],
+        **env,
+        SPEEDTIER_REDIS_NAMESPACE=namespace,
+    )
+    _refused(result, "no job daily-agent-eval-report-x")
+
+
+def test_a_data_directory_that_is_a_file_is_one_line(
+    database_url: str, redis_url: str, namespace: str, tmp_path: Path
+) -> None:
+    a_file = tmp_path / "afile"
+    a_file.write_text("")
+    env = {
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "SPEEDTIER_REDIS_NAMESPACE": namespace,
+    }
+    result = _run(["up", "--no-embedded"], **env, data_dir=str(a_file))
+    _refused(result, f"File exists: {a_file}")
