@@ -3,8 +3,8 @@ instead of a traceback (``speedtier`` exits 1).
 
 Only failures a user fixes outside the code are turned into a line: an unreachable or
 refusing Redis or PostgreSQL, a database the migrations have not reached, a queue that could
-not take the work, a settings value that cannot be used, a path that cannot be used. Anything else is a bug and keeps its
-traceback.
+not take the work, a settings value or a path that cannot be used. Anything else is a bug
+and keeps its traceback.
 """
 
 from __future__ import annotations
