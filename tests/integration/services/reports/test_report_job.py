@@ -259,4 +259,4 @@ def test_retry_refuses_other_jobs_and_jobs_that_did_not_fail(platform: Platform)
     result = runner.invoke(
         reports, ["retry", "daily-agent-eval-report-1-2026-11-30-no-email-bf"], obj=lambda: platform
     )
-    assert result.exit_code == 1 and "not retried: not_failed" in result.output
+    assert result.exit_code == 1 and "no job daily-agent-eval-report-1" in result.output
