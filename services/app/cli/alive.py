@@ -12,11 +12,12 @@ import sys
 import click
 
 from shared.cli_types import Seconds
-from shared.config import TIER_NAMES
 from shared.heartbeat import MAX_AGE_SECONDS, age, heartbeat_path
+from tiers.table import TIERS
 
-#: The processes that beat: each tier's worker pool and the scheduler.
-COMPONENTS = ("scheduler", *(f"worker-{tier}" for tier in TIER_NAMES))
+#: The processes that beat: each tier's worker pool and the scheduler. (The tier table, not
+#: ``shared.config``: a liveness probe runs every few seconds and need not import pydantic.)
+COMPONENTS = ("scheduler", *(f"worker-{tier}" for tier in TIERS))
 
 
 @click.command("alive")
