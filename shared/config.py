@@ -160,16 +160,12 @@ class Settings(BaseSettings):
     @field_validator("redis_url", "fast_redis_url", "slow_redis_url", "maintenance_redis_url")
     @classmethod
     def _redis_urls_name_redis(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(REDIS_SCHEMES):
-            raise ValueError(f"expected a URL starting with {' or '.join(REDIS_SCHEMES)}")
-        return value
+        return _with_scheme(value, REDIS_SCHEMES)
 
     @field_validator("database_url")
     @classmethod
     def _database_url_names_postgresql(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(DATABASE_SCHEMES):
-            raise ValueError(f"expected a URL starting with {' or '.join(DATABASE_SCHEMES)}")
-        return value
+        return _with_scheme(value, DATABASE_SCHEMES)
 
     @field_validator("crawl_host_rate")
     @classmethod
@@ -264,6 +260,13 @@ def parse_fernet_keys(value: str) -> list[bytes]:
     if not keys:
         raise ValueError("SPEEDTIER_CONNECTOR_CREDENTIALS_KEY: no key")
     return keys
+
+
+def _with_scheme(url: str | None, schemes: tuple[str, ...]) -> str | None:
+    """``url`` (or None) when it starts with one of ``schemes``; a ValueError otherwise."""
+    if url is not None and not url.startswith(schemes):
+        raise ValueError(f"expected a URL starting with {' or '.join(schemes)}")
+    return url
 
 
 def environment_variables() -> dict[str, str]:
