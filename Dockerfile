@@ -1,8 +1,11 @@
 # The image the chart runs: `speedtier` on Python 3.11, as user 10001 (the chart's runAsUser),
 # on a read-only root filesystem with an emptyDir at /tmp (data dir, heartbeats, metrics).
 #
-#   docker build -t registry.example.com/speedtier:0.1.0 .
+#   make image                  # docker build -t speedtier:<version> . (setup.cfg's version)
 #   docker build --build-arg EXTRAS=local-embeddings -t ... .   # with an extra
+#
+# The image is tagged with the package version, which is also the chart's appVersion (the tag
+# the chart deploys by default); tests/unit/test_version.py keeps VERSION below equal to both.
 #
 # Stage 1 builds the package and its dependencies into a virtualenv; stage 2 copies only that
 # virtualenv onto a fresh slim base, so no compiler, pip cache or source tree ships.
@@ -24,6 +27,9 @@ COPY services ./services
 RUN /opt/speedtier/bin/pip install ".${EXTRAS:+[$EXTRAS]}"
 
 FROM ${PYTHON_IMAGE} AS runtime
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="speedtier" \
+      org.opencontainers.image.version="${VERSION}"
 ENV PATH=/opt/speedtier/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

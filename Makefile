@@ -13,13 +13,16 @@ STAMP := $(VENV)/.installed-stamp
 # `make test PYTEST_ARGS=` runs them in one process.
 PYTEST_ARGS ?= -n 3 --dist loadfile
 
-.PHONY: run test lint typecheck pytest bench chaos chaos-quick services install clean
+.PHONY: run test lint typecheck pytest bench chaos chaos-quick services install clean docs \
+	docs-build reference image
+# The package version (setup.cfg): `speedtier --version`, the chart's appVersion, the image tag.
+VERSION := $(shell sed -n 's/^version = //p' setup.cfg)
 
 $(STAMP): setup.cfg pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "$(PYTHON) not found (Python 3.11 is required)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -47,7 +50,24 @@ pytest: install services
 chaos-quick: install services
 	$(BIN)/python -m bench.chaos --quick
 
-test: lint typecheck pytest chaos-quick
+# The documentation site: `make docs` serves it with live reload on http://127.0.0.1:8000;
+# `make docs-build` builds it strictly (a broken link or anchor, a page missing from the nav,
+# a snippet whose file is gone fail), offline, in a few seconds.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
+
+docs-build: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
+
+# The reference pages (CLI, settings, HTTP API, families/queues/ticks) regenerated from the code;
+# tests/unit/docs/test_reference_pages.py fails while they differ from what this writes.
+reference: install
+	$(BIN)/python -m scripts.gen_reference
+
+image:
+	docker build --build-arg VERSION=$(VERSION) -t speedtier:$(VERSION) .
+
+test: lint typecheck docs-build pytest chaos-quick
 
 bench: install services
 	bash scripts/ensure-wrk.sh

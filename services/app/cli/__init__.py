@@ -73,6 +73,9 @@ def load_context() -> ServiceContext:
 
 
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(
+    package_name="speedtier", prog_name="speedtier", message="%(prog)s %(version)s"
+)
 @click.pass_context
 def main(ctx: click.Context) -> None:
     """speedtier: speed-tier job platform next to Rails."""
