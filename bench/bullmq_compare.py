@@ -1,4 +1,4 @@
-"""speedtier beside BullMQ on Node (issue 16, targets 1 and 2), same Redis, same run.
+"""speedtier beside BullMQ on Node, same Redis, same run: enqueues and drains.
 
   python -m bench.bullmq_compare            # 10,000 no-op jobs, median of 3 alternating rounds
   python -m bench.bullmq_compare --quick    # 2,000 jobs, 1 round
@@ -121,7 +121,7 @@ def speedtier_enqueue(mode: str, jobs: int, redis_url: str) -> float:
 
 
 def raw_send(jobs: int, redis_url: str) -> float:
-    """Jobs/s of raw Dramatiq's ``actor.send`` one by one (issue 16's baseline for a single
+    """Jobs/s of raw Dramatiq's ``actor.send`` one by one (the baseline for a single
     enqueue), on its own namespace of the same Redis."""
     import dramatiq
     from dramatiq.brokers.redis import RedisBroker

@@ -1,4 +1,4 @@
-"""The report of ``bench.bullmq_compare``: its result as the README's tables."""
+"""The report of ``bench.bullmq_compare``: its result as Markdown tables (docs/benchmarks.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Google Drive and SharePoint connectors at issue 14's size, rate limits on (the connector
+"""Google Drive and SharePoint connectors at 5,000 items a root, rate limits on (the connector
 walk alone: no database, no Dramatiq workers).
 
 ``python -m bench.connectors`` builds, for each of ``--orgs`` organizations, a My Drive of

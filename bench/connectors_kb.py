@@ -18,7 +18,7 @@ attempts spent must both be 0), sync deliveries delayed by rate limits, HTTP cal
 incremental round (files re-landed, seconds), and the load average. Exit status 0 when every
 document is ready, no job failed and no attempt was spent.
 
-Quick (the default): 3 x (200 + 200) documents. Issue 14's size: ``--drive 5000
+Quick (the default): 3 x (200 + 200) documents. The full size: ``--drive 5000
 --sharepoint 5000`` (30,000 documents; plan for half an hour or more on a loaded 2-core
 machine: ``--timeout 5400``).
 """

@@ -1,4 +1,4 @@
-"""The enqueue API under load (issue 16, target 3): ``POST /internal/jobs/enqueue``.
+"""The enqueue API under load: ``POST /internal/jobs/enqueue``, beside a bare route.
 
   python -m bench.enqueue_api                  # bodies of 1 and of 100 requests, a curve
   python -m bench.enqueue_api --quick          # shorter steps, fewer concurrencies

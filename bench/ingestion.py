@@ -1,4 +1,4 @@
-"""Ingestion benchmarks (issue 5, item 9): throughput, fairness and a worker's peak memory.
+"""Ingestion benchmarks: throughput, fairness and a worker's peak memory.
 
   python -m bench.ingestion            # 1,000 documents / 10 tenants, a 500-document import
   python -m bench.ingestion --quick    # 200 documents, a 100-document import
@@ -81,7 +81,7 @@ def run(
         if "throughput" in only:
             throughput = ingestion_throughput.measure_throughput(env, settings, say)
             result["throughput"] = throughput
-            # issue 16, target 4: the platform at >= 0.8x this run's pipelined ceiling
+            # the goal: the platform at >= 0.8x this run's pipelined ceiling
             result["targets"]["ceiling_met"] = throughput["ratio_to_ceiling_pipelined"] >= 0.8
         if "fairness" in only:
             result["fairness"] = ingestion_fairness.measure_fairness(env, settings, say)

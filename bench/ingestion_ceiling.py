@@ -1,4 +1,4 @@
-"""The machine's own ingestion ceiling (issue 16, target 4), measured in the benchmark's run.
+"""The machine's own ingestion ceiling, measured in the benchmark's run.
 
 The same documents go through extract, split, embed (the hashing embedder) and a plain write
 of the chunks (``COPY`` into a scratch table, one transaction per document) with nothing
@@ -15,9 +15,9 @@ else: no queue, no job records, no document versions. Two ways:
   is what a searchable chunk costs any writer, so the gap between it and the platform is
   the platform's own.
 
-The first two write bare rows (no index, no generated column): issue 16's target 4 is
+The first two write bare rows (no index, no generated column): the platform's ingestion is
 measured against the bare pipelined one. Every ceiling sends vectors as text, as it always
-has; the platform now sends them binary (cheaper on both sides), so these are ceilings of
+has; the platform sends them binary (cheaper on both sides), so these are ceilings of
 this pipeline, a little under the machine's.
 
 The platform's throughput (real workers) is then reported as a ratio to each.
@@ -46,7 +46,7 @@ _DONE = None
 
 
 #: ``python -m bench.ingestion --count-by-bisection`` sets it: the chunker counts a chunk's
-#: tokens the way it did before issue 16 (bisecting the splitter), in every process.
+#: tokens by bisecting the splitter (the fallback counter), in every process.
 BISECTION_VARIABLE = "BENCH_COUNT_BY_BISECTION"
 
 

@@ -270,7 +270,7 @@ def summary_lines(t: dict[str, Any], settings: dict[str, Any]) -> list[str]:
         ),
         "",
         f"Workers reach **{t['ratio_to_ceiling_pipelined']}x the pipelined ceiling** "
-        f"(issue 16's target 4: >= 0.8, measured against this bare-table ceiling) and "
+        f"(the goal: >= 0.8, measured against this bare-table ceiling) and "
         f"{t['ratio_to_ceiling_sequential']}x the sequential ceiling (both measured in this "
         "run: the same documents extracted, split, embedded and COPied into a scratch table "
         "with no index and no generated column); "

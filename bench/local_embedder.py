@@ -1,4 +1,4 @@
-"""The local all-MiniLM-L6-v2 embedder (issue 5, item 9): its raw rate and the
+"""The local all-MiniLM-L6-v2 embedder: its raw rate and the
 embedding-bound ingestion rate.
 
   python -m bench.local_embedder            # 100 documents

@@ -1,6 +1,6 @@
 """Memory soak: one worker process drains a long stream of no-op jobs while its resident set
-is sampled, for raw Dramatiq and for the platform, one after the other (issue 16, target 6:
-worker RSS at most 1.1x raw Dramatiq's and flat over a long run).
+is sampled, for raw Dramatiq and for the platform, one after the other: how far the
+worker's RSS is above raw Dramatiq's, and whether it stays flat over a long run.
 
 Each side: one worker process (``--threads`` threads, prefetch 200, poll 100 ms) is started,
 then the driver keeps about ``--depth`` jobs queued (raw: ``actor.send``; platform:

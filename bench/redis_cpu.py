@@ -1,5 +1,5 @@
-"""Redis CPU per 1,000 jobs on each path, and the jobs/s one Redis core carries (issue 16,
-"Beyond one Redis").
+"""Redis CPU per 1,000 jobs on each path, and the jobs/s one Redis core carries
+(when a tier needs a Redis of its own).
 
   python -m bench.redis_cpu                 # 10,000 no-op jobs per path
   python -m bench.redis_cpu --quick         # 2,000

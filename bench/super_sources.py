@@ -1,4 +1,4 @@
-"""Super sources end to end on real worker processes (issue 13's acceptance).
+"""Super sources end to end on real worker processes: imports and a webhook burst at once.
 
 ``python -m bench.super_sources`` builds, for each of ``--orgs`` organizations, a GitHub
 repository of ``--github`` issues and pull requests (60/40) and a Linear team of ``--linear``

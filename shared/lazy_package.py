@@ -6,7 +6,7 @@ is used.
 ``from prometheus_client import start_http_server`` works. A worker process only records
 values (``prometheus_client.metrics``, ``values``, ``mmap_dict``: about 0.5 MiB); the
 exposition half is 1.7 MiB more of resident memory in every worker process and is used only
-by the process that serves ``/metrics`` (issue 16, target 6).
+by the process that serves ``/metrics``.
 
 :func:`defer_init` registers the package in ``sys.modules`` as a module with the package's own
 spec and ``__path__`` whose body has not run yet:

@@ -1,5 +1,5 @@
 """The test suite: ``unit/`` (no I/O), ``integration/`` (real Redis and PostgreSQL) and
-``e2e/`` (processes), the first two mirroring the production tree (see the README)."""
+``e2e/`` (processes), the first two mirroring the production tree (docs/guides/testing.md)."""
 
 from pathlib import Path
 

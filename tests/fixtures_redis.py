@@ -49,7 +49,7 @@ def namespace(redis_client: redis.Redis) -> Iterator[str]:
         redis_client.delete(*keys[start : start + 500])
 
 
-#: Starts a throwaway redis-server and answers its URL (``make_redis_server``).
+#: Starts a private redis-server and answers its URL (``make_redis_server``).
 MakeRedisServer = Callable[[], str]
 
 

@@ -31,7 +31,7 @@ Settings = Annotated[
     dict[str, Any],
     Field(
         max_length=20,
-        description="The provider's settings (see the connector section of the README).",
+        description="The provider's settings (docs/products/ingestion.md lists them per provider).",
     ),
 ]
 Credentials = Annotated[

@@ -79,7 +79,7 @@ def default_registry() -> SourceRegistry:
             # the slow tier's sources, through the knowledge-sync clients; no webhooks
             SourceEntry(connector=notion_nodes.SOURCE, default_base_url=notion.DEFAULT_BASE_URL),
             SourceEntry(connector=website.SOURCE),
-            # issue 14: no webhooks (Drive push channels and Graph subscriptions expire and
+            # no webhooks (Drive push channels and Graph subscriptions expire and
             # need a renewal loop); an import re-drive walks the changes API / the deltaLink
             SourceEntry(
                 connector=google_drive.SOURCE, default_base_url=google_drive.DEFAULT_BASE_URL

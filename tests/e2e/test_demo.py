@@ -1,4 +1,4 @@
-"""The README's run command ends in the ingestion service working: ``speedtier up --demo``
+"""``make run`` ends in the ingestion service working: ``speedtier up --demo``
 on the embedded Redis and PostgreSQL (a fresh data directory, free ports) ingests the
 sample knowledge base through the real API, answers searches, and stops cleanly on Ctrl-C.
 """

@@ -169,7 +169,7 @@ def build_document(app: Flask) -> dict[str, Any]:
     """The OpenAPI 3.1 document of every API route registered on ``app``.
 
     The operators' dashboard (HTML pages for people, its own sign-in and CSRF) is not part of
-    the machine API and is left out; the README documents it.
+    the machine API and is left out; docs/operations/dashboard-overview.md documents it.
     """
     operations: list[_Operation] = []
     for rule in sorted(app.url_map.iter_rules(), key=lambda r: (r.rule, r.endpoint)):

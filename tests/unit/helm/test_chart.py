@@ -61,7 +61,7 @@ THREE_TIERS = {
 }
 # The defaults plus a fourth tier that sets nothing but its queues (workerDefaults fill in).
 FOUR_TIERS = {"tiers": {"medium": {"queues": ["reports.medium", "exports.medium"]}}}
-# The slow and maintenance tiers on Redis servers of their own (README, "Scaling").
+# The slow and maintenance tiers on Redis servers of their own (docs/deploy/scaling.md).
 SLOW_REDIS = "redis://:pw@redis-slow:6379/0"
 MAINTENANCE_REDIS = "redis://redis-maintenance:6379/2"
 TIER_REDIS = {

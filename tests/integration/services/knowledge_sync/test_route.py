@@ -302,7 +302,7 @@ def test_a_cross_tenant_source_is_accepted_and_completes_as_record_missing(
 
 
 class RedisServer:
-    """A throwaway ``redis-server`` on a free port, killed on demand."""
+    """A private ``redis-server`` on a free port, killed on demand."""
 
     def __init__(self, directory: Path) -> None:
         with socket.socket() as sock:

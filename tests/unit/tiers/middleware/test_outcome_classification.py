@@ -73,7 +73,7 @@ def test_a_failure_is_retried_with_backoff_until_the_attempts_run_out() -> None:
     assert last.error == "ValueError: boom"
 
 
-# -- delays without end (issue 14, item 6) ------------------------------------------------
+# -- delays have an end --------------------------------------------------------------------
 
 CAPPED = RetryPolicy(max_attempts=2, base_seconds=10.0, max_consecutive_delays=2)
 

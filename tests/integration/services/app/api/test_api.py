@@ -345,7 +345,7 @@ def test_a_job_record_is_scoped_by_organization(client: FlaskClient) -> None:
 
 
 class RedisServer:
-    """A throwaway ``redis-server`` on a free port, to stop and start at will."""
+    """A private ``redis-server`` on a free port, to stop and start at will."""
 
     def __init__(self, directory: Path) -> None:
         self.binary = shutil.which("redis-server") or "/usr/bin/redis-server"
