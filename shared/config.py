@@ -1,35 +1,33 @@
 """One typed settings object, read from the environment.
 
-Every field carries its meaning as its ``description``: ``docs/reference/settings.md`` is
-generated from them (``make reference``). A field is read from
-``SPEEDTIER_<FIELD>`` (``env_prefix``); only the names that do not follow that rule carry an
-explicit alias: the conventional unprefixed ones (``REDIS_URL``, ``DATABASE_URL``,
-``INTERNAL_API_TOKEN``, ``SENTRY_DSN``, ``LOG_LEVEL``, Rails' ``RAILS_INTERNAL_URL`` and
-``RAILS_INTERNAL_TOKEN``, PostHog's ``POSTHOG_HOST``, ``POSTHOG_PROJECT_API_KEY`` and
-``POSTHOG_PERSONAL_API_KEY``, Slack's ``SLACK_BOT_TOKEN``) and two shorter ones
-(``SPEEDTIER_ENV``, ``SPEEDTIER_FLAGS``). :func:`environment_variables` lists the name of
-every field. Nothing reads the environment at import time: call :func:`load_settings` from a
-bootstrap function.
+Each field's ``description`` says what it means (``docs/reference/settings.md`` is generated
+from them: ``make reference``). A field is read from ``SPEEDTIER_<FIELD>`` unless it carries an
+alias: the conventional unprefixed names (``REDIS_URL``, ``DATABASE_URL``, Rails', PostHog's,
+Slack's...) and ``SPEEDTIER_ENV``, ``SPEEDTIER_FLAGS``; :func:`environment_variables` names
+each. Nothing reads the environment at import time: :func:`load_settings` does, from a
+bootstrap function. Value parsing lives in :mod:`shared.config_values`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import re
 from typing import Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
+from shared.config_values import (
+    DATABASE_SCHEMES,
+    REDIS_SCHEMES,
+    invalid_message,
+    unparsable_message,
+    with_scheme,
+)
+from shared.config_values import parse_fernet_keys as parse_fernet_keys
+from shared.config_values import parse_rate as parse_rate
 from shared.errors import NotConfigured
 
 TIER_NAMES = ("fast", "slow", "maintenance")
 ENV_PREFIX = "SPEEDTIER_"
-#: What a Redis URL starts with (redis-py's schemes).
-REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
-#: What a database URL starts with (PostgreSQL through psycopg 3: ``shared.db.engine``).
-DATABASE_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://")
 
 
 class InvalidSettings(NotConfigured, ValueError):
@@ -47,16 +45,13 @@ class Settings(BaseSettings):
     environment: Literal["development", "test", "staging", "production"] = Field(
         "development",
         validation_alias="SPEEDTIER_ENV",
-        description="Outside development and test the API refuses to start without "
-        "`INTERNAL_API_TOKEN`, and Redis without AOF stops every process (see "
-        "`SPEEDTIER_ALLOW_VOLATILE_REDIS`).",
+        description="Staging and production need INTERNAL_API_TOKEN and Redis with AOF.",
     )
     redis_url: str | None = Field(
         None,
         validation_alias="REDIS_URL",
-        description="The control Redis: provider windows, the scheduler's lock, counters; and "
-        "the queues, job records and groups of every tier without a Redis of its own. "
-        "`make run` finds or starts one.",
+        description="The control Redis (windows, scheduler lock, counters), and every tier's "
+        "without a Redis of its own.",
     )
     fast_redis_url: str | None = Field(
         None,
@@ -89,23 +84,20 @@ class Settings(BaseSettings):
     )
     log_format: Literal["auto", "json", "text"] = Field(
         "auto",
-        description="`json`: one JSON object per line (time, level, logger, message, "
-        "process and, while a job runs, its job id, family, organization, tier, attempt); "
-        "`text`: readable lines; `auto`: JSON outside development and test.",
+        description="`json`: a JSON object per line, with the running job's fields; `text`: "
+        "readable lines; `auto`: JSON outside development and test.",
     )
     metrics_port: int = Field(
         9191,
         ge=0,
         le=65535,
-        description="`GET /metrics` port of a worker pool and of the scheduler (0: not "
-        "served; `speedtier up` serves everything on the API's `/metrics`).",
+        description="`GET /metrics` port of a worker pool and of the scheduler (0: none).",
     )
     redis_namespace: str = Field(
         "speedtier",
         pattern=r"^[A-Za-z0-9_.-]+$",
-        description="Prefix of every Redis key (queues are `<ns>:<family>.<tier>`); unset, "
-        "`speedtier up` on a Redis it did not start uses `speedtier-<8 hex of its data "
-        "directory's path>`.",
+        description="Prefix of every Redis key; unset, `speedtier up` on a Redis it did not "
+        "start uses one of its data directory's own.",
     )
     data_dir: str = Field(
         ".speedtier", description="Embedded Redis/PostgreSQL data and `runtime.json`."
@@ -125,9 +117,7 @@ class Settings(BaseSettings):
         2, ge=1, description="Threads per maintenance tier worker process."
     )
     queue_prefetch: int = Field(
-        0,
-        ge=0,
-        description="Messages a worker process fetches ahead per queue (0: threads x 2).",
+        0, ge=0, description="Messages a worker process fetches ahead per queue (0: threads x 2)."
     )
     worker_drain_seconds: int = Field(
         25, ge=1, description="After SIGTERM, how long in-flight jobs get to finish."
@@ -136,14 +126,11 @@ class Settings(BaseSettings):
         500,
         ge=10,
         le=5000,
-        description="Longest idle sleep between fetches; the queue watch looks at sleeping "
-        "queues every half of it.",
+        description="Longest idle sleep between fetches; idle queues are watched every half.",
     )
 
     group_lease_seconds: float = Field(
-        30.0,
-        gt=0,
-        description="A running job's group slot survives this long without its worker.",
+        30.0, gt=0, description="A running job's group slot survives this long without its worker."
     )
     heartbeat_timeout_seconds: float = Field(
         60.0,
@@ -158,29 +145,23 @@ class Settings(BaseSettings):
     flag_overrides: dict[str, bool] = Field(
         default_factory=dict,
         validation_alias="SPEEDTIER_FLAGS",
-        description='JSON kill-switch overrides for local use, `{"pause_api2_knowledge_'
-        'base_sync": true}`; they win over Flipper.',
+        description='JSON kill-switch overrides, `{"<flag>": true}`; they win over Flipper.',
     )
     flag_cache_seconds: float = Field(
         2.0, ge=0, description="How long a flag read from Flipper's tables is reused."
     )
     search_cache_mb: float = Field(
-        64.0,
-        ge=0,
-        description="MiB per process of tenants' vectors kept for retrieval's exact ranking, "
-        "about 1.6 kB a chunk (0: off). Each API worker process holds its own.",
+        64.0, ge=0, description="MiB of tenants' vectors each searching process keeps (0: off)."
     )
 
     provider_urls: dict[str, str] = Field(
-        default_factory=dict,
-        description="JSON provider -> API base URL (proxies, tests).",
+        default_factory=dict, description="JSON provider -> API base URL (proxies, tests)."
     )
     http_timeout_seconds: float = Field(
         30.0, gt=0, description="Timeout of each provider HTTP request."
     )
     crawl_host_rate: str = Field(
-        "1/1",
-        description="Crawler requests per host, `LIMIT/SECONDS`, shared by every worker.",
+        "1/1", description="Crawler requests per host, `LIMIT/SECONDS`, shared by every worker."
     )
     crawl_allow_private_networks: bool = Field(
         False,
@@ -190,9 +171,8 @@ class Settings(BaseSettings):
 
     embedder: Literal["hashing", "openai", "local"] = Field(
         "hashing",
-        description="`hashing` (deterministic, offline), `openai` (any OpenAI-compatible "
-        "API) or `local` (all-MiniLM-L6-v2 on the CPU, 384-d, offline; needs the "
-        "`local-embeddings` extra).",
+        description="`hashing` (offline), `openai` (an OpenAI-compatible API) or `local` "
+        "(all-MiniLM-L6-v2, the `local-embeddings` extra).",
     )
     embedding_api_url: str = Field(
         "https://api.openai.com/v1", description="Embeddings API root, version included."
@@ -227,21 +207,15 @@ class Settings(BaseSettings):
         description="URL documents without a base schedule are re-fetched this often.",
     )
     ocr_max_pages: int = Field(
-        20,
-        ge=0,
-        le=1000,
-        description="Pages without a text layer OCRed per document (0 turns OCR off).",
+        20, ge=0, le=1000, description="Pages without text OCRed per document (0: OCR off)."
     )
     ocr_timeout_seconds: float = Field(
-        120.0,
-        gt=0,
-        description="No page of a document is OCRed after this many seconds on it.",
+        120.0, gt=0, description="No page of a document is OCRed after this many seconds on it."
     )
     connector_credentials_key: SecretStr | None = Field(
         None,
-        description="Fernet keys (url-safe base64 of 32 bytes), comma-separated, encrypting "
-        "knowledge-base connector credentials at rest; the first encrypts, all decrypt. "
-        "Unset: connections cannot be stored and connector syncs fail naming it.",
+        description="Fernet keys, comma-separated, for connector credentials at rest: the "
+        "first encrypts, all decrypt; unset: connections cannot be stored.",
     )
 
     api_host: str = Field("127.0.0.1", description="Where `speedtier api` listens.")
@@ -254,16 +228,14 @@ class Settings(BaseSettings):
         300, ge=1, description="A tick noticed late still fires within this."
     )
     scheduler_lock_seconds: float = Field(
-        30.0,
-        gt=0,
-        description="Scheduler leader lock lifetime (renewed every third of it).",
+        30.0, gt=0, description="Scheduler leader lock lifetime (renewed every third of it)."
     )
 
     rails_internal_url: str | None = Field(
         None,
         validation_alias="RAILS_INTERNAL_URL",
-        description="Rails' root URL for its `/internal/*` endpoints (seed 001 families); "
-        "unset: jobs calling Rails fail unrecoverable naming the variable.",
+        description="Rails' root URL for its `/internal/*` endpoints (seed 001); unset: "
+        "jobs calling Rails fail.",
     )
     rails_internal_token: SecretStr | None = Field(
         None,
@@ -286,8 +258,7 @@ class Settings(BaseSettings):
     posthog_personal_api_key: SecretStr | None = Field(
         None,
         validation_alias="POSTHOG_PERSONAL_API_KEY",
-        description="Personal (or feature-flags secure) API key for local evaluation; "
-        "unset (either key): every rollout flag is off.",
+        description="Key for local evaluation; unset (either key): rollout flags are off.",
     )
     posthog_poll_seconds: float = Field(
         30.0, ge=1, description="How often flag definitions are polled."
@@ -301,8 +272,7 @@ class Settings(BaseSettings):
     slack_bot_token: SecretStr | None = Field(
         None,
         validation_alias="SLACK_BOT_TOKEN",
-        description="Bot token with `chat:write` for the daily reports; unset: report jobs "
-        "fail unrecoverable naming it.",
+        description="Bot token (`chat:write`) for the daily reports; unset: they fail.",
     )
     slack_api_url: str = Field(
         "https://slack.com/api/", description="Slack Web API root (tests: the local fake)."
@@ -319,12 +289,10 @@ class Settings(BaseSettings):
     uploads_service_name: str = Field(
         "local",
         min_length=1,
-        description="`active_storage_blobs.service_name` of new blobs (Rails' storage.yml "
-        "service, e.g. `amazon`).",
+        description="`active_storage_blobs.service_name` of new blobs (e.g. `amazon`).",
     )
     uploads_bucket: str | None = Field(
-        None,
-        description="The bucket (`s3`; its absence is a retryable error naming it).",
+        None, description="The bucket (`s3`; its absence is a retryable error naming it)."
     )
     uploads_endpoint_url: str | None = Field(
         None, description="An S3-compatible endpoint (MinIO, moto); unset: AWS."
@@ -337,12 +305,12 @@ class Settings(BaseSettings):
     @field_validator("redis_url", "fast_redis_url", "slow_redis_url", "maintenance_redis_url")
     @classmethod
     def _redis_urls_name_redis(cls, value: str | None) -> str | None:
-        return _with_scheme(value, REDIS_SCHEMES)
+        return with_scheme(value, REDIS_SCHEMES)
 
     @field_validator("database_url")
     @classmethod
     def _database_url_names_postgresql(cls, value: str | None) -> str | None:
-        return _with_scheme(value, DATABASE_SCHEMES)
+        return with_scheme(value, DATABASE_SCHEMES)
 
     @field_validator("crawl_host_rate")
     @classmethod
@@ -398,54 +366,6 @@ class Settings(BaseSettings):
         return self.log_format == "json" or (self.log_format == "auto" and not self.is_development)
 
 
-def parse_rate(rate: str, *, field: str = "rate") -> tuple[int, float]:
-    """Parse ``"LIMIT/SECONDS"`` (e.g. ``"4/60"``) into ``(limit, period_seconds)``.
-
-    Raises:
-      ValueError: when the text is not of that form or either number is not positive.
-    """
-    try:
-        limit_text, period_text = rate.split("/", 1)
-        limit, period = int(limit_text), float(period_text)
-    except ValueError:
-        raise ValueError(f"{field}: expected LIMIT/SECONDS such as 4/60, got {rate!r}") from None
-    if limit < 1 or period <= 0:
-        raise ValueError(f"{field}: limit and period must be positive, got {rate!r}")
-    return limit, period
-
-
-def parse_fernet_keys(value: str) -> list[bytes]:
-    """The comma-separated Fernet keys of ``SPEEDTIER_CONNECTOR_CREDENTIALS_KEY``.
-
-    Raises:
-      ValueError: no key, or a part that is not url-safe base64 of 32 bytes.
-    """
-    keys: list[bytes] = []
-    for index, part in enumerate(p.strip() for p in value.split(",")):
-        if not part:
-            continue
-        try:
-            raw = base64.urlsafe_b64decode(part.encode())
-        except (ValueError, binascii.Error):
-            raw = b""
-        if len(raw) != 32:
-            raise ValueError(
-                f"SPEEDTIER_CONNECTOR_CREDENTIALS_KEY: key {index + 1} is not a Fernet key "
-                "(url-safe base64 of 32 bytes)"
-            )
-        keys.append(part.encode())
-    if not keys:
-        raise ValueError("SPEEDTIER_CONNECTOR_CREDENTIALS_KEY: no key")
-    return keys
-
-
-def _with_scheme(url: str | None, schemes: tuple[str, ...]) -> str | None:
-    """``url`` (or None) when it starts with one of ``schemes``; a ValueError otherwise."""
-    if url is not None and not url.startswith(schemes):
-        raise ValueError(f"expected a URL starting with {' or '.join(schemes)}")
-    return url
-
-
 def environment_variables() -> dict[str, str]:
     """Field name -> the environment variable it is read from."""
     return {
@@ -465,27 +385,6 @@ def load_settings(**overrides: object) -> Settings:
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
-        raise InvalidSettings(_invalid(exc)) from None
+        raise InvalidSettings(invalid_message(exc, environment_variables())) from None
     except SettingsError as exc:  # a variable holding JSON (a dict or list field) that is not
-        raise InvalidSettings(_unparsable(str(exc))) from None
-
-
-def _invalid(error: ValidationError) -> str:
-    variables = environment_variables()
-    problems = []
-    for item in error.errors(include_input=False, include_url=False):
-        field = str(item["loc"][0]) if item["loc"] else ""
-        name = variables.get(field, field)
-        where = "".join(f"[{part}]" for part in item["loc"][1:])
-        problems.append(f"{name}{where}: {item['msg']}")
-    return "invalid settings: " + "; ".join(problems)
-
-
-def _unparsable(message: str) -> str:
-    """pydantic-settings' message for a JSON variable it could not parse, naming the
-    variable rather than the field."""
-    match = re.search(r'field "([^"]+)"', message)
-    if match is None:
-        return f"invalid settings: {message}"
-    field = match.group(1)
-    return f"invalid settings: {environment_variables().get(field, field)}: not valid JSON"
+        raise InvalidSettings(unparsable_message(str(exc), environment_variables())) from None
