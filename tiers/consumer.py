@@ -39,12 +39,12 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 from dramatiq.broker import MessageProxy
+from dramatiq.brokers.redis import _RedisConsumer
 from dramatiq.common import compute_backoff, current_millis, iter_queue, q_name
 from dramatiq.errors import BrokerConnectionError, ConnectionClosed
 from dramatiq.message import Message
 from dramatiq.worker import ConsumerThread
 
-from tiers.dramatiq_boundary import RedisConsumer
 from tiers.faults import fault_point
 from tiers.options import JOB_ID, REDIS_MESSAGE_ID
 from tiers.outage_log import OutageLog
@@ -84,7 +84,7 @@ def _nothing_due() -> float | None:
     return None
 
 
-class TierConsumer(RedisConsumer):
+class TierConsumer(_RedisConsumer):
     """Dramatiq's Redis consumer, plus:
 
     - it fetches when a quarter of its prefetch is free (at least one message), not after

@@ -66,8 +66,7 @@ PINNED = ">=2.2,<2.3"
 #: scripts and ``TierBroker._dispatch`` follow.
 DISPATCH_LUA_SHA256 = "ba4d872e4fb204ebc3f73ca4719265a9946d70e847856c125314f01a8c90540c"
 
-#: The consumer class the platform subclasses, imported here so that this module is where the
-#: platform reaches below Dramatiq's public API for it.
+#: The consumer class ``tiers.consumer.TierConsumer`` subclasses (the test checks it is this one).
 RedisConsumer = _RedisConsumer
 
 
