@@ -26,8 +26,8 @@ from typing import Any, NamedTuple
 import redis
 from dramatiq.common import q_name
 
-from tiers.job_store import as_text
 from tiers.options import GROUP, WINDOW_ADMITTED
+from tiers.redis_values import as_text
 
 #: How long a minute's counts are kept.
 KEEP_SECONDS = 2 * 3600

@@ -1,7 +1,7 @@
 """Zendesk Help Center: brands, categories and nested sections, articles and their translations.
 
-One unit (just over ~400 lines): the resumable listing's pages and the article/section
-mapping read one another's state; `zendesk_listing.py` already holds the paging machinery.
+`zendesk_listing.py` maps answers to listed documents and sections; `zendesk_pages.py` holds
+the resumable listing's checkpoints and next-page links.
 
 Settings (``SourceConfig.settings``):
   ``subdomain``, ``email``, ``api_token``: required; requests authenticate with basic auth
@@ -55,7 +55,6 @@ Pagination: every list is requested with cursor pagination (``page[size]``, then
 from __future__ import annotations
 
 import base64
-import json
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -78,6 +77,7 @@ from services.connectors.zendesk_listing import (
     section_tree,
     timestamp,
 )
+from services.connectors.zendesk_pages import checkpoint, next_page, parse_checkpoint, same_origin
 from shared.errors import Retryable, Unrecoverable
 from shared.http import JsonClient, NotFound
 
@@ -106,26 +106,6 @@ def base_url_for(settings: Mapping[str, Any]) -> str:
 def is_zendesk_url(url: str) -> bool:
     host = (urlsplit(url).hostname or "").lower()
     return host.endswith("." + ZENDESK_DOMAIN)
-
-
-def _checkpoint(help_center: int, article_list: int, url: str | None = None) -> str:
-    return json.dumps({"b": help_center, "l": article_list, "u": url}, separators=(",", ":"))
-
-
-def _parse_checkpoint(resume: str | None) -> dict[str, Any]:
-    """A checkpoint from :meth:`ZendeskProvider.list_pages`; the start for None or junk."""
-    try:
-        value = json.loads(resume) if resume else None
-    except ValueError:
-        value = None
-    if (
-        isinstance(value, dict)
-        and isinstance(value.get("b"), int)
-        and isinstance(value.get("l"), int)
-        and (value.get("u") is None or isinstance(value.get("u"), str))
-    ):
-        return value
-    return {"b": 0, "l": 0, "u": None}
 
 
 def parse_document_identifier(identifier: str) -> tuple[str, str]:
@@ -179,7 +159,7 @@ class ZendeskProvider:
     ) -> Iterator[tuple[ListingPart, str | None]]:
         """The listing page by page, resumable (see "Request volume" in the module
         docstring); the checkpoint is ``{"b": help center, "l": list, "u": next page}``."""
-        start = _parse_checkpoint(resume)
+        start = parse_checkpoint(resume)
         bases = self._help_center_bases(config)
         for b, base in enumerate(bases):
             if b < start["b"]:
@@ -191,16 +171,16 @@ class ZendeskProvider:
                 lists = article_lists(center)
                 first_list = start["l"] if b == start["b"] else 0
                 if first_list == 0:
-                    yield ListingPart(sections=self._list_sections(center)), _checkpoint(b, 1)
+                    yield ListingPart(sections=self._list_sections(center)), checkpoint(b, 1)
                 for index in range(max(first_list, 1), len(lists) + 1):
                     locale = lists[index - 1]
                     url = start["u"] if (b, index) == (start["b"], start["l"]) else None
                     for items, following in self._pages(center.client, locale, url):
                         part = locale_part(center, locale, items)
                         after = (
-                            _checkpoint(b, index, following)
+                            checkpoint(b, index, following)
                             if following
-                            else _checkpoint(b, index + 1)
+                            else checkpoint(b, index + 1)
                         )
                         yield part, after
             finally:
@@ -218,12 +198,12 @@ class ZendeskProvider:
         current = url or path
         seen: set[str] = set()
         while True:
-            target = current if current.startswith("/") else _same_origin(client.base_url, current)
+            target = current if current.startswith("/") else same_origin(client.base_url, current)
             body = client.json("GET", target, params=params)
             items = body.get("articles") if isinstance(body, dict) else None
             if not isinstance(items, list):
                 raise Retryable(f"zendesk: GET {current}: no 'articles' list in the answer")
-            following = _next_page(body)
+            following = next_page(body)
             yield items, following
             if not following:
                 return
@@ -337,10 +317,10 @@ class ZendeskProvider:
             if not isinstance(items, list):
                 raise Retryable(f"zendesk: GET {url}: no {key!r} list in the answer")
             yield from items
-            next_url = _next_page(body)
+            next_url = next_page(body)
             if not next_url:
                 return
-            url, params = _same_origin(client.base_url, next_url), None
+            url, params = same_origin(client.base_url, next_url), None
             if url in seen:
                 raise Retryable(f"zendesk: GET {path}: pagination repeats {url}")
             seen.add(url)
@@ -375,24 +355,6 @@ class ZendeskProvider:
             ):
                 sections.setdefault(str(item["id"]), {})[locale] = item
         return section_tree(categories, sections, center.locales, center.default_locale)
-
-
-def _next_page(body: Json) -> str | None:
-    meta = body.get("meta")
-    if isinstance(meta, dict) and "has_more" in meta:
-        links = body.get("links")
-        following = links.get("next") if isinstance(links, dict) else None
-        return str(following) if meta["has_more"] and following else None
-    following = body.get("next_page")
-    return str(following) if following else None
-
-
-def _same_origin(base_url: str, url: str) -> str:
-    """A next-page URL re-rooted on the client's own scheme and host, so the credentials go
-    only where the source is configured, whatever host the answer names."""
-    base, target = urlsplit(base_url), urlsplit(url)
-    query = f"?{target.query}" if target.query else ""
-    return f"{base.scheme}://{base.netloc}{target.path}{query}"
 
 
 def _published_translation(client: JsonClient, article_id: object, locale: str) -> Json | None:

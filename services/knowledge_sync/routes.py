@@ -9,7 +9,7 @@ from flask import Blueprint
 from router.requests import JobRequest
 from services.apikit.context import current_platform
 from services.apikit.enqueue import enqueue_blueprint
-from services.knowledge_sync import store
+from services.knowledge_sync import unit_routing
 from shared.db.engine import session_scope
 
 KINDS = ("sync_source", "sync_document", "sync_document_chunks", "start_crawl", "crawl_url")
@@ -28,8 +28,8 @@ def _with_routing(requests: list[JobRequest]) -> list[JobRequest]:
             wanted[request.kind].append((request.organization_id, value))
     with session_scope(current_platform().sessions) as session:
         found = {
-            "sync_source": store.source_routing(session, wanted["sync_source"]),
-            "sync_document": store.document_routing(session, wanted["sync_document"]),
+            "sync_source": unit_routing.source_routing(session, wanted["sync_source"]),
+            "sync_document": unit_routing.document_routing(session, wanted["sync_document"]),
         }
     completed = []
     for request in requests:

@@ -1,7 +1,7 @@
-"""The knowledge sync's SQL: every statement takes and filters on organization_id.
-
-One unit (a little over ~400 lines): it is the product's whole `store` role, the statements
-share their row shapes, and splitting by table would scatter one source run's queries.
+"""The knowledge sync's SQL for one source run and its checks: every statement takes and
+filters on organization_id. The daily scan's cross-tenant listings are in
+:mod:`services.knowledge_sync.daily_scan`, the enqueue route's lookups in
+:mod:`services.knowledge_sync.unit_routing`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, func, or_, select, true, tuple_, update
+from sqlalchemy import Row, func, or_, select, true, update
 from sqlalchemy.orm import Session
 
 from services.connectors.base import ListedDocument, ListedSection
@@ -294,45 +294,6 @@ def mark_source_failed(session: Session, organization_id: int, source_id: int, e
     )
 
 
-def sources_to_scan(
-    session: Session, batch: int = 1000
-) -> Iterable[tuple[int, int, str, int | None]]:
-    """``(organization_id, source_id, type, organization_data_source_id)`` of every live source
-    but the excluded types, across tenants (the daily tick only; the units are tenant-scoped)."""
-    statement = (
-        select(
-            KnowledgeBaseSource.organization_id,
-            KnowledgeBaseSource.id,
-            KnowledgeBaseSource.type,
-            KnowledgeBaseSource.organization_data_source_id,
-        )
-        .where(
-            KnowledgeBaseSource.discarded_at.is_(None),
-            KnowledgeBaseSource.type.not_in(EXCLUDED_SOURCE_TYPES),
-        )
-        .order_by(KnowledgeBaseSource.id)
-        .execution_options(yield_per=batch)
-    )
-    for org, source_id, source_type, ods in session.execute(statement):
-        yield int(org), int(source_id), str(source_type), ods
-
-
-def documents_needing_chunks(session: Session, batch: int = 1000) -> Iterable[tuple[int, int, str]]:
-    """The recovery sweep: kept documents with content but no chunks, across tenants."""
-    statement = (
-        select(
-            KnowledgeBaseDocument.organization_id,
-            KnowledgeBaseDocument.id,
-            KnowledgeBaseDocument.source_type,
-        )
-        .where(*RECOVERY_BACKLOG)
-        .order_by(KnowledgeBaseDocument.id)
-        .execution_options(yield_per=batch)
-    )
-    for org, document_id, source_type in session.execute(statement):
-        yield int(org), int(document_id), str(source_type)
-
-
 #: The seed's recovery-sweep criteria (also what ``speedtier kb check`` counts).
 RECOVERY_BACKLOG = (
     KnowledgeBaseDocument.discarded_at.is_(None),
@@ -375,44 +336,3 @@ def sources_still_failing(
         .order_by(KnowledgeBaseSource.last_synced_at.asc().nulls_first())
         .limit(limit)
     ).all()
-
-
-def source_routing(
-    session: Session, pairs: Sequence[tuple[int, int]]
-) -> dict[tuple[int, int], tuple[str, int | None]]:
-    """``(organization_id, source_id) -> (type, organization_data_source_id)`` for live
-    sources; each pair is matched on both ids, so another tenant's id finds nothing."""
-    if not pairs:
-        return {}
-    rows = session.execute(
-        select(
-            KnowledgeBaseSource.organization_id,
-            KnowledgeBaseSource.id,
-            KnowledgeBaseSource.type,
-            KnowledgeBaseSource.organization_data_source_id,
-        ).where(tuple_(KnowledgeBaseSource.organization_id, KnowledgeBaseSource.id).in_(pairs))
-    )
-    return {(int(org), int(sid)): (str(kind), ods) for org, sid, kind, ods in rows}
-
-
-def document_routing(
-    session: Session, pairs: Sequence[tuple[int, int]]
-) -> dict[tuple[int, int], tuple[str, int | None]]:
-    """``(organization_id, document_id) -> (provider, organization_data_source_id)``."""
-    if not pairs:
-        return {}
-    rows = session.execute(
-        select(
-            KnowledgeBaseDocument.organization_id,
-            KnowledgeBaseDocument.id,
-            KnowledgeBaseDocument.source_type,
-            KnowledgeBaseSource.organization_data_source_id,
-        )
-        .outerjoin(
-            KnowledgeBaseSource,
-            (KnowledgeBaseSource.id == KnowledgeBaseDocument.knowledge_base_source_id)
-            & (KnowledgeBaseSource.organization_id == KnowledgeBaseDocument.organization_id),
-        )
-        .where(tuple_(KnowledgeBaseDocument.organization_id, KnowledgeBaseDocument.id).in_(pairs))
-    )
-    return {(int(org), int(did)): (str(kind), ods) for org, did, kind, ods in rows}

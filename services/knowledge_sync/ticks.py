@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from router.enqueue import Router
 from router.requests import JobRequest
 from router.ticks import Tick, enqueue_tick
-from services.knowledge_sync import store
+from services.knowledge_sync import daily_scan
 from services.knowledge_sync.families import PAUSE_FLAG, document_request, source_request
 
 
@@ -16,11 +16,11 @@ def scan_requests(session: Session) -> list[JobRequest]:
     """Every live source but Intercom, then the recovery sweep's documents."""
     requests = [
         source_request(org, source_id, source_type, ods)
-        for org, source_id, source_type, ods in store.sources_to_scan(session)
+        for org, source_id, source_type, ods in daily_scan.sources_to_scan(session)
     ]
     requests += [
         document_request("sync_document_chunks", org, document_id, None)
-        for org, document_id, _type in store.documents_needing_chunks(session)
+        for org, document_id, _type in daily_scan.documents_needing_chunks(session)
     ]
     return requests
 
