@@ -16,7 +16,7 @@ def register(platform: ServiceContext) -> None:
     from services.connectors.url_crawl import url_fetcher
     from services.indexing.chunking import Chunker
     from services.indexing.embedders import embedder_from_settings
-    from services.knowledge_sync.actors import build_handlers
+    from services.knowledge_sync.actors import KnowledgeSyncActors
     from services.knowledge_sync.crawl_units import CrawlContext
     from services.knowledge_sync.families import families
     from services.knowledge_sync.sync_units import SyncContext
@@ -34,8 +34,8 @@ def register(platform: ServiceContext) -> None:
         embedder=embedder_from_settings(settings, windows=windows),
     )
     crawl = CrawlContext(fetch=url_fetcher(settings, windows=windows))
-    handlers = build_handlers(platform.sessions, platform.router, sync, crawl)
-    for family in families(handlers):
+    actors = KnowledgeSyncActors(platform.sessions, platform.router, sync, crawl)
+    for family in families(actors):
         platform.add_family(family)
     platform.add_tick(daily_sync_tick(platform.sessions, platform.router))
     platform.add_routes(_routes)

@@ -105,20 +105,3 @@ class KnowledgeSyncActors:
             )
         if failure is not None:
             raise failure  # counted in the ledger already; the job records how it ended
-
-
-def build_handlers(
-    sessions: sessionmaker[Session],
-    router: Router,
-    ctx: sync_units.SyncContext,
-    crawl: CrawlContext,
-) -> dict[str, Callable[..., Any]]:
-    """The five actor bodies, bound to their dependencies, by request kind."""
-    actors = KnowledgeSyncActors(sessions, router, ctx, crawl)
-    return {
-        "sync_source": actors.sync_source,
-        "sync_document": actors.sync_document,
-        "sync_document_chunks": actors.sync_document_chunks,
-        "start_crawl": actors.start_crawl,
-        "crawl_url": actors.crawl_url,
-    }

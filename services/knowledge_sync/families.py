@@ -10,8 +10,7 @@ so the router can pick the tier and key the window.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, HttpUrl
 
@@ -20,6 +19,9 @@ from shared.db.models.rails import KnowledgeBaseSource
 from shared.inputs import NUL_FREE, Id, JsonInt
 from tiers.families import Family
 from tiers.policies import WindowRule
+
+if TYPE_CHECKING:
+    from services.knowledge_sync.actors import KnowledgeSyncActors
 
 PAUSE_FLAG = "pause_api2_knowledge_base_sync"
 
@@ -105,14 +107,14 @@ def source_request(
     )
 
 
-def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
-    """The five units of seed 000, bound to their actor bodies."""
+def families(actors: KnowledgeSyncActors) -> list[Family]:
+    """The five units of seed 000, each bound to its actor body by reference."""
     common: dict[str, Any] = {"pause_flag": PAUSE_FLAG, "provider": _provider}
     return [
         Family(
             name="kb_source_sync",
             kind="sync_source",
-            handler=handlers["sync_source"],
+            handler=actors.sync_source,
             params=SourceParams,
             job_id=lambda _org, p: f"kb-source-sync-{p.source_id}",
             windows=SOURCE_WINDOWS,
@@ -122,7 +124,7 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
         Family(
             name="kb_document_sync",
             kind="sync_document",
-            handler=handlers["sync_document"],
+            handler=actors.sync_document,
             params=DocumentParams,
             job_id=lambda _org, p: f"kb-document-sync-{p.document_id}",
             windows=DOCUMENT_WINDOWS,
@@ -134,7 +136,7 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
             # family: chunking calls the embeddings API, not the source's provider.
             name="kb_document_chunks",
             kind="sync_document_chunks",
-            handler=handlers["sync_document_chunks"],
+            handler=actors.sync_document_chunks,
             params=DocumentParams,
             job_id=lambda _org, p: f"kb-document-chunks-{p.document_id}",
             fixed_tier="fast",
@@ -146,7 +148,7 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
         Family(
             name="kb_crawl_start",
             kind="start_crawl",
-            handler=handlers["start_crawl"],
+            handler=actors.start_crawl,
             params=CrawlStartParams,
             job_id=lambda _org, p: f"kb-crawl-start-{p.crawl_task_id}",
             provider=_crawler,
@@ -155,7 +157,7 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
         Family(
             name="kb_crawl_url",
             kind="crawl_url",
-            handler=handlers["crawl_url"],
+            handler=actors.crawl_url,
             params=CrawlUrlParams,
             job_id=lambda _org, p: crawl_url_job_id(p.crawl_task_id, str(p.url)),
             provider=_crawler,

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 def register(platform: ServiceContext) -> None:
     from services.maintenance import ticks
-    from services.maintenance.actors import MaintenanceActors, build_handlers
+    from services.maintenance.actors import MaintenanceActors
     from services.maintenance.counter_caches import CounterCacheRun
     from services.maintenance.families import families
     from services.rails.client import RailsClient
@@ -38,7 +38,7 @@ def register(platform: ServiceContext) -> None:
         flags=platform.flags,
         region=settings.region,
     )
-    for family in families(build_handlers(MaintenanceActors(rails, jobs, run))):
+    for family in families(MaintenanceActors(rails, jobs, run)):
         platform.add_family(family)
     platform.add_tick(ticks.group_slot_reaper([b.jobs for b, _ in platform.brokers.serving()]))
     platform.add_tick(ticks.expired_evaluations_tick(rails, jobs))

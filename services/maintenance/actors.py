@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from services.maintenance.counter_caches import CounterCacheRun
 from services.rails.client import RailsClient
@@ -37,11 +36,3 @@ class MaintenanceActors:
 
     def fix_counter_caches(self) -> None:
         self.counter_caches.run(JobState.current(self.jobs))
-
-
-def build_handlers(actors: MaintenanceActors) -> dict[str, Callable[..., Any]]:
-    return {
-        "sync_unit21": actors.sync_unit21,
-        "summarize_conversation": actors.summarize_conversation,
-        "fix_counter_caches": actors.fix_counter_caches,
-    }

@@ -13,8 +13,7 @@ falls back to its retained ``SummarizeConversationJob`` when the enqueue is refu
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
@@ -22,6 +21,9 @@ from router.requests import JobRequest
 from shared.inputs import Id
 from tiers.families import Family
 from tiers.policies import RetryPolicy
+
+if TYPE_CHECKING:
+    from services.maintenance.actors import MaintenanceActors
 
 PAUSE_UNIT21 = "pause_api2_unit21_sync"
 PAUSE_EXPIRED_EVALUATIONS = "pause_api2_expired_evaluation_cleanup"
@@ -59,12 +61,13 @@ def counter_cache_request() -> JobRequest:
     return JobRequest("fix_counter_caches", None, {})
 
 
-def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
+def families(actors: MaintenanceActors) -> list[Family]:
+    """The routine families, each bound to its actor body by reference."""
     return [
         Family(
             name="unit21_sync",
             kind="sync_unit21",
-            handler=handlers["sync_unit21"],
+            handler=actors.sync_unit21,
             params=Unit21Params,
             job_id=lambda _org, p: f"unit21-sync-source-{p.organization_data_source_id}",
             fixed_tier="maintenance",
@@ -74,7 +77,7 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
         Family(
             name="conversation_summary",
             kind="summarize_conversation",
-            handler=handlers["summarize_conversation"],
+            handler=actors.summarize_conversation,
             params=SummaryParams,
             job_id=lambda _org, p: f"conversation-summary-{p.conversation_id}",
             fixed_tier="maintenance",
@@ -83,7 +86,7 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
         Family(
             name="counter_cache_fix",
             kind="fix_counter_caches",
-            handler=handlers["fix_counter_caches"],
+            handler=actors.fix_counter_caches,
             params=CounterCacheParams,
             job_id=lambda _org, _p: COUNTER_CACHE_FIX_JOB_ID,
             fixed_tier="maintenance",
