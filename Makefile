@@ -59,8 +59,9 @@ docs: install
 docs-build: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir $(VENV)/site
 
-# The reference pages (CLI, settings, HTTP API, families/queues/ticks) regenerated from the code;
-# tests/unit/docs/test_reference_pages.py fails while they differ from what this writes.
+# The files generated from the code: the reference pages (CLI, settings, HTTP API, families,
+# queues, ticks) and each tier's queue list in the chart's values.yaml;
+# tests/integration/docs/test_reference_pages.py fails while they differ from what this writes.
 reference: install
 	$(BIN)/python -m scripts.gen_reference
 

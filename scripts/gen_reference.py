@@ -1,4 +1,4 @@
-"""Write the documentation's reference pages from the code: ``make reference``.
+"""Write the files generated from the code: ``make reference``.
 
 | page | source |
 | --- | --- |
@@ -6,10 +6,11 @@
 | ``docs/reference/settings.md`` | every ``shared.config.Settings`` field and its ``description`` |
 | ``docs/reference/http-api.md`` | every operation of the OpenAPI document the API serves |
 | ``docs/reference/families.md`` | the registry: families, queues, caps, retries; the ticks |
+| ``helm/speedtier/values.yaml`` | each tier's ``queues`` (its worker's, KEDA's triggers) |
 
 ``python -m scripts.gen_reference`` writes them; ``--check`` writes nothing and exits 1 naming
-the pages that differ (``tests/unit/docs/test_reference_pages.py`` runs the same comparison,
-so a new setting, command, route or family fails CI until the pages are regenerated).
+the files that differ (``tests/integration/docs/test_reference_pages.py`` runs the same
+comparison, so a new setting, command, route or family fails CI until they are regenerated).
 Nothing here connects to Redis or PostgreSQL: the platform is assembled against addresses
 nobody listens on, and the output depends on the code only, never on the environment.
 """
@@ -322,23 +323,65 @@ def http_page(platform: Any) -> str:
 # --- writing and checking ----------------------------------------------------------------
 
 
-def pages() -> dict[str, str]:
-    """Page file name -> its content, generated from the code."""
+# --- the chart's queue lists --------------------------------------------------------------
+
+VALUES = Path("helm") / "speedtier" / "values.yaml"
+
+
+def chart_values(text: str, queues: dict[str, list[str]]) -> str:
+    """``values.yaml`` with each tier's ``queues`` list (under ``tiers:``) replaced by the
+    registry's, everything else as it is: the list each tier's worker consumes and its KEDA
+    ScaledObject watches."""
+    lines = text.split("\n")
+    out: list[str] = []
+    in_tiers, tier, index = False, None, 0
+    while index < len(lines):
+        line = lines[index]
+        if line and not line.startswith((" ", "#")):
+            in_tiers, tier = line.rstrip() == "tiers:", None
+        elif in_tiers and line.startswith("  ") and not line.startswith("   "):
+            name = line.strip().rstrip(":")
+            tier = name if line.rstrip().endswith(":") else None
+        if in_tiers and tier in queues and line.rstrip() == "    queues:":
+            out.append(line)
+            index += 1
+            while index < len(lines) and lines[index].startswith("      - "):
+                index += 1
+            out.extend(f"      - {queue}" for queue in queues[tier])
+            continue
+        out.append(line)
+        index += 1
+    return "\n".join(out)
+
+
+def values_file(platform: Any) -> str:
+    from tiers.table import TIERS
+
+    queues = {tier: platform.registry.queues_of_tier(tier) for tier in TIERS}
+    return chart_values((ROOT / VALUES).read_text(encoding="utf-8"), queues)
+
+
+# --- writing and checking ----------------------------------------------------------------
+
+
+def outputs() -> dict[str, str]:
+    """Every generated file (its path from the repository's root) -> its content."""
     platform = _platform()
     builders: dict[str, Callable[[], str]] = {
-        "cli.md": cli_page,
-        "settings.md": settings_page,
-        "families.md": lambda: families_page(platform),
-        "http-api.md": lambda: http_page(platform),
+        "docs/reference/cli.md": cli_page,
+        "docs/reference/settings.md": settings_page,
+        "docs/reference/families.md": lambda: families_page(platform),
+        "docs/reference/http-api.md": lambda: http_page(platform),
+        str(VALUES): lambda: values_file(platform),
     }
     return {name: build() for name, build in builders.items()}
 
 
-def stale_pages(generated: dict[str, str], directory: Path = PAGES_DIR) -> list[str]:
-    """The pages whose committed text differs from ``generated`` (or that are missing)."""
+def stale_files(generated: dict[str, str], root: Path = ROOT) -> list[str]:
+    """The files whose committed text differs from ``generated`` (or that are missing)."""
     stale = []
     for name, text in generated.items():
-        path = directory / name
+        path = root / name
         if not path.exists() or path.read_text(encoding="utf-8") != text:
             stale.append(name)
     return stale
@@ -348,16 +391,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if stale")
     args = parser.parse_args(argv)
-    generated = pages()
+    generated = outputs()
     if args.check:
-        stale = stale_pages(generated)
+        stale = stale_files(generated)
         for name in stale:
-            print(f"docs/reference/{name} is stale: run `make reference`", file=sys.stderr)
+            print(f"{name} is stale: run `make reference`", file=sys.stderr)
         return 1 if stale else 0
-    PAGES_DIR.mkdir(parents=True, exist_ok=True)
     for name, text in generated.items():
-        (PAGES_DIR / name).write_text(text, encoding="utf-8")
-        print(f"wrote docs/reference/{name}")
+        path = ROOT / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {name}")
     return 0
 
 
