@@ -26,17 +26,11 @@ from router.context import ServiceContext
 from services.maintenance import store
 from services.maintenance.counter_caches import REGION_SUBJECT, STEPS
 from services.maintenance.families import COUNTER_CACHE_FIX_JOB_ID, PAUSE_FLAGS
-from services.maintenance.ticks import EXPIRED_EVALUATIONS_TICK
+from services.maintenance.ticks import CADENCES, EXPIRED_EVALUATIONS_TICK
 from services.rails import delivery_claims
 from shared.db.base import utcnow
 from shared.db.engine import session_scope
 from shared.rollouts import COUNTER_CACHE_NATIVE_REPAIRS
-
-CADENCES = {
-    EXPIRED_EVALUATIONS_TICK: "5 * * * *",
-    "unit21-sync": "*/10 * * * *",
-    "counter-cache-fix": "0 */3 * * *",
-}
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,12 @@ from tiers.job_store import JobStore
 log = logging.getLogger(__name__)
 
 EXPIRED_EVALUATIONS_TICK = "mark-expired-evaluations-failed-hourly"
+#: The seed's cadences (UTC), read by the ticks below and by ``checks.schedulers``.
+CADENCES = {
+    EXPIRED_EVALUATIONS_TICK: "5 * * * *",
+    "unit21-sync": "*/10 * * * *",
+    "counter-cache-fix": "0 */3 * * *",
+}
 EXPIRED_EVALUATIONS_PATH = "/internal/expired_evaluations/process"
 
 
@@ -82,7 +88,7 @@ def expired_evaluations_tick(rails: Callable[[], RailsClient], jobs: JobStore) -
 
     return Tick(
         name=EXPIRED_EVALUATIONS_TICK,
-        cron="5 * * * *",
+        cron=CADENCES[EXPIRED_EVALUATIONS_TICK],
         run=run,
         description="Rails marks expired snapshot and QA-request evaluations failed",
         pause_flag=PAUSE_EXPIRED_EVALUATIONS,
@@ -92,7 +98,7 @@ def expired_evaluations_tick(rails: Callable[[], RailsClient], jobs: JobStore) -
 def unit21_tick(sessions: sessionmaker[Session], router: Router) -> Tick:
     return enqueue_tick(
         name="unit21-sync",
-        cron="*/10 * * * *",
+        cron=CADENCES["unit21-sync"],
         description="one unit21-sync-source-<id> job per kept Unit21 organization data source",
         pause_flag=PAUSE_UNIT21,
         sessions=sessions,
@@ -104,7 +110,7 @@ def unit21_tick(sessions: sessionmaker[Session], router: Router) -> Tick:
 def counter_cache_tick(sessions: sessionmaker[Session], router: Router) -> Tick:
     return enqueue_tick(
         name="counter-cache-fix",
-        cron="0 */3 * * *",
+        cron=CADENCES["counter-cache-fix"],
         description="repair the seven counter caches (counter-cache-fix)",
         pause_flag=PAUSE_COUNTER_CACHES,
         sessions=sessions,
