@@ -27,7 +27,8 @@ from uuid import uuid4
 from dramatiq.common import q_name, xq_name
 from dramatiq.message import Message
 
-from tiers.job_store import QUEUED_LEASE_MS, JobStore, _load, as_text, now_ms
+from tiers.job_store import QUEUED_LEASE_MS, JobStore, as_text, now_ms
+from tiers.lua_scripts import load_script
 from tiers.options import (
     ETA,
     FAILURES,
@@ -76,8 +77,8 @@ class DeadLetters:
         self.jobs = jobs
         self.client = jobs.client
         self.namespace = jobs.namespace
-        self._revive = self.client.register_script(_load("revive"))
-        self._discard = self.client.register_script(_load("discard"))
+        self._revive = self.client.register_script(load_script("revive"))
+        self._discard = self.client.register_script(load_script("discard"))
 
     def xq_key(self, queue: str) -> str:
         return f"{self.namespace}:{xq_name(q_name(queue))}"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
@@ -17,6 +16,7 @@ from dramatiq.message import Message
 
 from tiers.fetch_claims import QUEUED_LEASE_MS as QUEUED_LEASE_MS
 from tiers.fetch_claims import FetchClaims
+from tiers.lua_scripts import load_script
 from tiers.message_encoding import encode_message
 from tiers.options import (
     ETA,
@@ -37,12 +37,6 @@ if TYPE_CHECKING:
 
 LIVE_STATES = frozenset({"waiting", "parked", "delayed", "active"})
 FINISHED_STATES = frozenset({"completed", "failed", "record_missing", "skipped"})
-
-
-def _load(name: str) -> str:
-    base = resources.files("tiers") / "lua"
-    prelude = (base / "_prelude.lua").read_text()
-    return prelude + "\n" + (base / f"{name}.lua").read_text()
 
 
 @dataclass(frozen=True)
@@ -72,7 +66,7 @@ class JobStore(FetchClaims):
         self.claimed_at_fetch = {}
         self.slots_at_fetch = {}
         self._scripts = {
-            name: client.register_script(_load(name))
+            name: client.register_script(load_script(name))
             for name in (
                 "enqueue",
                 "claim",

@@ -37,7 +37,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from tiers.job_store import _load
+from tiers.lua_scripts import load_script
 from tiers.outage_log import OutageLog
 from tiers.redis_values import now_ms
 
@@ -68,7 +68,7 @@ class QueueWatch:
         self.broker = broker
         self.interval = max(poll_ms, 2) / 2000
         self.longest_sleep = max(sleep_polls * poll_ms / 1000, LONGEST_SLEEP_SECONDS)
-        self._script = broker.client.register_script(_load("watch"))
+        self._script = broker.client.register_script(load_script("watch"))
         self._asleep: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
