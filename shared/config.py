@@ -78,6 +78,12 @@ class Settings(BaseSettings):
 
     group_lease_seconds: float = Field(30.0, gt=0)
     heartbeat_timeout_seconds: float = Field(60.0, gt=0)
+    cancel_grace_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="How long a cancelled running job has to stop at its next cancel point "
+        "(a step, a provider call) before Cancelled is raised into its thread (hard stop).",
+    )
     windows: dict[str, str] = Field(default_factory=dict)
     flag_overrides: dict[str, bool] = Field(
         default_factory=dict, validation_alias="SPEEDTIER_FLAGS"
