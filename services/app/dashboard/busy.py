@@ -60,6 +60,18 @@ def running_jobs(platform: Platform, org: str | None = None) -> list[RunningJob]
     return sorted(jobs, key=lambda job: job.started_ms)
 
 
+def worker_of(platform: Platform, job_id: str) -> str:
+    """``host pid N`` of the live worker running ``job_id`` ("" when none says it does)."""
+    broker = platform.brokers.broker_of_job(job_id)
+    ns = platform.settings.redis_namespace
+    timeout_ms = int(platform.settings.heartbeat_timeout_seconds * 1000)
+    workers, _unknown = live_workers(broker.client, ns, timeout_ms)
+    for worker in workers:
+        if any(run.get("job") == job_id for run in worker.running):
+            return f"{worker.host} pid {worker.pid}"
+    return ""
+
+
 def group_holders(platform: Platform, group_key: str) -> list[RunningJob]:
     """The jobs holding slots of group ``group_key`` (``<queue>|<org>``)."""
     queue = group_key.partition("|")[0]

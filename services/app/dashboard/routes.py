@@ -10,7 +10,7 @@ from flask import redirect, request, url_for
 from flask.typing import ResponseReturnValue
 
 from services.app.bootstrap import Platform
-from services.app.dashboard import actions, serving
+from services.app.dashboard import actions, busy, serving
 from services.app.dashboard import ledger as delivery_ledger
 from services.app.dashboard.groups_view import org_rows
 from services.app.dashboard.prediction import RATE_MINUTES
@@ -88,7 +88,8 @@ def job(job_id: str) -> ResponseReturnValue:
     broker, record = found
     ttl = broker.client.ttl(broker.jobs.record_key(job_id))
     window = job_window(platform, record)
-    return page("job.html", job_id=job_id, record=record, ttl=ttl, window=window)
+    worker = busy.worker_of(platform, job_id) if record.get("state") == "active" else ""
+    return page("job.html", job_id=job_id, record=record, ttl=ttl, window=window, worker=worker)
 
 
 def _job_action(

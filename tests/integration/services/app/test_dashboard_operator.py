@@ -186,6 +186,11 @@ def test_cancel_a_running_job_from_the_busy_page(app: Flask, platform: Platform)
         busy = client.get("/dashboard/busy").text
         row = re.search(rf'<tr data-job="{job_id}">.*?</tr>', busy, re.S)
         assert row is not None and " pid " in row.group(0)
+        job_page = client.get(f"/dashboard/jobs/{job_id}").text
+        assert re.search(
+            r'running for <span id="running-for">\d+ s</span> on <span id="worker">[^<]+ pid \d+<',
+            job_page,
+        )
         holders = client.get("/dashboard/busy?group=t_serial.fast|7").text
         assert f'data-job="{job_id}"' in holders
         answer = client.post(f"/dashboard/jobs/{job_id}/cancel", data={"csrf_token": csrf_of(busy)})
