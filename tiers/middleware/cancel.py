@@ -102,6 +102,7 @@ class CancelWatch:
     # -- the watch thread ------------------------------------------------------------------
 
     def start(self, broker: Any, queues: list[str], threads: int) -> None:
+        self._stop = threading.Event()  # a broker may serve one worker after another
         try:  # before the first fetch: a job cancelled while no worker ran never starts
             self.cancels = read_cancels(broker.client, broker.namespace)
         except Exception as exc:

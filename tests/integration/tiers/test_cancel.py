@@ -95,3 +95,16 @@ def _running_jobs(client: redis.Redis, namespace: str) -> list[str]:
 def _elapsed(broker: TierBroker, job_id: str) -> float:
     record = broker.jobs.record(job_id) or {}
     return (int(record["finished_at"]) - int(record["cancel_at"])) / 1000
+
+
+def test_a_broker_serving_a_second_worker_watches_again(
+    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
+) -> None:
+    with h.running_worker(broker, threads=1):
+        pass
+    # The same broker's next worker still sees cancels and publishes itself
+    job_id = router.enqueue(request("s1", mode="steps", times=200)).job_id
+    with h.running_worker(broker, threads=1):
+        h.wait_until(lambda: _running_jobs(redis_client, namespace) == [job_id], timeout=5)
+        assert request_cancel(redis_client, namespace, job_id, "ann") == "requested"
+        h.wait_until(lambda: h.state(broker, job_id) == "cancelled", timeout=1.4)
