@@ -6,7 +6,8 @@ Its groups and running jobs come from ``groups_view`` and ``busy``, its failures
 :data:`LIST_LIMIT` of each); delayed jobs from every delay queue's messages (``<queue>.DQ``),
 those carrying the organization (the ``st_org`` option), up to :data:`SCAN_LIMIT` messages
 per queue, with their due time and, from their records, why they wait (``last_delay``: a
-rate window, a provider's Retry-After, an outage, a retry's backoff).
+rate window, named by family, provider and scope; a provider's Retry-After; an outage; a
+retry's backoff).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dramatiq.message import Message
 
 from services.app.bootstrap import Platform
 from tiers.job_store import as_text
-from tiers.options import ETA, JOB_ID, ORGANIZATION
+from tiers.options import ETA, JOB_ID, ORGANIZATION, PROVIDER, WINDOW_SCOPE
 
 LIST_LIMIT = 50
 SCAN_LIMIT = 2000
@@ -68,15 +69,22 @@ def delayed_jobs(platform: Platform, org: str) -> list[QueuedJob]:
         for message in mine:
             pipe.hget(broker.jobs.record_key(message.options.get(JOB_ID, "")), "last_delay")
         for message, why in zip(mine, pipe.execute(), strict=True):
-            job_id = message.options.get(JOB_ID, "")
-            eta = int(message.options.get(ETA, 0) or 0)
-            found.append(QueuedJob(job_id, queue, eta, as_text(why) if why else "retry backoff"))
+            options = message.options
+            eta = int(options.get(ETA, 0) or 0)
+            reason = as_text(why) if why else "retry backoff"
+            if reason.startswith("window"):  # which window: the message's provider and scope
+                provider = str(options.get(PROVIDER) or "*").lower()
+                reason = (
+                    f"window {message.actor_name}:{provider}:{options.get(WINDOW_SCOPE) or '*'}"
+                )
+            found.append(QueuedJob(options.get(JOB_ID, ""), queue, eta, reason))
     return sorted(found, key=lambda job: job.due_ms)
 
 
 def waits(delayed: list[QueuedJob]) -> list[tuple[str, int]]:
-    """What the delayed jobs wait for (the reason's kind: ``window``, ``retry-after``...)
-    and how many wait for each."""
+    """What the delayed jobs wait for (a rate window, named ``window
+    <family>:<provider>:<scope>``; otherwise the reason's kind: ``retry-after``, ``outage``,
+    ``test``...) and how many wait for each."""
     return Counter(job.why.partition(":")[0] or "retry backoff" for job in delayed).most_common()
 
 
