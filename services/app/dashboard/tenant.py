@@ -71,8 +71,10 @@ def delayed_jobs(platform: Platform, org: str) -> list[QueuedJob]:
         for message, why in zip(mine, pipe.execute(), strict=True):
             options = message.options
             eta = int(options.get(ETA, 0) or 0)
-            reason = as_text(why) if why else "retry backoff"
-            if reason.startswith("window"):  # which window: the message's provider and scope
+            # the record's last delay reads "<reason>: <reason>: delayed until <epoch>"; the
+            # due column has the time, so the reason alone is shown
+            reason = as_text(why).partition(":")[0] if why else "retry backoff"
+            if reason == "window":  # which window: the message's provider and scope
                 provider = str(options.get(PROVIDER) or "*").lower()
                 reason = (
                     f"window {message.actor_name}:{provider}:{options.get(WINDOW_SCOPE) or '*'}"
@@ -85,7 +87,7 @@ def waits(delayed: list[QueuedJob]) -> list[tuple[str, int]]:
     """What the delayed jobs wait for (a rate window, named ``window
     <family>:<provider>:<scope>``; otherwise the reason's kind: ``retry-after``, ``outage``,
     ``test``...) and how many wait for each."""
-    return Counter(job.why.partition(":")[0] or "retry backoff" for job in delayed).most_common()
+    return Counter(job.why or "retry backoff" for job in delayed).most_common()
 
 
 def _decode(data: Any) -> Message[Any] | None:
