@@ -137,6 +137,12 @@ class Settings(BaseSettings):
         gt=0,
         description="A silent worker's unacknowledged messages are redelivered after this.",
     )
+    cancel_grace_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="How long a cancelled running job has to stop at its next cancel point "
+        "(a step, a provider call) before Cancelled is raised into its thread (hard stop).",
+    )
     windows: dict[str, str] = Field(
         default_factory=dict,
         description='JSON overrides of provider windows, `{"<family>.<provider>": '

@@ -107,6 +107,15 @@ class Paused(JobError):
         self.flag = flag
 
 
+class Cancelled(JobError):
+    """An operator cancelled the job (``tiers.cancellation``): it ends as ``cancelled`` and is
+    never retried. Raised by :func:`shared.cancel_point.cancel_point` at a handler's next step
+    or provider call, or into the running thread once the cancel's grace has passed."""
+
+    def __init__(self, reason: str = "cancelled by an operator") -> None:
+        super().__init__(reason)
+
+
 class ValidationFailed(SpeedtierError):
     """A request failed validation; ``errors`` maps a field path to its message."""
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import requests
 
+from shared.cancel_point import cancel_point
 from shared.errors import Delay, Retryable, Unrecoverable
 
 DEFAULT_TIMEOUT = 30.0
@@ -99,7 +100,9 @@ class JsonClient:
         return f"{self.base_url}/{path.lstrip('/')}"
 
     def request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        """Send a request; transport failures become ``Retryable``, statuses are translated."""
+        """Send a request; transport failures become ``Retryable``, statuses are translated.
+        A job an operator cancelled stops here, before the request (``Cancelled``)."""
+        cancel_point()
         what = f"{method} {path}"
         try:
             response = self.session.request(

@@ -23,6 +23,7 @@ import redis
 from dramatiq.middleware import CurrentMessage
 from pydantic import BaseModel
 
+from shared.cancel_point import cancel_point
 from shared.errors import Delay, RecordMissing, Retryable, Unrecoverable
 from shared.observability import ACTOR_THROWS
 from tiers.broker import TierBroker
@@ -74,6 +75,13 @@ def handler(
     try:
         if sleep:
             time.sleep(sleep)
+        if mode == "steps":  # a long job that reaches a cancel point every 50 ms
+            for _ in range(times):
+                cancel_point()
+                time.sleep(0.05)
+        if mode == "hang":  # a long job that never reaches a cancel point
+            for _ in range(times):
+                time.sleep(0.05)
         if mode == "missing":
             raise RecordMissing(item)
         if mode == "unrecoverable":
@@ -165,6 +173,7 @@ def make_broker(
     windows: Mapping[str, WindowRule] | None = None,
     lease_seconds: float = 30.0,
     heartbeat_timeout_ms: int = 60_000,
+    cancel_grace_seconds: float = 30.0,
 ) -> TierBroker:
     import dramatiq
 
@@ -177,6 +186,7 @@ def make_broker(
         windows=windows,
         lease_seconds=lease_seconds,
         heartbeat_timeout_ms=heartbeat_timeout_ms,
+        cancel_grace_seconds=cancel_grace_seconds,
         maintenance_chance=200_000,
     )
     for family in fams.values():

@@ -32,6 +32,7 @@ from typing import Any
 import redis
 from dramatiq.middleware import CurrentMessage
 
+from shared.cancel_point import cancel_point
 from shared.errors import SpeedtierError
 from tiers.faults import fault_point
 from tiers.job_store import JobStore, as_text, now_ms
@@ -160,6 +161,7 @@ def run_steps(state: JobState, steps: Sequence[Step]) -> dict[str, Any]:
         if name in results:
             log.info("job %s: step %s already completed, skipped", state.job_id, name)
             continue
+        cancel_point()  # an operator's cancel stops the job between steps
         results[name] = step()
         state.complete_step(name, results[name])
         fault_point("step.after")

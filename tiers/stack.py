@@ -10,6 +10,7 @@ from dramatiq.middleware import CurrentMessage, TimeLimit
 
 from tiers.broker import TierBroker
 from tiers.families import Family
+from tiers.middleware.cancel import CancelGate, CancelWatch, RunningJobs
 from tiers.middleware.group_slots import GroupSlots
 from tiers.middleware.job_metrics import JobMetrics
 from tiers.middleware.log_context import LogContext
@@ -31,12 +32,15 @@ def build_broker(
     lease_seconds: float = 30.0,
     heartbeat_timeout_ms: int = 60_000,
     windows_client: redis.Redis | None = None,
+    cancel_grace_seconds: float = 30.0,
     **broker_options: Any,
 ) -> tuple[TierBroker, GroupSlots]:
     """A broker whose ``before_process_message`` runs: claim the slot (drop stale copies),
     check the kill switch, take a window start; and whose ``after_process_message`` settles
     the outcome. ``families`` is a live mapping: families added later are seen. Provider
-    windows are counted on ``windows_client`` (the control Redis; default: the broker's)."""
+    windows are counted on ``windows_client`` (the control Redis; default: the broker's).
+    A cancelled job stops at its next cancel point, or is stopped ``cancel_grace_seconds``
+    after its cancel (``tiers.middleware.cancel``)."""
     broker = TierBroker(
         url=redis_url,
         namespace=namespace,
@@ -45,14 +49,17 @@ def build_broker(
         **broker_options,
     )
     slots = GroupSlots(broker.jobs)
+    watch = CancelWatch(cancel_grace_seconds)
     for middleware in (
         CurrentMessage(),
         LogContext(),
         slots,
+        CancelGate(watch),
         JobMetrics(),
         PauseSwitch(families, is_enabled),
         ProviderWindows(families, RateWindows(windows_client or broker.client, namespace), windows),
         Outcomes(families, broker.jobs, slots),
+        RunningJobs(watch),
         # Last: its limit covers the actor alone, never a claim or a settle in flight (an
         # interrupted settle would leave its job active).
         TimeLimit(),

@@ -12,7 +12,7 @@ from router.context import LoadContext
 from router.requests import JobRequest
 from services.knowledge_sync.checks import run_checks
 from services.knowledge_sync.families import PAUSE_FLAG, document_request, source_request
-from shared import progress
+from shared import audit, progress
 from shared.cli_types import RECORD_ID
 from shared.db.engine import session_scope
 from shared.db.models.rails import (
@@ -44,6 +44,9 @@ def tick(load: LoadContext) -> None:
         raise click.ClickException(f"{PAUSE_FLAG} is on: resume it first")
     with progress.working("kb tick: enqueueing every source and the recovery sweep"):
         summary = platform.tick("kb-sync").run("manual")
+    audit.record(
+        platform.sessions, audit.cli_operator(), "redrive", "kb tick", "done", str(summary)
+    )
     click.echo(f"enqueued: {summary}")
 
 

@@ -10,7 +10,6 @@ uncertain claim was resolved by hand).
 
 from __future__ import annotations
 
-import getpass
 import sys
 import time
 from datetime import UTC, datetime
@@ -24,7 +23,7 @@ from services.reports.dates import BadReportDate, parse_day, resolve
 from services.reports.families import PAUSE_FLAG, REPORT_JOB_PREFIX, TIER, report_request
 from services.reports.store import reportable_organizations
 from services.reports.ticks import TODAY_TICK, YESTERDAY_TICK
-from shared import progress
+from shared import audit, progress
 from shared.cli_types import RECORD_ID
 from shared.db.engine import session_scope
 from tiers.dead_letters import DeadLetters
@@ -52,6 +51,9 @@ def redrive(load: LoadContext, day: str, organization_id: int | None) -> None:
         tick = platform.tick(TODAY_TICK if day == "today" else YESTERDAY_TICK)
         slot = f"redrive-{day}-{int(time.time())}"
         answer = platform.router.enqueue(JobRequest(tick.kind, None, {"slot": slot}))
+        audit.record(
+            platform.sessions, audit.cli_operator(), "redrive", answer.job_id, answer.outcome
+        )
         click.echo(f"{answer.job_id}: {answer.outcome} on {answer.queue}")
         return
     with session_scope(platform.sessions) as session:
@@ -60,6 +62,7 @@ def redrive(load: LoadContext, day: str, organization_id: int | None) -> None:
         raise click.ClickException(f"organization {organization_id} is not reportable")
     resolved = resolve(wanted, found[0].time_zone, datetime.now(UTC))
     answer = platform.router.enqueue(report_request(organization_id, resolved, source="admin"))
+    audit.record(platform.sessions, audit.cli_operator(), "redrive", answer.job_id, answer.outcome)
     click.echo(f"{answer.job_id}: {answer.outcome} on {answer.queue}")
 
 
@@ -76,11 +79,12 @@ def retry(load: LoadContext, job_id: str) -> None:
             f"not a report job id ({REPORT_JOB_PREFIX}...)", param_hint="JOB_ID"
         )
     platform = load()
-    operator = f"cli:{getpass.getuser()}"
+    operator = audit.cli_operator()
     jobs = platform.brokers.of_tier(TIER).jobs
     if jobs.record(job_id) is None:
         raise click.ClickException(f"no job {job_id} (finished jobs are kept for a while only)")
     outcome = DeadLetters(jobs).retry(job_id, operator)
+    audit.record_after(platform.sessions, operator, "retry", job_id, outcome)
     if outcome not in ("waiting", "parked"):
         raise click.ClickException(f"{job_id} was not retried: {outcome}")
     click.echo(f"{job_id}: {outcome}")

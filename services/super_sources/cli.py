@@ -10,6 +10,7 @@ from services.super_sources import store
 from services.super_sources.families import import_request
 from services.super_sources.queue_status import counters, queue_status
 from services.super_sources.sources import default_registry
+from shared import audit
 from shared.cli_types import RECORD_ID
 from shared.db.engine import session_scope
 
@@ -69,6 +70,7 @@ def import_command(
             organization_id, source, connection_id, NodeRef(root_type, root_id), first_run=first_run
         )
     )
+    audit.record(platform.sessions, audit.cli_operator(), "redrive", answer.job_id, answer.outcome)
     click.echo(f"{answer.job_id}: {answer.outcome} on {answer.queue}")
 
 

@@ -13,7 +13,7 @@ from router.context import LoadContext
 from services.uploads import resolution
 from services.uploads.checks import run_checks
 from services.uploads.families import completion_job_id
-from shared import progress
+from shared import audit, progress
 from shared.cli_types import RECORD_ID
 from shared.errors import QueueUnavailable
 from shared.rollouts import CONVERSATION_UPLOAD_SYNC_COMPLETION
@@ -105,6 +105,14 @@ def resolve_completion(
             f" 'speedtier uploads resolve-completion {upload_id} --release' again once Redis"
             " answers (a ledger row, now accepted, is also replayed by the reconciler)"
         ) from None
+    audit.record(
+        platform.sessions,
+        audit.cli_operator(),
+        "resolve-completion",
+        f"upload {upload_id}",
+        "done",
+        "; ".join(done),
+    )
     for line in done:
         click.echo(f"did: {line}")
 

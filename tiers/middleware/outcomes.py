@@ -6,6 +6,7 @@ how the run ended              job state         what happens next
 returned                       completed         record kept for the retention
 RecordMissing                  record_missing    record kept for the retention
 Paused                         skipped           record kept for the retention
+Cancelled (an operator)        cancelled         record kept for the retention, no retry
 Unrecoverable                  failed            message dead-lettered, no retry
 Delay(until)                   delayed           back at ``until``, attempt NOT spent
 PostgreSQL / Redis unreachable delayed           back in OUTAGE_DELAY_SECONDS, attempt
@@ -49,6 +50,7 @@ from dramatiq.common import dq_name, q_name
 from dramatiq.middleware import Middleware
 
 from shared.errors import (
+    Cancelled,
     Delay,
     DelaysExhausted,
     JobError,
@@ -221,6 +223,8 @@ def classify(message: Any, exception: BaseException | None, policy: RetryPolicy)
         return Settlement("record_missing", failures, error=error)
     if isinstance(exception, Paused):
         return Settlement("skipped", failures, error=error)
+    if isinstance(exception, Cancelled):
+        return Settlement("cancelled", failures, error=error)
     if isinstance(exception, Unrecoverable):
         return Settlement("failed", failures, error=error)
     failures += 1

@@ -13,6 +13,7 @@ import click
 
 from router.context import LoadContext
 from services.rails import delivery_claims
+from shared import audit
 
 
 @click.group("claims")
@@ -37,7 +38,10 @@ def list_claims(load: LoadContext, limit: int) -> None:
 def mark_delivered(load: LoadContext, key: str) -> None:
     """The send of KEY landed: mark it delivered (OutboundDeliveryClaim#mark_delivered!)."""
     sessions = load().sessions
-    if delivery_claims.mark_delivered(sessions, key):
+    marked = delivery_claims.mark_delivered(sessions, key)
+    outcome = "marked" if marked else "not_unresolved"
+    audit.record(sessions, audit.cli_operator(), "claim-delivered", key, outcome)
+    if marked:
         click.echo(f"{key}: marked delivered")
         return
     existing = delivery_claims.find(sessions, key)
@@ -52,7 +56,10 @@ def mark_delivered(load: LoadContext, key: str) -> None:
 def release(load: LoadContext, key: str) -> None:
     """The send of KEY did not land: drop the claim so the caller's retry sends again."""
     sessions = load().sessions
-    if delivery_claims.release(sessions, key):
+    released = delivery_claims.release(sessions, key)
+    outcome = "released" if released else "not_unresolved"
+    audit.record(sessions, audit.cli_operator(), "claim-release", key, outcome)
+    if released:
         click.echo(f"{key}: released; re-drive its job to send again")
         return
     existing = delivery_claims.find(sessions, key)

@@ -1,11 +1,14 @@
 """``speedtier pause NAME`` / ``speedtier resume NAME``: the kill switches, in Flipper's
-tables, shared with Rails."""
+tables, shared with Rails. Each is audited as the dashboard's are (``shared.audit``), by
+``cli:<user>``."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 import click
+
+from shared import audit
 
 if TYPE_CHECKING:
     from services.app.bootstrap import Platform
@@ -28,6 +31,10 @@ def _set(name: str, enabled: bool, force: bool) -> None:
             f"no family is paused by {name!r} (known: {listing}); --force sets it"
         )
     platform.flags.set(name, enabled)
+    outcome = "paused" if enabled else "resumed"
+    audit.record(
+        platform.sessions, audit.cli_operator(), "pause" if enabled else "resume", name, outcome
+    )
     overridden = platform.flags.overrides.get(name)
     click.echo(f"{name}: {'paused' if enabled else 'resumed'}")
     if overridden is not None and overridden != enabled:

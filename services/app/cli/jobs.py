@@ -1,4 +1,6 @@
-"""``speedtier jobs show ID`` and ``speedtier status``: what the queues hold."""
+"""``speedtier jobs show|retry|discard|cancel ID`` and ``speedtier status``: what the queues
+hold, and the operator's actions on one job (the dashboard's, through the same scripts and
+into the same audit, by ``cli:<user>``)."""
 
 from __future__ import annotations
 
@@ -51,6 +53,59 @@ def show(job_id: str) -> None:
     # The job's durable state (tiers.job_state): completed steps and the values it kept.
     for field in sorted(name for name in record if name.startswith(("step:", "data:"))):
         click.echo(f"{field:<10} {record[field]}")
+
+
+def _act(action: str, job_id: str) -> None:
+    from services.app.bootstrap import bootstrap
+    from shared import audit
+    from tiers.cancellation import request_cancel
+    from tiers.dead_letters import DeadLetters
+
+    platform = bootstrap(component="cli")
+    try:
+        operator = audit.cli_operator()
+        broker = platform.brokers.broker_of_job(job_id)
+        if action == "cancel":
+            ns = platform.settings.redis_namespace
+            outcome = request_cancel(broker.client, ns, job_id, operator)
+            done = outcome == "requested"
+        else:
+            letters = DeadLetters(broker.jobs)
+            outcome = (
+                letters.retry(job_id, operator)
+                if action == "retry"
+                else letters.discard(job_id, operator)
+            )
+            done = outcome in ("waiting", "parked", "discarded")
+        audit.record_after(platform.sessions, operator, action, job_id, outcome)
+    finally:
+        platform.close()
+    if not done:
+        past = {"retry": "retried", "discard": "discarded", "cancel": "cancelled"}[action]
+        raise click.ClickException(f"{job_id} was not {past}: {outcome}")
+    click.echo(f"{job_id}: {outcome}")
+
+
+@jobs.command("retry")
+@click.argument("job_id")
+def retry(job_id: str) -> None:
+    """Send failed job JOB_ID back to its queue, attempts reset (as the dashboard's Retry)."""
+    _act("retry", job_id)
+
+
+@jobs.command("discard")
+@click.argument("job_id")
+def discard(job_id: str) -> None:
+    """Drop failed job JOB_ID's dead letter for good."""
+    _act("discard", job_id)
+
+
+@jobs.command("cancel")
+@click.argument("job_id")
+def cancel(job_id: str) -> None:
+    """Cancel queued or running job JOB_ID: it stops at its next step or provider call, or is
+    stopped after SPEEDTIER_CANCEL_GRACE_SECONDS; it ends cancelled and is not retried."""
+    _act("cancel", job_id)
 
 
 @click.command("status")

@@ -9,7 +9,7 @@ import click
 from router.ticks import Tick
 from services.app.bootstrap import Platform, bootstrap
 from services.app.scheduler import TickScheduler, next_fire_time
-from shared import heartbeat, metrics, progress
+from shared import audit, heartbeat, metrics, progress
 from shared.db.base import utcnow
 
 
@@ -99,6 +99,15 @@ def tick(name: str) -> None:
         with progress.working(f"tick {name}: enqueueing its jobs"):
             summary = chosen.run(slot)
         click.echo(f"{name} {slot}: done {summary}")
+        outcome = f"failed {summary['failed']}" if summary.get("failed") else "done"
+        audit.record(
+            platform.sessions,
+            audit.cli_operator(),
+            "redrive",
+            f"tick {name} {slot}",
+            outcome,
+            str(summary),
+        )
         if summary.get("failed"):  # the scheduler retries it; a re-drive by hand says so
             raise click.ClickException(
                 f"tick {name}: {summary['failed']} job(s) were not enqueued (see the log)"

@@ -17,21 +17,39 @@ no token configured    development and test only (the app refuses to start elsew
 
 CSRF: every state-changing form carries ``csrf_token``, an HMAC of the session cookie; a
 POST whose token does not match gets 403.
+
+Sign-out revokes the session on the server: the cookie's signature is kept in Redis
+(``<ns>:dashboard:revoked:<sha256>``) until the session would have expired, so a copy of the
+cookie is refused after sign-out. Failed sign-ins are counted per client address
+(``<ns>:dashboard:signin-failures:<address>``): after :data:`SIGNIN_FAILURES` within
+:data:`SIGNIN_WINDOW_SECONDS`, the form answers 429 until the window ends, even to the right
+token.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from flask import Request, Response, request
 
 from services.apikit.auth import bearer_credential, token_matches
 from shared.errors import SpeedtierError
+from tiers.redis_retry import REDIS_DOWN
+
+if TYPE_CHECKING:
+    from services.app.bootstrap import Platform
+
+log = logging.getLogger(__name__)
 
 COOKIE = "speedtier_operator"
+#: Failed sign-ins allowed from one address per window, and the window (seconds).
+SIGNIN_FAILURES = 5
+SIGNIN_WINDOW_SECONDS = 300
 SESSION_SECONDS = 12 * 3600
 OPEN_OPERATOR = "anonymous (no token configured)"
 
@@ -88,8 +106,47 @@ def read_session(token: str, value: str, now: float | None = None) -> str:
     return name
 
 
-def operator_of(req: Request, token: str | None) -> Operator | None:
-    """The operator making ``req``, or None when it is not signed in."""
+def _revoked_key(platform: Platform, value: str) -> str:
+    digest = hashlib.sha256(value.encode()).hexdigest()
+    return f"{platform.settings.redis_namespace}:dashboard:revoked:{digest}"
+
+
+def revoke(platform: Platform, value: str) -> None:
+    """Refuse session cookie ``value`` from now on (sign-out)."""
+    platform.broker.client.set(_revoked_key(platform, value), 1, ex=SESSION_SECONDS)
+
+
+def _failures_key(platform: Platform, address: str) -> str:
+    return f"{platform.settings.redis_namespace}:dashboard:signin-failures:{address}"
+
+
+def signin_blocked(platform: Platform, address: str) -> int:
+    """Seconds until ``address`` may try signing in again (0: it may now). With Redis
+    unreachable the count cannot be read and the form stays open (every page then answers
+    503 anyway; the token is the real gate)."""
+    key = _failures_key(platform, address)
+    try:
+        failures = platform.broker.client.get(key)
+        if failures is None or int(failures) < SIGNIN_FAILURES:
+            return 0
+        return max(1, int(platform.broker.client.ttl(key)))
+    except REDIS_DOWN as exc:
+        log.warning("sign-in limit unreadable (%s): not applied", exc)
+        return 0
+
+
+def signin_failed(platform: Platform, address: str) -> None:
+    key = _failures_key(platform, address)
+    client = platform.broker.client
+    try:
+        if client.incr(key) == 1:
+            client.expire(key, SIGNIN_WINDOW_SECONDS)
+    except REDIS_DOWN as exc:
+        log.warning("failed sign-in from %s not counted (%s)", address, exc)
+
+
+def operator_of(req: Request, token: str | None, platform: Platform) -> Operator | None:
+    """The operator making ``req``, or None when it is not signed in (or signed out)."""
     if token is None:
         return Operator(OPEN_OPERATOR, "open")
     presented = bearer_credential()
@@ -99,9 +156,12 @@ def operator_of(req: Request, token: str | None) -> Operator | None:
     if not value:
         return None
     try:
-        return Operator(read_session(token, value), "cookie", value)
+        name = read_session(token, value)
     except BadSession:
         return None
+    if platform.broker.client.exists(_revoked_key(platform, value)):
+        return None
+    return Operator(name, "cookie", value)
 
 
 def csrf_ok(operator: Operator, token: str | None) -> bool:

@@ -1,213 +1,69 @@
-"""The dashboard's routes: thin views over ``snapshot``, ``prediction``, ``views_model`` and
-``actions``; sign-in and CSRF in ``auth``."""
+"""The dashboard's pages over the queues, organizations, jobs, windows, switches, schedule,
+claims, ledger and audit: thin views over ``snapshot``, ``prediction``, ``views_model`` and
+``actions``. The blueprint and what every page shares are in ``web``."""
 
 from __future__ import annotations
 
-import logging
-import time
-from collections import Counter
 from collections.abc import Callable
-from typing import Any, cast
 
-from flask import Blueprint, Response, g, redirect, render_template, request, url_for
+from flask import redirect, request, url_for
 from flask.typing import ResponseReturnValue
-from sqlalchemy.exc import OperationalError
 
-from services.apikit.auth import token_matches
-from services.apikit.context import current_platform
-from services.app.api import api_token
 from services.app.bootstrap import Platform
-from services.app.dashboard import actions, auth
+from services.app.dashboard import actions, busy, serving
 from services.app.dashboard import ledger as delivery_ledger
-from services.app.dashboard.prediction import RATE_MINUTES, Rates, positions, predict
+from services.app.dashboard.groups_view import org_rows
+from services.app.dashboard.prediction import RATE_MINUTES
 from services.app.dashboard.snapshot import take_snapshot
 from services.app.dashboard.views_model import job_window, tick_rows, window_uses
-from services.rails import delivery_claims
-from shared.errors import SpeedtierError
-from tiers.dead_letters import DeadLetters
-from tiers.redis_retry import REDIS_DOWN
-from tiers.run_rates import recent_minutes
-
-log = logging.getLogger(__name__)
-
-blueprint = Blueprint(
-    "dashboard",
-    __name__,
-    url_prefix="/dashboard",
-    template_folder="templates",
-    static_folder="static",
+from services.app.dashboard.web import (
+    PageProblem,
+    blueprint,
+    done_url,
+    operator,
+    page,
+    problem,
 )
-PUBLIC_ENDPOINTS = {"dashboard.login", "dashboard.static"}
+from services.app.dashboard.web import platform as _platform
+from services.rails import delivery_claims
+
 REFUSALS = {
     "not_failed": "it is not failed any more (re-enqueued, retried, or its record expired)",
     "changed": "it failed again since the page was drawn; look again",
     "gone": "its dead-lettered message is gone (discarded, or past Dramatiq's 7 days)",
+    "not_live": "it is not queued or running any more (it finished meanwhile)",
+    "no_job": "there is no such job (never enqueued, or its record expired)",
+    "already": "its cancel was already asked for",
 }
-
-
-def _platform() -> Platform:
-    return cast(Platform, current_platform())
-
-
-def _token() -> str | None:
-    return api_token(_platform().settings)
-
-
-def page(template: str, status: int = 200, **context: Any) -> ResponseReturnValue:
-    operator: auth.Operator | None = g.get("operator")
-    csrf = operator.csrf_token(_token()) if operator else ""
-    html = render_template(
-        f"dashboard/{template}", operator=operator, csrf_token=csrf, now=time.time(), **context
-    )
-    return html, status
-
-
-def problem(status: int, title: str, detail: str) -> ResponseReturnValue:
-    return page("problem.html", status, title=title, detail=detail)
-
-
-@blueprint.before_request
-def require_operator() -> ResponseReturnValue | None:
-    if request.endpoint in PUBLIC_ENDPOINTS:
-        return None
-    operator = auth.operator_of(request, _token())
-    if operator is None:
-        if request.method == "GET":
-            return redirect(url_for("dashboard.login", next=request.full_path.rstrip("?")))
-        return problem(401, "Not signed in", "Sign in at /dashboard/login first.")
-    g.operator = operator
-    if request.method == "POST" and not auth.csrf_ok(operator, _token()):
-        return problem(403, "Form expired", "The form's CSRF token did not match; reload it.")
-    return None
-
-
-class PageProblem(SpeedtierError):
-    """A request the dashboard answers with an error page (bad input, unknown name)."""
-
-    def __init__(self, status: int, title: str, detail: str) -> None:
-        super().__init__(detail)
-        self.status, self.title, self.detail = status, title, detail
-
-
-@blueprint.errorhandler(PageProblem)
-def page_problem(exc: PageProblem) -> ResponseReturnValue:
-    return problem(exc.status, exc.title, exc.detail)
-
-
-def redis_down(exc: Exception) -> ResponseReturnValue:
-    log.warning("dashboard: redis unreachable (%s)", exc)
-    return problem(503, "Redis is unreachable", "The queues cannot be read; retry shortly.")
-
-
-for _down in REDIS_DOWN:
-    blueprint.register_error_handler(_down, redis_down)
-
-
-@blueprint.errorhandler(OperationalError)
-def database_down(exc: Exception) -> ResponseReturnValue:
-    log.warning("dashboard: postgresql unreachable (%s)", exc)
-    return problem(503, "PostgreSQL is unreachable", "Switches and audit cannot be read.")
-
-
-@blueprint.errorhandler(404)
-def not_found(_exc: Exception) -> ResponseReturnValue:
-    return problem(404, "No such page", f"Nothing at {request.path}.")
-
-
-@blueprint.route("/<path:_unknown>", methods=["GET", "POST"])
-def unknown_page(_unknown: str) -> ResponseReturnValue:
-    """Any other path under /dashboard: a page that says so (not the API's JSON 404)."""
-    return problem(404, "No such page", f"Nothing at {request.path}.")
-
-
-@blueprint.errorhandler(405)
-def wrong_method(_exc: Exception) -> ResponseReturnValue:
-    return problem(405, "Method not allowed", f"{request.method} {request.path} is not served.")
-
-
-# -- sign-in ---------------------------------------------------------------------------------
-
-
-def _safe_next(target: str | None) -> str:
-    return target if target and target.startswith("/dashboard") else url_for("dashboard.home")
-
-
-@blueprint.route("/login", methods=["GET", "POST"])
-def login() -> ResponseReturnValue:
-    token = _token()
-    target = _safe_next(request.values.get("next"))
-    if token is None:
-        return redirect(target)
-    if request.method == "GET":
-        return page("login.html", next=target, error="")
-    name = auth.clean_name(request.form.get("name", ""))
-    presented = request.form.get("token", "")
-    if not name or not token_matches(presented, token):
-        error = "Give your name." if not name else "That token is not this deployment's."
-        return page("login.html", 401, next=target, error=error)
-    response = cast(Response, redirect(target))
-    secure = request.is_secure or not _platform().settings.is_development
-    auth.set_session_cookie(response, auth.issue_session(token, name), secure=secure)
-    return response
-
-
-@blueprint.post("/logout")
-def logout() -> ResponseReturnValue:
-    response = cast(Response, redirect(url_for("dashboard.login")))
-    response.delete_cookie(auth.COOKIE, path="/dashboard")
-    return response
 
 
 # -- queues and organizations ----------------------------------------------------------------
 
 
+def _queues(template: str, partial: bool) -> ResponseReturnValue:
+    platform = _platform()
+    snapshot = take_snapshot(platform)
+    return page(template, snapshot=snapshot, service=serving.service(platform), partial=partial)
+
+
 @blueprint.get("/")
 def home() -> ResponseReturnValue:
-    return page("queues.html", snapshot=take_snapshot(_platform()), partial=False)
+    return _queues("queues.html", partial=False)
 
 
 @blueprint.get("/partials/queues")
 def queues_partial() -> ResponseReturnValue:
-    return page("_queues.html", snapshot=take_snapshot(_platform()), partial=True)
-
-
-def _recent_minutes(platform: Platform, now: float) -> list[tuple[int, Counter[str]]]:
-    """The run rates' minutes, summed over each tier's Redis."""
-    by_minute: dict[int, Counter[str]] = {}
-    for broker, _tiers in platform.brokers.serving():
-        ns = platform.settings.redis_namespace
-        for minute, counts in recent_minutes(broker.client, ns, RATE_MINUTES, now):
-            by_minute.setdefault(minute, Counter()).update(counts)
-    return sorted(by_minute.items())
-
-
-def _org_rows() -> list[dict[str, Any]]:
-    platform = _platform()
-    snapshot = take_snapshot(platform)
-    ns = platform.settings.redis_namespace
-    now = time.time()
-    rates = Rates(_recent_minutes(platform, now), now)
-    ahead: dict[str, int] = {}
-    for broker, tiers in platform.brokers.serving():
-        mine = [group for group in snapshot.groups if group.tier in tiers]
-        ahead.update(positions(broker.client, ns, mine))
-    lengths = {row.queue: row.waiting for row in snapshot.queues}
-    rows = []
-    busy = [g for g in snapshot.groups if g.running or g.waiting or g.parked]
-    for group in sorted(busy, key=lambda g: (g.owner, g.family, g.tier)):
-        prediction = predict(group, rates, ahead.get(group.key), lengths.get(group.queue, 0))
-        rows.append({"group": group, "prediction": prediction})
-    return rows
+    return _queues("_queues.html", partial=True)
 
 
 @blueprint.get("/orgs")
 def orgs() -> ResponseReturnValue:
-    return page("orgs.html", rows=_org_rows(), rate_minutes=RATE_MINUTES, partial=False)
+    return page("orgs.html", rows=org_rows(_platform()), rate_minutes=RATE_MINUTES, partial=False)
 
 
 @blueprint.get("/partials/orgs")
 def orgs_partial() -> ResponseReturnValue:
-    return page("_orgs.html", rows=_org_rows(), partial=True)
+    return page("_orgs.html", rows=org_rows(_platform()), partial=True)
 
 
 # -- jobs ------------------------------------------------------------------------------------
@@ -232,17 +88,17 @@ def job(job_id: str) -> ResponseReturnValue:
     broker, record = found
     ttl = broker.client.ttl(broker.jobs.record_key(job_id))
     window = job_window(platform, record)
-    return page("job.html", job_id=job_id, record=record, ttl=ttl, window=window)
+    worker = busy.worker_of(platform, job_id) if record.get("state") == "active" else ""
+    return page("job.html", job_id=job_id, record=record, ttl=ttl, window=window, worker=worker)
 
 
 def _job_action(
     run: Callable[[Platform, str, str], str], job_id: str, done: str
 ) -> ResponseReturnValue:
-    operator: auth.Operator = g.operator
-    outcome = run(_platform(), operator.name, job_id)
+    outcome = run(_platform(), operator().name, job_id)
     if outcome in REFUSALS:
         return problem(409, f"{job_id} was not {done}", f"{job_id}: {REFUSALS[outcome]}.")
-    return redirect(url_for("dashboard.job", job_id=job_id, done=f"{done}: {outcome}"))
+    return redirect(done_url("dashboard.job", f"{done}: {outcome}", job_id=job_id))
 
 
 @blueprint.post("/jobs/<path:job_id>/retry")
@@ -255,16 +111,9 @@ def discard(job_id: str) -> ResponseReturnValue:
     return _job_action(actions.discard_job, job_id, "discarded")
 
 
-@blueprint.get("/failed")
-def failed() -> ResponseReturnValue:
-    platform = _platform()
-    queues = sorted({q for f in platform.registry for q in f.queues()})
-    letters = []
-    for broker, tiers in platform.brokers.serving():
-        mine = [queue for queue in queues if queue.rpartition(".")[2] in tiers]
-        letters += DeadLetters(broker.jobs).latest(mine, limit=100)
-    letters = sorted(letters, key=lambda letter: letter.failed_at_ms, reverse=True)[:100]
-    return page("failed.html", letters=letters)
+@blueprint.post("/jobs/<path:job_id>/cancel")
+def cancel(job_id: str) -> ResponseReturnValue:
+    return _job_action(actions.cancel_job, job_id, "cancel")
 
 
 # -- windows, switches, schedule, audit ------------------------------------------------------
@@ -324,8 +173,7 @@ def set_switch(flag: str) -> ResponseReturnValue:
     _families, pause = _switch_request(flag)
     if request.form.get("confirm") != flag:
         raise PageProblem(400, "Not confirmed", f"Type the switch's name, {flag}, to confirm.")
-    operator: auth.Operator = g.operator
-    actions.set_switch(_platform(), operator.name, flag, pause)
+    actions.set_switch(_platform(), operator().name, flag, pause)
     return redirect(url_for("dashboard.switches"))
 
 
@@ -343,12 +191,11 @@ def resolve_claim() -> ResponseReturnValue:
         raise PageProblem(400, "Say which claim and how", "Give a key and delivered or release.")
     if "\x00" in key:  # no claim key holds one: PostgreSQL text cannot
         raise PageProblem(400, "No such claim key", "A claim key never contains NUL (U+0000).")
-    operator: auth.Operator = g.operator
-    outcome = actions.resolve_claim(_platform(), operator.name, key, how == "delivered")
+    outcome = actions.resolve_claim(_platform(), operator().name, key, how == "delivered")
     if outcome == "not_unresolved":
         detail = f"No unresolved claim {key!r}: it was resolved or released meanwhile."
         raise PageProblem(409, "Nothing to resolve", detail)
-    return redirect(url_for("dashboard.claims", done=f"{key}: {outcome}"))
+    return redirect(done_url("dashboard.claims", f"{key}: {outcome}"))
 
 
 @blueprint.get("/ledger")

@@ -1,4 +1,5 @@
-"""The operator's audit: every action taken from the dashboard, with who and when."""
+"""The operators' audit: every action taken from the dashboard or the CLI, with who and
+when (written through ``shared.audit``)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from shared.db.base import Api2Base, utcnow
 
 
 class OperatorAction(Api2Base):
-    """One action an operator took on the dashboard (retry or discard a failed job, raise or
-    lower a kill switch, resolve a delivery claim), and how it ended.
+    """One action an operator took on the dashboard or with ``speedtier`` (retry, discard or
+    cancel a job, a bulk retry or discard, raise or lower a kill switch, resolve a delivery
+    claim, re-drive a tick), and how it ended.
 
-    ``operator`` is the name given at sign-in; ``target`` the job id, flag or claim acted on;
-    ``outcome`` what the platform answered (``waiting``, ``discarded``, ``gone``, ``paused``).
+    ``operator`` is the name given at sign-in, or ``cli:<user>``; ``target`` the job id, flag,
+    claim or filter acted on; ``outcome`` what the platform answered (``waiting``,
+    ``discarded``, ``requested``, ``paused``, ``10 done``).
     """
 
     __tablename__ = "operator_actions"

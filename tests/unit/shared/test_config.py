@@ -35,6 +35,7 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     "LOG_LEVEL": ("log_level", "DEBUG", "DEBUG"),
     "SPEEDTIER_LOG_FORMAT": ("log_format", "json", "json"),
     "SPEEDTIER_METRICS_PORT": ("metrics_port", "9292", 9292),
+    "SPEEDTIER_CANCEL_GRACE_SECONDS": ("cancel_grace_seconds", "5", 5.0),
     "SPEEDTIER_REDIS_NAMESPACE": ("redis_namespace", "ns-7", "ns-7"),
     "SPEEDTIER_ALLOW_VOLATILE_REDIS": ("allow_volatile_redis", "true", True),
     "SPEEDTIER_DATA_DIR": ("data_dir", "/var/lib/st", "/var/lib/st"),

@@ -166,8 +166,9 @@ def test_queues_and_orgs_show_what_redis_holds(app: Flask, platform: Platform) -
     orgs = client.get("/dashboard/orgs").text
     assert 'data-group="t_serial.fast|7"' in orgs and "0 / 1" in orgs
     assert "How the start time is predicted" in orgs
-    # the first waiting job is first in its queue
-    assert "first in its queue" in orgs
+    # no worker is alive: no start time is promised, on either page
+    assert "no worker serves this tier" in orgs
+    assert "no worker serves this tier" in row.group(0)
 
 
 NOW = 1_800_000_000.0  # a minute boundary

@@ -7,7 +7,7 @@ import time
 import pytest
 from dramatiq.message import Message
 
-from shared.errors import Delay, Paused, RecordMissing, Retryable, Unrecoverable
+from shared.errors import Cancelled, Delay, Paused, RecordMissing, Retryable, Unrecoverable
 from tiers.attempts import Attempt
 from tiers.middleware.held import Held
 from tiers.middleware.outcomes import classify
@@ -38,6 +38,8 @@ def message(failures: int = 0) -> Message[object]:
         (Paused("pause_api2_f"), "skipped", "Paused: paused by flag pause_api2_f"),
         (Held(Paused("pause_api2_f")), "skipped", "Paused: paused by flag pause_api2_f"),
         (Unrecoverable("401"), "failed", "Unrecoverable: 401"),
+        (Cancelled("cancelled by ann"), "cancelled", "Cancelled: cancelled by ann"),
+        (Held(Cancelled("cancelled by ann")), "cancelled", "Cancelled: cancelled by ann"),
     ],
 )
 def test_final_outcomes_spend_no_attempt_and_send_nothing_back(
