@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 import tiers.table
@@ -11,8 +10,18 @@ from services.knowledge_sync.families import families as kb_families
 from tiers.families import Family
 
 
+class _NoHandlers:
+    """Every handler a family asks for, by key or by attribute, doing nothing."""
+
+    def __getitem__(self, _key: str) -> Any:
+        return lambda **_: None
+
+    def __getattr__(self, _name: str) -> Any:
+        return lambda **_: None
+
+
 def _families() -> dict[str, Family]:
-    handlers: defaultdict[str, Any] = defaultdict(lambda: lambda **_: None)
+    handlers: Any = _NoHandlers()
     return {f.name: f for f in [*ingestion_families(handlers), *kb_families(handlers)]}
 
 
