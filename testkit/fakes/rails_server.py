@@ -147,7 +147,8 @@ class RailsServer(ProtocolServer):
             return Reply(401, {"error": "unauthorized"})
         if status == 404:
             return Reply(404, {"error": message, "error_class": "ActiveRecord::RecordNotFound"})
-        return Reply(status, rails_error(message, "Internal::Error", retryable=status >= 500))
+        transient = status >= 500 or status == 429  # a throttle says "later", not "never"
+        return Reply(status, rails_error(message, "Internal::Error", retryable=transient))
 
     def route(self, request: Request) -> Reply:
         if request.method != "POST":
