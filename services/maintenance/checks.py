@@ -8,7 +8,8 @@ checks (``speedtier maintenance check``).
 | Rails endpoint | ``RAILS_INTERNAL_URL`` is set |
 | expired-evaluation sweep | the last :05 slot's job completed (its counts shown) |
 | Unit21 sync | every kept Unit21 source's ``unit21-sync-source-<id>`` completed in its retention |
-| counter-cache repair | the last ``counter-cache-fix`` completed (steps still on Rails listed) |
+| counter-cache repair | the last ``counter-cache-fix`` completed, and with native repairs |
+|  | on, no step called Rails' ``#fix`` (those that did are listed) |
 | counter parity | every natively repaired counter equals its children's count |
 | unresolved delivery claims | no ``outbound_delivery_claims`` row without ``delivered_at`` |
 | zero new GoodJob rows | no ``SyncJobs::SyncUnit21Job`` / ``FixCounterCachesJob`` row in 12 hours |
@@ -125,10 +126,18 @@ def counter_cache_repair(platform: ServiceContext) -> Check:
     ]
     region = platform.settings.region or "unset"
     details = (f"steps that called Internal::CounterCachesController#fix: {', '.join(via_rails)}",)
+    # With native repairs on, the seed's assertion is zero #fix calls: a run that still
+    # called Rails for any step (a step with no native repair, or a run from before the
+    # flip) is a failed rollout, not a pass.
+    calls_rails_while_native = native and bool(via_rails)
+    verdict = (
+        f"; {len(via_rails)}/{len(STEPS)} steps still call #fix" if calls_rails_while_native else ""
+    )
     return Check(
-        state == "completed",
+        state == "completed" and not calls_rails_while_native,
         f"counter-cache-fix: {state}; {COUNTER_CACHE_NATIVE_REPAIRS} "
-        f"{'on' if native else 'off'} in region {region}; engine {record.get('data:engine', '-')}",
+        f"{'on' if native else 'off'} in region {region}; engine {record.get('data:engine', '-')}"
+        f"{verdict}",
         details if via_rails else (),
     )
 
