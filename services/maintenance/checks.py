@@ -13,6 +13,8 @@ checks (``speedtier maintenance check``).
 | counter parity | every natively repaired counter equals its children's count |
 | unresolved delivery claims | no ``outbound_delivery_claims`` row without ``delivered_at`` |
 | zero new GoodJob rows | no ``SyncJobs::SyncUnit21Job`` / ``FixCounterCachesJob`` row in 12 hours |
+| ENG-3000 bake | no ``SummarizeConversationJob`` or expired-evaluation row (cron key or class) |
+|               | created in 24 hours                                                          |
 """
 
 from __future__ import annotations
@@ -166,6 +168,22 @@ def good_jobs(session: Session) -> Check:
     )
 
 
+def summary_bake(session: Session) -> Check:
+    """ENG-3000: 24 hours of zero new ``SummarizeConversationJob`` and expired-evaluation
+    GoodJob rows (the condition for removing the pause switch, endpoint and retained jobs)."""
+    rows = store.summary_bake_rows(session)
+    jobs = sum(row[2] for row in rows)
+    return Check(
+        not rows,
+        f"ENG-3000 bake: SummarizeConversationJob / expired-evaluation GoodJob rows in 24 h:"
+        f" {jobs} (expected 0)",
+        tuple(
+            f"{job_class} (cron {cron_key or '-'}): {count}, {first} to {last}"
+            for job_class, cron_key, count, first, last in rows
+        ),
+    )
+
+
 def run_checks(platform: ServiceContext) -> list[Check]:
     """Every check, in the order ``speedtier maintenance check`` prints them."""
     now = utcnow()
@@ -176,5 +194,6 @@ def run_checks(platform: ServiceContext) -> list[Check]:
         checks.append(counter_cache_repair(platform))
         checks.append(counter_parity(session))
         checks.append(good_jobs(session))
+        checks.append(summary_bake(session))
     checks.append(unresolved_claims(platform.sessions))
     return checks

@@ -56,7 +56,7 @@ def register(platform: ServiceContext) -> None:
     def job_state(job_id: str) -> str | None:
         return (jobs_store.record(job_id) or {}).get("state")
 
-    platform.add_tick(upload_scan_tick(platform.sessions, platform.router, job_state))
+    platform.add_tick(upload_scan_tick(platform.sessions, platform.router, job_state, jobs_store))
     platform.add_routes(_routes)
 
 
