@@ -5,7 +5,8 @@ Every field is documented in the README's configuration table. A field is read f
 explicit alias: the conventional unprefixed ones (``REDIS_URL``, ``DATABASE_URL``,
 ``INTERNAL_API_TOKEN``, ``SENTRY_DSN``, ``LOG_LEVEL``, Rails' ``RAILS_INTERNAL_URL`` and
 ``RAILS_INTERNAL_TOKEN``, PostHog's ``POSTHOG_HOST``, ``POSTHOG_PROJECT_API_KEY`` and
-``POSTHOG_PERSONAL_API_KEY``, Slack's ``SLACK_BOT_TOKEN``) and two shorter ones
+``POSTHOG_PERSONAL_API_KEY``, Slack's ``SLACK_BOT_TOKEN``, the seed's
+``PROVIDER_SYNC_NATIVE_EFFECTS``) and two shorter ones
 (``SPEEDTIER_ENV``, ``SPEEDTIER_FLAGS``). :func:`environment_variables` lists the name of
 every field. Nothing reads the environment at import time: call :func:`load_settings` from a
 bootstrap function.
@@ -156,6 +157,31 @@ class Settings(BaseSettings):
     uploads_region: str | None = None
     #: ``local``'s directory; unset: ``<SPEEDTIER_DATA_DIR>/storage``.
     uploads_root: str | None = None
+    provider_sync_native_effects: str = Field(
+        "",
+        validation_alias="PROVIDER_SYNC_NATIVE_EFFECTS",
+        description="Comma-separated completion effects of a provider sync that this side"
+        " performs itself instead of Rails' complete_conversation_sync (mark_synced,"
+        " summarize); empty: Rails performs every effect. With every effect listed, Rails'"
+        " complete call is skipped. Shortening the list is the rollback: the removed"
+        " effects go back to Rails on the next completion.",
+    )
+
+    @field_validator("provider_sync_native_effects")
+    @classmethod
+    def _effects_are_names(cls, value: str) -> str:
+        for name in value.split(","):
+            if name.strip() and not re.fullmatch(r"[a-z_]+", name.strip()):
+                raise ValueError(
+                    f"PROVIDER_SYNC_NATIVE_EFFECTS: {name.strip()!r} is not an effect name"
+                )
+        return value
+
+    @property
+    def native_effects(self) -> tuple[str, ...]:
+        """``PROVIDER_SYNC_NATIVE_EFFECTS`` as names, in the order given, without blanks."""
+        names = (name.strip() for name in self.provider_sync_native_effects.split(","))
+        return tuple(dict.fromkeys(name for name in names if name))
 
     @field_validator("redis_url", "fast_redis_url", "slow_redis_url", "maintenance_redis_url")
     @classmethod

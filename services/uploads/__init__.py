@@ -17,6 +17,7 @@ def register(platform: ServiceContext) -> None:
     from services.rails.client import RailsClient
     from services.uploads.actors import build_handlers
     from services.uploads.completion import SyncCompletions
+    from services.uploads.completion_effects import NativeEffects, native_effects
     from services.uploads.dispatch import UploadJobs
     from services.uploads.families import families
     from services.uploads.object_store import ObjectStore, object_store
@@ -47,7 +48,13 @@ def register(platform: ServiceContext) -> None:
         )
 
     jobs = UploadJobs(rails, platform.sessions, objects, rollout, platform.router)
-    completions = SyncCompletions(rails, platform.sessions, completion_enabled)
+    completions = SyncCompletions(
+        rails,
+        platform.sessions,
+        completion_enabled,
+        native=native_effects(settings.native_effects),
+        effects=NativeEffects(platform.sessions, platform.router.enqueue),
+    )
     for family in families(build_handlers(jobs, completions)):
         platform.add_family(family)
     # The upload families run in the maintenance tier: their records are in its Redis.
