@@ -36,6 +36,8 @@ CONVERSATION_UPLOAD_NATIVE_PROCESSING: Final = "api2_conversation_upload_native_
 DAILY_AGENT_EVALUATION_REPORT_COLLECT_SHADOW: Final = (
     "api2_daily_agent_evaluation_report_collect_shadow"
 )
+#: Shadow runs (not a seed flag): counter parity measured around Rails' ``#fix``.
+COUNTER_CACHE_NATIVE_REPAIRS_SHADOW: Final = "api2_counter_cache_native_repairs_shadow"
 ROLLOUT_FLAGS: Final = (
     DAILY_AGENT_EVALUATION_REPORT_COLLECT,
     COUNTER_CACHE_NATIVE_REPAIRS,
@@ -43,6 +45,7 @@ ROLLOUT_FLAGS: Final = (
     CONVERSATION_UPLOAD_DURABLE_DELIVERY,
     CONVERSATION_UPLOAD_NATIVE_PROCESSING,
     DAILY_AGENT_EVALUATION_REPORT_COLLECT_SHADOW,
+    COUNTER_CACHE_NATIVE_REPAIRS_SHADOW,
 )
 ORGANIZATION_GROUP: Final = "organization"
 #: Consecutive failed definition polls after which PostHog counts as unreachable (flags off).

@@ -14,6 +14,7 @@ checks (``speedtier maintenance check``).
 |                | on, every step's counter must be measurable (the others are listed)      |
 | unresolved delivery claims | no ``outbound_delivery_claims`` row without ``delivered_at`` |
 | zero new GoodJob rows | no ``SyncJobs::SyncUnit21Job`` / ``FixCounterCachesJob`` row in 12 hours |
+| shadow parity | no shadow run of the native counter repairs diverged in 24 hours |
 | ENG-3000 bake | no ``SummarizeConversationJob`` or expired-evaluation row (cron key or class) |
 |               | created in 24 hours                                                          |
 """
@@ -27,7 +28,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.orm import Session, sessionmaker
 
 from router.context import ServiceContext
-from services.maintenance import store
+from services.maintenance import shadow, store
 from services.maintenance.counter_caches import REGION_SUBJECT, STEPS
 from services.maintenance.families import COUNTER_CACHE_FIX_JOB_ID, PAUSE_FLAGS
 from services.maintenance.ticks import EXPIRED_EVALUATIONS_TICK
@@ -202,6 +203,18 @@ def summary_bake(session: Session) -> Check:
     )
 
 
+def shadow_parity(platform: ServiceContext, now: datetime) -> Check:
+    """No shadow run of the native counter repairs diverged from Rails' ``#fix`` in 24 h."""
+    jobs = platform.brokers.of_tier("maintenance").jobs
+    runs = shadow.shadow_runs(jobs, now - shadow.SHADOW_WINDOW)
+    diverged = [run for run in runs if not run.matched]
+    return Check(
+        not diverged,
+        f"native counter repair shadow runs in 24 h: {len(runs)}, diverged: {len(diverged)}",
+        tuple(run.describe() for run in diverged),
+    )
+
+
 def run_checks(platform: ServiceContext) -> list[Check]:
     """Every check, in the order ``speedtier maintenance check`` prints them."""
     now = utcnow()
@@ -214,4 +227,5 @@ def run_checks(platform: ServiceContext) -> list[Check]:
         checks.append(good_jobs(session))
         checks.append(summary_bake(session))
     checks.append(unresolved_claims(platform.sessions))
+    checks.append(shadow_parity(platform, now))
     return checks

@@ -74,20 +74,23 @@ def repair_counter(session: Session, step: str) -> int:
     return len(fixed)
 
 
+def counter_drift(session: Session, step: str) -> int:
+    """How many parents of native counter ``step`` differ from their children's count."""
+    parent, counter, child, foreign_key = NATIVE_COUNTERS[step]
+    return int(
+        session.execute(
+            text(
+                f"SELECT count(*) FROM {parent} p WHERE p.{counter} IS DISTINCT FROM"
+                f" (SELECT count(*) FROM {child} c WHERE c.{foreign_key} = p.id)"
+            )
+        ).scalar_one()
+    )
+
+
 def counters_out_of_parity(session: Session) -> dict[str, int]:
     """Per native counter: parents whose counter differs from the count (``maintenance
     check``'s "unchanged counter parity")."""
-    drift: dict[str, int] = {}
-    for step, (parent, counter, child, foreign_key) in NATIVE_COUNTERS.items():
-        drift[step] = int(
-            session.execute(
-                text(
-                    f"SELECT count(*) FROM {parent} p WHERE p.{counter} IS DISTINCT FROM"
-                    f" (SELECT count(*) FROM {child} c WHERE c.{foreign_key} = p.id)"
-                )
-            ).scalar_one()
-        )
-    return drift
+    return {step: counter_drift(session, step) for step in NATIVE_COUNTERS}
 
 
 #: The retained GoodJob classes the maintenance families replaced (seed 001's bake: zero new
