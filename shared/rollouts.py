@@ -38,6 +38,10 @@ DAILY_AGENT_EVALUATION_REPORT_COLLECT_SHADOW: Final = (
 )
 #: Shadow runs (not a seed flag): counter parity measured around Rails' ``#fix``.
 COUNTER_CACHE_NATIVE_REPAIRS_SHADOW: Final = "api2_counter_cache_native_repairs_shadow"
+#: Shadow runs (not a seed flag): native reading of Rails-processed uploads.
+CONVERSATION_UPLOAD_NATIVE_PROCESSING_SHADOW: Final = (
+    "api2_conversation_upload_native_processing_shadow"
+)
 ROLLOUT_FLAGS: Final = (
     DAILY_AGENT_EVALUATION_REPORT_COLLECT,
     COUNTER_CACHE_NATIVE_REPAIRS,
@@ -46,6 +50,7 @@ ROLLOUT_FLAGS: Final = (
     CONVERSATION_UPLOAD_NATIVE_PROCESSING,
     DAILY_AGENT_EVALUATION_REPORT_COLLECT_SHADOW,
     COUNTER_CACHE_NATIVE_REPAIRS_SHADOW,
+    CONVERSATION_UPLOAD_NATIVE_PROCESSING_SHADOW,
 )
 ORGANIZATION_GROUP: Final = "organization"
 #: Consecutive failed definition polls after which PostHog counts as unreachable (flags off).

@@ -47,7 +47,9 @@ def register(platform: ServiceContext) -> None:
             CONVERSATION_UPLOAD_SYNC_COMPLETION, organization_id=organization_id
         )
 
-    jobs = UploadJobs(rails, platform.sessions, objects, rollout, platform.router)
+    # The upload families run in the maintenance tier: their records are in its Redis.
+    jobs_store = platform.brokers.of_tier("maintenance").jobs
+    jobs = UploadJobs(rails, platform.sessions, objects, rollout, platform.router, jobs=jobs_store)
     completions = SyncCompletions(
         rails,
         platform.sessions,
@@ -57,8 +59,6 @@ def register(platform: ServiceContext) -> None:
     )
     for family in families(build_handlers(jobs, completions)):
         platform.add_family(family)
-    # The upload families run in the maintenance tier: their records are in its Redis.
-    jobs_store = platform.brokers.of_tier("maintenance").jobs
 
     def job_state(job_id: str) -> str | None:
         return (jobs_store.record(job_id) or {}).get("state")

@@ -13,7 +13,7 @@ import click
 
 from router.context import LoadContext
 from services.uploads import checks as checks_module
-from services.uploads import cutover, resolution
+from services.uploads import cutover, resolution, shadow
 from services.uploads.checks import run_checks
 from services.uploads.families import completion_job_id
 from services.uploads.ticks import TICK_NAME, last_due_slot
@@ -134,7 +134,49 @@ def canary(load: LoadContext, organization_id: int, since: datetime | None) -> N
             gates = cutover.canary_gates(session, organization_id, start, now)
         finally:
             session.rollback()
-    _report([*flags, *gates])
+    runs = shadow.shadow_runs(_upload_jobs(platform), start, organization_id)
+    diverged = [run for run in runs if not run.matched]
+    parity = Check(
+        not diverged,
+        f"native processing shadow runs of the organization: {len(runs)},"
+        f" diverged: {len(diverged)}",
+        tuple(_describe_run(run) for run in diverged),
+    )
+    _report([*flags, *gates, parity])
+
+
+def _upload_jobs(platform: Any) -> Any:
+    """The job store the upload families (and their shadow runs) live in."""
+    return platform.brokers.of_tier("maintenance").jobs
+
+
+def _describe_run(run: shadow.ShadowRun) -> str:
+    r = run.record
+    return f"upload {r['conversation_upload_id']} {r['ran_at']}: {'; '.join(r['differences'])}"
+
+
+@uploads.command("parity")
+@click.option(
+    "--since",
+    type=click.DateTime(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]),
+    default=None,
+    help="Start of the bake window (UTC; default: 24 hours ago).",
+)
+@click.option("--org", "organization_id", type=RECORD_ID, default=None)
+@click.pass_obj
+def parity(load: LoadContext, since: datetime | None, organization_id: int | None) -> None:
+    """Shadow runs of native upload processing beside Rails' (flag
+    api2_conversation_upload_native_processing_shadow): each upload read again by the native
+    rules and what differed. Exits 1 while the window holds a divergence, or no run."""
+    platform = load()
+    start = since.replace(tzinfo=UTC) if since else datetime.now(UTC) - shadow.SHADOW_WINDOW
+    runs = shadow.shadow_runs(_upload_jobs(platform), start, organization_id)
+    for run in runs:
+        verdict = "match   " if run.matched else "DIVERGED"
+        click.echo(f"{verdict} org {run.record['organization_id']} {_describe_run(run)}")
+    diverged = sum(1 for run in runs if not run.matched)
+    click.echo(f"shadow runs since {start:%FT%TZ}: {len(runs)}, diverged: {diverged}")
+    sys.exit(0 if runs and not diverged else 1)
 
 
 @uploads.command("resolve-completion")
