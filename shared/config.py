@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from shared.config_values import (
     DATABASE_SCHEMES,
     REDIS_SCHEMES,
+    effect_names,
     invalid_message,
     unparsable_message,
     with_scheme,
@@ -307,6 +308,26 @@ class Settings(BaseSettings):
     uploads_root: str | None = Field(
         None, description="The `local` store's directory; unset: `<SPEEDTIER_DATA_DIR>/storage`."
     )
+    provider_sync_native_effects: str = Field(
+        "",
+        validation_alias="PROVIDER_SYNC_NATIVE_EFFECTS",
+        description="Comma-separated completion effects of a provider sync that this side"
+        " performs itself instead of Rails' complete_conversation_sync (mark_synced,"
+        " summarize); empty: Rails performs every effect. With every effect listed, Rails'"
+        " complete call is skipped. Shortening the list is the rollback: the removed"
+        " effects go back to Rails on the next completion.",
+    )
+
+    @field_validator("provider_sync_native_effects")
+    @classmethod
+    def _effects_are_names(cls, value: str) -> str:
+        effect_names(value)
+        return value
+
+    @property
+    def native_effects(self) -> tuple[str, ...]:
+        """``PROVIDER_SYNC_NATIVE_EFFECTS`` as names, in the order given, without blanks."""
+        return effect_names(self.provider_sync_native_effects)
 
     @field_validator("redis_url", "fast_redis_url", "slow_redis_url", "maintenance_redis_url")
     @classmethod

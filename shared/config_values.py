@@ -59,6 +59,17 @@ def parse_fernet_keys(value: str) -> list[bytes]:
     return keys
 
 
+def effect_names(value: str) -> tuple[str, ...]:
+    """A comma-separated list of effect names (``PROVIDER_SYNC_NATIVE_EFFECTS``), in the order
+    given, without blanks or repeats; a name that is not lower-case letters and underscores
+    is a ValueError naming it."""
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    for name in names:
+        if not re.fullmatch(r"[a-z_]+", name):
+            raise ValueError(f"PROVIDER_SYNC_NATIVE_EFFECTS: {name!r} is not an effect name")
+    return tuple(dict.fromkeys(names))
+
+
 def with_scheme(url: str | None, schemes: tuple[str, ...]) -> str | None:
     """``url`` (or None) when it starts with one of ``schemes``; a ValueError otherwise."""
     if url is not None and not url.startswith(schemes):

@@ -32,12 +32,25 @@ COUNTER_CACHE_NATIVE_REPAIRS: Final = "api2_counter_cache_native_repairs"
 CONVERSATION_UPLOAD_SYNC_COMPLETION: Final = "api2_conversation_upload_sync_completion"
 CONVERSATION_UPLOAD_DURABLE_DELIVERY: Final = "api2_conversation_upload_durable_delivery"
 CONVERSATION_UPLOAD_NATIVE_PROCESSING: Final = "api2_conversation_upload_native_processing"
+#: Shadow runs (not a seed flag): the native report collector runs read-only beside Rails'.
+DAILY_AGENT_EVALUATION_REPORT_COLLECT_SHADOW: Final = (
+    "api2_daily_agent_evaluation_report_collect_shadow"
+)
+#: Shadow runs (not a seed flag): counter parity measured around Rails' ``#fix``.
+COUNTER_CACHE_NATIVE_REPAIRS_SHADOW: Final = "api2_counter_cache_native_repairs_shadow"
+#: Shadow runs (not a seed flag): native reading of Rails-processed uploads.
+CONVERSATION_UPLOAD_NATIVE_PROCESSING_SHADOW: Final = (
+    "api2_conversation_upload_native_processing_shadow"
+)
 ROLLOUT_FLAGS: Final = (
     DAILY_AGENT_EVALUATION_REPORT_COLLECT,
     COUNTER_CACHE_NATIVE_REPAIRS,
     CONVERSATION_UPLOAD_SYNC_COMPLETION,
     CONVERSATION_UPLOAD_DURABLE_DELIVERY,
     CONVERSATION_UPLOAD_NATIVE_PROCESSING,
+    DAILY_AGENT_EVALUATION_REPORT_COLLECT_SHADOW,
+    COUNTER_CACHE_NATIVE_REPAIRS_SHADOW,
+    CONVERSATION_UPLOAD_NATIVE_PROCESSING_SHADOW,
 )
 ORGANIZATION_GROUP: Final = "organization"
 #: Consecutive failed definition polls after which PostHog counts as unreachable (flags off).

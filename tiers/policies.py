@@ -21,6 +21,11 @@ class RetryPolicy:
     never counts, see ``shared.errors.Delay``). The attempt is then retried with backoff
     like any failure, with a fresh streak, and the last one fails the job. A provider that
     answers 429 forever thus ends the job after ``max_attempts`` streaks.
+
+    One provider delay is bounded too: a ``Retry-After`` longer than ``max_delay_seconds``
+    (a provider answering ``86400``) waits ``max_delay_seconds`` and is logged, so a job is
+    never parked for a day on one answer; the provider is asked again then, and answers
+    ``429`` again if it meant it (that delay counts toward the streak like any other).
     """
 
     max_attempts: int = 3
@@ -29,12 +34,19 @@ class RetryPolicy:
     max_backoff_seconds: float = 6 * 3600.0
     max_consecutive_delays: int = 20
     max_delayed_seconds: float = 6 * 3600.0
+    max_delay_seconds: float = 3600.0
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1 or self.max_consecutive_delays < 1:
             raise ValueError("a retry policy needs at least one attempt and one delay")
         if self.max_delayed_seconds <= 0:
             raise ValueError("max_delayed_seconds must be positive")
+        if self.max_delay_seconds <= 0:
+            raise ValueError("max_delay_seconds must be positive")
+
+    def bounded_delay_until(self, until: float, now: float) -> float:
+        """``until`` (epoch seconds), no later than ``max_delay_seconds`` from ``now``."""
+        return min(until, now + self.max_delay_seconds)
 
     def delay_spends_attempt(
         self, source: str, streak: int, streak_since: float | None, now: float

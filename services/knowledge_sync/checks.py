@@ -7,7 +7,7 @@
 | pause flag | ``pause_api2_knowledge_base_sync`` is off |
 | new GoodJob rows | no row of the six retained classes in GoodJob's 12-hour window, unless |
 |                  | the pause flag is on (then Rails enqueues them on purpose)               |
-| throttle storm | no retained class's row of the window failed on a throttle |
+| throttle storm | no execution of a knowledge-base class in the window failed on a throttle |
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from services.knowledge_sync import store
 from services.knowledge_sync.families import PAUSE_FLAG
-from services.knowledge_sync.good_jobs import RETAINED, rows_since
+from services.knowledge_sync.good_jobs import RETAINED, executions_in_window, rows_since
 from shared.db.base import utcnow
 from shared.flags import Flags
 
@@ -58,14 +58,12 @@ def pause_flag_off(flags: Flags) -> Check:
 def good_job_checks(session: Session, flags: Flags) -> list[Check]:
     """Seed 000's GoodJob queries over GoodJob's retention window (12 hours): no new
     normal-path rows of the six classes (expected while the pause flag is on), and no
-    throttle failures (the storm this pipeline replaced)."""
-    rows = rows_since(session, utcnow() - RETAINED)
+    execution that failed on a throttle (the storm this pipeline replaced)."""
+    rows = rows_since(session, (utcnow() - RETAINED).replace(tzinfo=None))
     jobs = sum(row.jobs for row in rows)
     paused = flags.is_enabled(PAUSE_FLAG)
     details = tuple(
-        f"{row.job_class}: {row.jobs} jobs, {row.executions} executions, "
-        f"{row.throttle_failures} throttle failures, {row.first_seen} to {row.last_seen}"
-        for row in rows
+        f"{row.job_class}: {row.jobs} jobs, {row.first_seen} to {row.last_seen}" for row in rows
     )
     expected = "expected while paused" if paused else "expected 0"
     new_rows = Check(
@@ -73,8 +71,18 @@ def good_job_checks(session: Session, flags: Flags) -> list[Check]:
         f"new GoodJob rows of the knowledge base classes in 12 hours: {jobs} ({expected})",
         details,
     )
-    storms = sum(row.throttle_failures for row in rows)
-    throttle = Check(storms == 0, f"GoodJob throttle failures in 12 hours: {storms} (expected 0)")
+    executions = executions_in_window(session)
+    storms = sum(row.throttle_failures for row in executions)
+    throttle = Check(
+        storms == 0,
+        f"GoodJob throttle failures in 12 hours: {storms} (expected 0)",
+        tuple(
+            f"{row.job_class}: {row.executions} executions of {row.unique_jobs} jobs,"
+            f" {row.throttle_failures} throttle failures"
+            for row in executions
+            if row.throttle_failures
+        ),
+    )
     return [new_rows, throttle]
 
 

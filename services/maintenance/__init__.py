@@ -37,6 +37,7 @@ def register(platform: ServiceContext) -> None:
         rails=rails,
         flags=platform.flags,
         region=settings.region,
+        jobs=jobs,
     )
     for family in families(MaintenanceActors(rails, jobs, run)):
         platform.add_family(family)

@@ -8,10 +8,15 @@ checks (``speedtier maintenance check``).
 | Rails endpoint | ``RAILS_INTERNAL_URL`` is set |
 | expired-evaluation sweep | the last :05 slot's job completed (its counts shown) |
 | Unit21 sync | every kept Unit21 source's ``unit21-sync-source-<id>`` completed in its retention |
-| counter-cache repair | the last ``counter-cache-fix`` completed (steps still on Rails listed) |
-| counter parity | every natively repaired counter equals its children's count |
+| counter-cache repair | the last ``counter-cache-fix`` completed, and with native repairs |
+|  | on, no step called Rails' ``#fix`` (those that did are listed) |
+| counter parity | every measurable counter equals its children's count; with native repairs |
+|                | on, every step's counter must be measurable (the others are listed)      |
 | unresolved delivery claims | no ``outbound_delivery_claims`` row without ``delivered_at`` |
 | zero new GoodJob rows | no ``SyncJobs::SyncUnit21Job`` / ``FixCounterCachesJob`` row in 12 hours |
+| shadow parity | no shadow run of the native counter repairs diverged in 24 hours |
+| ENG-3000 bake | no ``SummarizeConversationJob`` or expired-evaluation row (cron key or class) |
+|               | created in 24 hours                                                          |
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.orm import Session, sessionmaker
 
 from router.context import ServiceContext
-from services.maintenance import store
+from services.maintenance import shadow, store
 from services.maintenance.counter_caches import REGION_SUBJECT, STEPS
 from services.maintenance.families import COUNTER_CACHE_FIX_JOB_ID, PAUSE_FLAGS
 from services.maintenance.ticks import CADENCES, EXPIRED_EVALUATIONS_TICK
@@ -104,12 +109,17 @@ def unit21_sync(platform: ServiceContext, session: Session) -> Check:
     )
 
 
-def counter_cache_repair(platform: ServiceContext) -> Check:
-    native = platform.flags.rollout(
+def native_repairs(platform: ServiceContext) -> bool:
+    """``api2_counter_cache_native_repairs`` in this deployment's region."""
+    return platform.flags.rollout(
         COUNTER_CACHE_NATIVE_REPAIRS,
         organization_id=REGION_SUBJECT,
         region=platform.settings.region,
     )
+
+
+def counter_cache_repair(platform: ServiceContext) -> Check:
+    native = native_repairs(platform)
     record = _record(platform, COUNTER_CACHE_FIX_JOB_ID) or {}
     state = record.get("state", "no record")
     via_rails = [
@@ -119,18 +129,38 @@ def counter_cache_repair(platform: ServiceContext) -> Check:
     ]
     region = platform.settings.region or "unset"
     details = (f"steps that called Internal::CounterCachesController#fix: {', '.join(via_rails)}",)
+    # With native repairs on, the seed's assertion is zero #fix calls: a run that still
+    # called Rails for any step (a step with no native repair, or a run from before the
+    # flip) is a failed rollout, not a pass.
+    calls_rails_while_native = native and bool(via_rails)
+    verdict = (
+        f"; {len(via_rails)}/{len(STEPS)} steps still call #fix" if calls_rails_while_native else ""
+    )
     return Check(
-        state == "completed",
+        state == "completed" and not calls_rails_while_native,
         f"counter-cache-fix: {state}; {COUNTER_CACHE_NATIVE_REPAIRS} "
-        f"{'on' if native else 'off'} in region {region}; engine {record.get('data:engine', '-')}",
+        f"{'on' if native else 'off'} in region {region}; engine {record.get('data:engine', '-')}"
+        f"{verdict}",
         details if via_rails else (),
     )
 
 
-def counter_parity(session: Session) -> Check:
+def counter_parity(session: Session, native: bool) -> Check:
+    """Every counter this side can measure equals its children's count. The seed's rollout
+    asserts parity of all seven steps; a step whose counter definition is not evident from
+    the mirrored schema cannot be measured here, so with native repairs on its parity is
+    unproven and the check fails naming it (with them off, Rails' run owns those counters)."""
     drift = store.counters_out_of_parity(session)
-    bad = tuple(f"{step}: {count} parent(s) differ" for step, count in drift.items() if count)
-    return Check(not bad, f"native counters in parity: {len(drift) - len(bad)}/{len(drift)}", bad)
+    bad = [f"{step}: {count} parent(s) differ" for step, count in drift.items() if count]
+    unmeasured = [step for step in STEPS if step not in drift]
+    if native and unmeasured:
+        bad.append(f"parity not measurable here: {', '.join(unmeasured)}")
+    return Check(
+        not bad,
+        f"counters in parity: {len(drift) - sum(1 for c in drift.values() if c)}/{len(STEPS)}"
+        f" measured, {len(unmeasured)} not measurable here",
+        tuple(bad),
+    )
 
 
 def unresolved_claims(sessions: sessionmaker[Session]) -> Check:
@@ -151,6 +181,34 @@ def good_jobs(session: Session) -> Check:
     )
 
 
+def summary_bake(session: Session) -> Check:
+    """ENG-3000: 24 hours of zero new ``SummarizeConversationJob`` and expired-evaluation
+    GoodJob rows (the condition for removing the pause switch, endpoint and retained jobs)."""
+    rows = store.summary_bake_rows(session)
+    jobs = sum(row[2] for row in rows)
+    return Check(
+        not rows,
+        f"ENG-3000 bake: SummarizeConversationJob / expired-evaluation GoodJob rows in 24 h:"
+        f" {jobs} (expected 0)",
+        tuple(
+            f"{job_class} (cron {cron_key or '-'}): {count}, {first} to {last}"
+            for job_class, cron_key, count, first, last in rows
+        ),
+    )
+
+
+def shadow_parity(platform: ServiceContext, now: datetime) -> Check:
+    """No shadow run of the native counter repairs diverged from Rails' ``#fix`` in 24 h."""
+    jobs = platform.brokers.of_tier("maintenance").jobs
+    runs = shadow.shadow_runs(jobs, now - shadow.SHADOW_WINDOW)
+    diverged = [run for run in runs if not run.matched]
+    return Check(
+        not diverged,
+        f"native counter repair shadow runs in 24 h: {len(runs)}, diverged: {len(diverged)}",
+        tuple(run.describe() for run in diverged),
+    )
+
+
 def run_checks(platform: ServiceContext) -> list[Check]:
     """Every check, in the order ``speedtier maintenance check`` prints them."""
     now = utcnow()
@@ -159,7 +217,9 @@ def run_checks(platform: ServiceContext) -> list[Check]:
     with session_scope(platform.sessions) as session:
         checks.append(unit21_sync(platform, session))
         checks.append(counter_cache_repair(platform))
-        checks.append(counter_parity(session))
+        checks.append(counter_parity(session, native_repairs(platform)))
         checks.append(good_jobs(session))
+        checks.append(summary_bake(session))
     checks.append(unresolved_claims(platform.sessions))
+    checks.append(shadow_parity(platform, now))
     return checks

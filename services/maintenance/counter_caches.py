@@ -12,6 +12,9 @@ a step fails                                 the job retries; the retry runs onl
 in this region (read once per job, kept      .NATIVE_COUNTERS` run as SQL here; the others
 on its record so a retry uses the same       still call ``POST /internal/counter_caches/fix``
 engine)
+``..._shadow`` on in this region, engine    each step with a native repair is measured
+``rails``                                    read-only around Rails' call
+                                             (:mod:`~services.maintenance.shadow`)
 ==========================================  ==============================================
 
 The lock is session-level (``pg_try_advisory_lock(hashtextextended('fix_counter_caches',
@@ -27,16 +30,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session, sessionmaker
 
-from services.maintenance import store
+from services.maintenance import shadow, store
 from services.rails.client import RailsClient
 from shared.db.engine import session_scope
 from shared.errors import Delay
 from shared.flags import Flags
-from shared.rollouts import COUNTER_CACHE_NATIVE_REPAIRS
+from shared.rollouts import COUNTER_CACHE_NATIVE_REPAIRS, COUNTER_CACHE_NATIVE_REPAIRS_SHADOW
 from tiers.job_state import JobState, run_steps
+from tiers.job_store import JobStore
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +88,8 @@ class CounterCacheRun:
     rails: Callable[[], RailsClient]
     flags: Flags
     region: str | None
+    #: Where shadow runs are kept (:mod:`services.maintenance.shadow`); None: no shadow.
+    jobs: JobStore | None = None
 
     def run(self, state: JobState) -> dict[str, Any]:
         with advisory_lock(self.engine) as held:
@@ -98,12 +104,46 @@ class CounterCacheRun:
                 )
                 engine = "native" if native else "rails"
                 state.set(engine=engine, region=self.region)
-            return run_steps(state, [(step, self._step(step, engine)) for step in STEPS])
+            measured = engine == "rails" and self._shadowed()
+            steps = [(step, self._step(step, engine, measured)) for step in STEPS]
+            return run_steps(state, steps)
 
-    def _step(self, step: str, engine: str) -> Callable[[], Any]:
+    def _shadowed(self) -> bool:
+        return self.jobs is not None and self.flags.rollout(
+            COUNTER_CACHE_NATIVE_REPAIRS_SHADOW, organization_id=REGION_SUBJECT, region=self.region
+        )
+
+    def _step(self, step: str, engine: str, measured: bool) -> Callable[[], Any]:
         if engine == "native" and step in store.NATIVE_COUNTERS:
             return lambda: {"engine": "native", "fixed": self._native(step)}
+        if measured and step in store.NATIVE_COUNTERS:
+            return lambda: {"engine": "rails", **self._rails_with_shadow(step)}
         return lambda: {"engine": "rails", **self.rails().post(FIX_PATH, {"step": step})}
+
+    def _rails_with_shadow(self, step: str) -> dict[str, Any]:
+        """Rails' ``#fix`` of ``step``, measured read-only by the native definition before
+        and after; a failed measurement is logged and never fails the repair."""
+        try:
+            before: int | None = self._drift(step)
+        except Exception:
+            log.warning("counter cache shadow of %s: measuring before failed", step, exc_info=True)
+            before = None
+        answer = self.rails().post(FIX_PATH, {"step": step})
+        if before is not None and self.jobs is not None:
+            try:
+                shadow.record(self.jobs, shadow.comparison(step, before, answer, self._drift(step)))
+            except Exception:
+                log.warning("counter cache shadow of %s: recording failed", step, exc_info=True)
+        return answer
+
+    def _drift(self, step: str) -> int:
+        with session_scope(self.sessions) as session:
+            store.limit_statements(session, "5min")
+            session.execute(text("SET TRANSACTION READ ONLY"))
+            try:
+                return store.counter_drift(session, step)
+            finally:
+                session.rollback()
 
     def _native(self, step: str) -> int:
         with session_scope(self.sessions) as session:

@@ -74,20 +74,23 @@ def repair_counter(session: Session, step: str) -> int:
     return len(fixed)
 
 
+def counter_drift(session: Session, step: str) -> int:
+    """How many parents of native counter ``step`` differ from their children's count."""
+    parent, counter, child, foreign_key = NATIVE_COUNTERS[step]
+    return int(
+        session.execute(
+            text(
+                f"SELECT count(*) FROM {parent} p WHERE p.{counter} IS DISTINCT FROM"
+                f" (SELECT count(*) FROM {child} c WHERE c.{foreign_key} = p.id)"
+            )
+        ).scalar_one()
+    )
+
+
 def counters_out_of_parity(session: Session) -> dict[str, int]:
     """Per native counter: parents whose counter differs from the count (``maintenance
     check``'s "unchanged counter parity")."""
-    drift: dict[str, int] = {}
-    for step, (parent, counter, child, foreign_key) in NATIVE_COUNTERS.items():
-        drift[step] = int(
-            session.execute(
-                text(
-                    f"SELECT count(*) FROM {parent} p WHERE p.{counter} IS DISTINCT FROM"
-                    f" (SELECT count(*) FROM {child} c WHERE c.{foreign_key} = p.id)"
-                )
-            ).scalar_one()
-        )
-    return drift
+    return {step: counter_drift(session, step) for step in NATIVE_COUNTERS}
 
 
 #: The retained GoodJob classes the maintenance families replaced (seed 001's bake: zero new
@@ -103,3 +106,38 @@ def new_good_jobs(session: Session) -> dict[str, int]:
     """New GoodJob rows of the replaced classes in the last 12 hours, per class."""
     rows = session.execute(_NEW_GOOD_JOBS, {"classes": list(REPLACED_GOOD_JOB_CLASSES)}).all()
     return {str(job_class): int(count) for job_class, count in rows}
+
+
+#: ENG-3000's retained classes: the summary fallback job, and the two GoodJob cron entries
+#: of the expired-evaluation sweep (matched by ``cron_key``, which GoodJob writes on every
+#: cron-enqueued row, and by the class names Rails is believed to use for them).
+SUMMARY_JOB_CLASS = "SummarizeConversationJob"
+EXPIRED_EVALUATION_CRON_KEYS = (
+    "mark_expired_evaluations_as_failed",
+    "mark_expired_qa_evaluation_requests_as_failed",
+)
+EXPIRED_EVALUATION_JOB_CLASSES = (
+    "MarkExpiredEvaluationsAsFailedJob",
+    "MarkExpiredQaEvaluationRequestsAsFailedJob",
+)
+_BAKE_GOOD_JOBS = text(
+    "SELECT job_class, cron_key, count(*) AS jobs, min(created_at) AS first_seen,"
+    " max(created_at) AS last_seen FROM good_jobs"
+    " WHERE (job_class = :summary OR job_class IN :classes OR cron_key IN :cron_keys)"
+    " AND created_at > (now() AT TIME ZONE 'UTC') - interval '24 hours'"
+    " GROUP BY job_class, cron_key ORDER BY jobs DESC"
+).bindparams(bindparam("classes", expanding=True), bindparam("cron_keys", expanding=True))
+
+
+def summary_bake_rows(session: Session) -> list[tuple[str, str | None, int, object, object]]:
+    """ENG-3000's bake: ``(job class, cron key, rows, first, last)`` of the summary and
+    expired-evaluation GoodJob rows created in the last 24 hours."""
+    rows = session.execute(
+        _BAKE_GOOD_JOBS,
+        {
+            "summary": SUMMARY_JOB_CLASS,
+            "classes": list(EXPIRED_EVALUATION_JOB_CLASSES),
+            "cron_keys": list(EXPIRED_EVALUATION_CRON_KEYS),
+        },
+    ).all()
+    return [(str(r[0]), r[1], int(r[2]), r[3], r[4]) for r in rows]

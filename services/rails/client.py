@@ -4,18 +4,26 @@
 Rails answered                      raised                            job outcome
 ==================================  ================================  =====================
 2xx                                 (returns the JSON body)           -
-404                                 :class:`RailsRecordMissing`       record_missing
 429 with ``Retry-After``            :class:`~shared.errors.Delay`     delayed, attempt kept
-429 without ``Retry-After``         :class:`RailsRetryable`           retried
-other 4xx (401, 403, 409, 422...)   :class:`RailsUnrecoverable`       failed, no retry
-5xx                                 :class:`RailsRetryable`           retried
+error body ``"retryable": true``    :class:`RailsRetryable`           retried
+error body ``"retryable": false``   :class:`RailsUnrecoverable`       failed, no retry
+                                    (404: :class:`RailsRecordMissing`) (record_missing)
+no verdict in the body:
+  404                               :class:`RailsRecordMissing`       record_missing
+  429 without ``Retry-After``       :class:`RailsRetryable`           retried
+  other 4xx (401, 403, 409, 422...) :class:`RailsUnrecoverable`       failed, no retry
+  5xx                               :class:`RailsRetryable`           retried
 timeout, refused, reset, bad JSON   :class:`RailsTransportError`      retried
 ==================================  ================================  =====================
 
 Rails' error body (``{"error": ..., "error_class": ..., "retryable": ...}`` from the
-``Internal::BaseController`` rescue, or any other JSON) is its *classification*: every
-error above carries it (``classification``, ``error_class``, ``retryable``) and prints it,
-so the job record's ``last_error`` keeps it (``RailsUnrecoverable: POST /internal/... ->
+``Internal::BaseController`` rescue, or any other JSON) is its *classification*, and its
+``retryable`` flag is Rails' verdict: it decides retry against fail for every call, so a 4xx
+Rails marks retryable (a lock held, a record not yet visible) is retried and a 5xx Rails marks
+non-retryable (a validation that will never pass) fails at once. The status decides only
+when the body states no verdict (not JSON, or no boolean ``retryable``). Every error above
+carries the classification (``classification``, ``error_class``, ``retryable``) and prints
+it, so the job record's ``last_error`` keeps it (``RailsUnrecoverable: POST /internal/... ->
 422 {"error_class": "Unit21::AuthError", ...}``).
 
 Whether a request that failed may still have taken effect matters to senders (delivery
@@ -199,12 +207,18 @@ def _classified(
     classification = (
         parsed if isinstance(parsed, dict) else {"body": content[:300].decode("utf-8", "replace")}
     )
-    if status == 404:
-        raise RailsRecordMissing(method, path, status, classification)
     if status == 429:
         seconds = _retry_after(response.headers.get("Retry-After"))
         if seconds is not None:
             raise Delay.after(seconds, reason=f"rails 429 on {path}")
+    verdict = classification.get("retryable")
+    if verdict is True:
+        raise RailsRetryable(method, path, status, classification)
+    if status == 404:
+        raise RailsRecordMissing(method, path, status, classification)
+    if verdict is False:
+        raise RailsUnrecoverable(method, path, status, classification)
+    if status == 429:
         raise RailsRetryable(method, path, status, classification)
     if 400 <= status < 500:
         raise RailsUnrecoverable(method, path, status, classification)

@@ -129,6 +129,19 @@ def claim(sessions: sessionmaker[Session], key: str) -> bool:
     return made
 
 
+_CLAIM_DELIVERED = text(
+    "INSERT INTO outbound_delivery_claims (delivery_key, delivered_at, created_at, updated_at)"
+    " VALUES (:key, :now, :now, :now) ON CONFLICT (delivery_key) DO NOTHING RETURNING id"
+)
+
+
+def claim_delivered_in(session: Session, key: str) -> bool:
+    """Claim ``key`` already delivered inside the caller's transaction: for an effect that
+    is a write to this same database, committed together with its claim (no uncertain
+    window). True when this call made the claim; False: it was claimed before."""
+    return session.execute(_CLAIM_DELIVERED, {"key": key, "now": _utc_naive()}).first() is not None
+
+
 def find(sessions: sessionmaker[Session], key: str) -> Claim | None:
     with session_scope(sessions) as session:
         row = session.execute(_FIND, {"key": key}).first()

@@ -9,6 +9,7 @@
 | reportable organizations | at least one organization is reportable (else the ticks do nothing) |
 | no failed report job | no ``daily-agent-eval-report-*`` job record is ``failed`` (an uncertain
   Slack post or a permanent refusal: see its ``last_error``, then ``speedtier reports retry``) |
+| shadow parity | no shadow run of the native collector diverged from Rails' rows in 24 hours |
 | no new GoodJob rows | ``SendDailyAgentEvaluationReportJob`` and ``...ForOrganizationJob`` have no
   ``good_jobs`` row created after ``since`` (default: 12 hours ago, GoodJob's cleanup window) |
 """
@@ -21,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from router.context import ServiceContext
 from services.rails.delivery_claims import unresolved
 from services.reports.families import PAUSE_FLAG, REPORT_JOB_PREFIX, TIER
+from services.reports.shadow import SHADOW_WINDOW, shadow_runs
 from services.reports.store import new_goodjob_rows, reportable_organizations
 from services.reports.ticks import TODAY_TICK, YESTERDAY_TICK
 from shared.db.engine import session_scope
@@ -79,6 +81,7 @@ def run_checks(platform: ServiceContext, since: datetime | None = None) -> list[
         since = since or datetime.now(UTC) - BAKE_WINDOW
         goodjobs = new_goodjob_rows(session, since)
     checks.append(Check(count > 0, f"reportable organizations: {count}"))
+    checks.append(shadow_parity(platform))
     checks.append(
         Check(
             not any(goodjobs.values()),
@@ -87,6 +90,21 @@ def run_checks(platform: ServiceContext, since: datetime | None = None) -> list[
         )
     )
     return checks
+
+
+def shadow_parity(platform: ServiceContext) -> Check:
+    """No shadow run of the native collector diverged from Rails' rows in the bake window."""
+    jobs = platform.brokers.of_tier(TIER).jobs
+    runs = shadow_runs(jobs, REPORT_JOB_PREFIX, datetime.now(UTC) - SHADOW_WINDOW)
+    diverged = [run for run in runs if not run.matched]
+    return Check(
+        not diverged,
+        f"native collector shadow runs in 24 h: {len(runs)}, diverged: {len(diverged)}",
+        tuple(
+            f"{run.job_id}: {run.record.get('error') or '; '.join(run.record['differences'][:3])}"
+            for run in diverged
+        ),
+    )
 
 
 def failed_report_jobs(platform: ServiceContext, limit: int = 50) -> list[tuple[str, str]]:

@@ -5,7 +5,8 @@ organization's date resolves in its own zone when it runs; ``redrive YYYY-MM-DD`
 date for every organization; ``--org N`` enqueues that one organization's report (the
 sentinel resolved now in its zone), as one ``POST .../enqueue`` per org would.
 ``retry JOB_ID`` re-runs a failed report job itself (the seed's "re-drive the caller" after an
-uncertain claim was resolved by hand).
+uncertain claim was resolved by hand). ``parity`` lists the shadow runs of the native row
+collector (:mod:`services.reports.shadow`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from router.requests import JobRequest
 from services.reports.checks import run_checks
 from services.reports.dates import BadReportDate, parse_day, resolve
 from services.reports.families import PAUSE_FLAG, REPORT_JOB_PREFIX, TIER, report_request
+from services.reports.shadow import SHADOW_WINDOW, shadow_runs
 from services.reports.store import reportable_organizations
 from services.reports.ticks import TODAY_TICK, YESTERDAY_TICK
 from shared import audit, progress
@@ -31,7 +33,7 @@ from tiers.dead_letters import DeadLetters
 
 @click.group("reports")
 def reports() -> None:
-    """Daily agent evaluation reports: re-drive and check."""
+    """Daily agent evaluation reports: re-drive, check, shadow-run parity."""
 
 
 @reports.command("redrive")
@@ -108,6 +110,39 @@ def check(load: LoadContext, since: datetime | None) -> None:
         for line in result.details:
             click.echo(f"       {line}")
     sys.exit(0 if all(result.passed for result in results) else 1)
+
+
+@reports.command("parity")
+@click.option(
+    "--since",
+    type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d"]),
+    default=None,
+    help="Start of the bake window (UTC; default: 24 h ago).",
+)
+@click.option("--org", "organization_id", type=RECORD_ID, default=None)
+@click.pass_obj
+def parity(load: LoadContext, since: datetime | None, organization_id: int | None) -> None:
+    """Shadow runs of the native row collector beside Rails' (flag
+    api2_daily_agent_evaluation_report_collect_shadow): each run and its differences. Exits
+    1 while the window holds a divergence, or no run at all (nothing was measured)."""
+    platform = load()
+    start = since.replace(tzinfo=UTC) if since else datetime.now(UTC) - SHADOW_WINDOW
+    jobs = platform.brokers.of_tier(TIER).jobs
+    runs = shadow_runs(jobs, REPORT_JOB_PREFIX, start, organization_id)
+    for run in runs:
+        record = run.record
+        verdict = "match" if run.matched else "DIVERGED"
+        click.echo(
+            f"{run.job_id} {record['ran_at']} {verdict}: rails {record.get('control_rows')}"
+            f" rows, native {record.get('candidate_rows', '-')} rows"
+        )
+        if record.get("error"):
+            click.echo(f"       native raised: {record['error']}")
+        for line in record.get("differences", []):
+            click.echo(f"       {line}")
+    diverged = sum(1 for run in runs if not run.matched)
+    click.echo(f"shadow runs since {start:%FT%TZ}: {len(runs)}, diverged: {diverged}")
+    sys.exit(0 if runs and not diverged else 1)
 
 
 def register(main: click.Group) -> None:

@@ -16,6 +16,10 @@ step                   what it does
                        ``email/<job id>/<enqueued at>``, which Rails claims and honours
 =====================  ==================================================================
 
+With ``api2_daily_agent_evaluation_report_collect_shadow`` on and the rows collected through
+Rails, the native collector also runs read-only on the same input and the comparison is kept
+on the job's record (:mod:`services.reports.shadow`); it never changes the report.
+
 A Slack refusal releases the claim and the step is retried (or the job fails for a
 permanent refusal); a Slack post whose outcome is unknown leaves the claim unresolved and
 fails the job without a retry, for the operator to resolve (``speedtier claims``) and
@@ -37,6 +41,7 @@ from services.rails.client import RailsClient
 from services.rails.delivery_claims import DeliveryOutcome, NotDelivered, deliver_once
 from services.reports import collect as collection
 from services.reports.families import ReportParams
+from services.reports.shadow import SHADOW_FLAG, shadow_collect
 from services.reports.slack import (
     SlackRefused,
     SlackTarget,
@@ -130,6 +135,12 @@ class _Report:
             day=self.day,
             time_zone=self.time_zone,
         )
+        shadowed = self.context.flags.rollout(SHADOW_FLAG, organization_id=self.organization_id)
+        if self.engine == "rails" and shadowed:
+            comparison = shadow_collect(
+                self.context.sessions, self.organization_id, self.day, self.time_zone, rows
+            )
+            self.state.set(shadow=comparison)
         return {"engine": self.engine, "rows": [row.as_json() for row in rows]}
 
     def backfill_preview(self) -> dict[str, Any]:

@@ -49,6 +49,7 @@ class SuperSourceActors:
         node_type: str,
         node_id: str,
         listed_date: str | None = None,
+        webhook: bool = False,
         **_routing: Any,
     ) -> None:
         index_node(
@@ -58,6 +59,7 @@ class SuperSourceActors:
             connection_id=connection_id,
             ref=NodeRef(node_type, node_id),
             listed_date=datetime.fromisoformat(listed_date) if listed_date else None,
+            webhook=webhook,
         )
 
     def super_webhook(

@@ -11,6 +11,9 @@ family          unique by (job id)          concurrency       fast / slow
                   are refused before)        ="global"``)
 =============  ==========================  ================  ==========================
 
+A webhook's nodes are indexed by ``super_index`` jobs (the seed's ``scheduleNodeIndexations``),
+so they share the organization's index cap with its imports.
+
 Queues are ``<family>.<tier>``; the tier follows the request's ``source`` through the tier
 table (unknown: slow). Every family gets five attempts with the external-service backoff
 (:data:`EXTERNAL_SERVICE_RETRY`) and keeps failed jobs for :data:`RETENTION_SECONDS`.
@@ -75,6 +78,8 @@ class IndexParams(_Rooted):
     #: The listing's last-modified time of the node, when it knew it: an unchanged node is
     #: skipped without a provider call.
     listed_date: datetime | None = None
+    #: Scheduled by a webhook: the job may spend the quota its source keeps for webhooks.
+    webhook: bool = False
 
 
 class WebhookParams(BaseModel):
@@ -148,6 +153,8 @@ def index_request(
     root: NodeRef,
     node: NodeRef,
     listed_date: datetime | None = None,
+    *,
+    webhook: bool = False,
 ) -> JobRequest:
     params: dict[str, Any] = {
         "source": source,
@@ -159,6 +166,8 @@ def index_request(
     }
     if listed_date is not None:
         params["listed_date"] = listed_date
+    if webhook:
+        params["webhook"] = True
     return JobRequest("super_index", organization_id, params)
 
 

@@ -24,14 +24,13 @@ The signature is the authentication: the connector compares it in constant time
 verified, only to find the connection whose secret verifies it. The replay guard is one
 ``SET NX`` with a TTL on ``<ns>:super:delivery:<source>:<connection>:<delivery id>``.
 
-The webhook unit runs the entry's processor (it may call the provider) and indexes the
-nodes it names itself when they are few (:data:`INLINE_NODES`), else schedules their index
-jobs in bulk. Indexing in the webhook job is what keeps a webhook fast while an import runs:
-an import schedules thousands of index jobs, and the organization's group in the index queue
-(5 at a time, the rest parked in order) would hold a webhook's node behind all of them. The
-webhook family has its own queue and cap (5 fast, 2 slow), so an edit is indexed within
-seconds whatever the imports do; the node's lock and date check keep an import's index job
-of the same node from indexing it twice.
+The webhook unit runs the entry's processor (it may call the provider) and schedules one
+``super_index`` job per node it names, as seed 004's ``scheduleNodeIndexations`` does: the
+nodes are indexed under the index family's cap (5 fast, 2 slow per organization), never by
+the webhook job itself. The jobs carry ``webhook`` so they may spend the quota the source
+keeps back for webhooks. A node whose index job is already waiting (an import's) is
+deduplicated onto it; while an import's thousands of index jobs are parked in the
+organization's group, a webhook's node waits its turn behind them.
 """
 
 from __future__ import annotations
@@ -51,7 +50,6 @@ from services.connectors.nodes import MalformedWebhook, NodeRef, WebhookEvent
 from services.super_sources import store
 from services.super_sources.context import SuperContext
 from services.super_sources.families import index_request
-from services.super_sources.node_index import index_node
 from services.super_sources.registry import WebhookSpec, index_touched
 from shared.db.engine import session_scope
 from shared.errors import QueueUnavailable, ValidationFailed
@@ -60,8 +58,6 @@ log = logging.getLogger(__name__)
 
 #: How long a delivery id is remembered (GitHub and Linear redeliver for days at most).
 REPLAY_TTL_SECONDS = 7 * 86_400
-#: A delivery naming at most this many nodes is indexed in the webhook job itself.
-INLINE_NODES = 20
 #: The root of index jobs whose delivery named no root node.
 UNKNOWN_ROOT = NodeRef("webhook", "-")
 
@@ -162,8 +158,8 @@ def handle_delivery(
     connection_id: int,
     event: WebhookEvent,
 ) -> int:
-    """Run the webhook's processor, then index the nodes it names (a few: here; more:
-    through index jobs); returns how many nodes it named.
+    """Run the webhook's processor, then schedule an index job per node it names; returns
+    how many nodes it named.
 
     Raises:
       RecordMissing: the connection is gone. Delay: its quota is spent (only for a
@@ -178,19 +174,11 @@ def handle_delivery(
     if hook.processor is not index_touched:
         ctx.wait_for_quota(conn, webhook=True)
     work = hook.processor(conn, event)
-    if len(work.refs) <= INLINE_NODES:
-        for ref in work.refs:
-            index_node(
-                sessions,
-                ctx,
-                organization_id=organization_id,
-                connection_id=connection_id,
-                ref=ref,
-                webhook=True,
-            )
-        return len(work.refs)
     root = work.root or event.root or UNKNOWN_ROOT
     router.enqueue_many(
-        [index_request(organization_id, source, connection_id, root, ref) for ref in work.refs]
+        [
+            index_request(organization_id, source, connection_id, root, ref, webhook=True)
+            for ref in work.refs
+        ]
     )
     return len(work.refs)

@@ -17,6 +17,7 @@ def register(platform: ServiceContext) -> None:
     from services.rails.client import RailsClient
     from services.uploads.actors import build_handlers
     from services.uploads.completion import SyncCompletions
+    from services.uploads.completion_effects import NativeEffects, native_effects
     from services.uploads.dispatch import UploadJobs
     from services.uploads.families import families
     from services.uploads.object_store import ObjectStore, object_store
@@ -46,17 +47,23 @@ def register(platform: ServiceContext) -> None:
             CONVERSATION_UPLOAD_SYNC_COMPLETION, organization_id=organization_id
         )
 
-    jobs = UploadJobs(rails, platform.sessions, objects, rollout, platform.router)
-    completions = SyncCompletions(rails, platform.sessions, completion_enabled)
-    for family in families(build_handlers(jobs, completions)):
-        platform.add_family(family)
     # The upload families run in the maintenance tier: their records are in its Redis.
     jobs_store = platform.brokers.of_tier("maintenance").jobs
+    jobs = UploadJobs(rails, platform.sessions, objects, rollout, platform.router, jobs=jobs_store)
+    completions = SyncCompletions(
+        rails,
+        platform.sessions,
+        completion_enabled,
+        native=native_effects(settings.native_effects),
+        effects=NativeEffects(platform.sessions, platform.router.enqueue),
+    )
+    for family in families(build_handlers(jobs, completions)):
+        platform.add_family(family)
 
     def job_state(job_id: str) -> str | None:
         return (jobs_store.record(job_id) or {}).get("state")
 
-    platform.add_tick(upload_scan_tick(platform.sessions, platform.router, job_state))
+    platform.add_tick(upload_scan_tick(platform.sessions, platform.router, job_state, jobs_store))
     platform.add_routes(_routes)
 
 

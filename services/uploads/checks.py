@@ -10,18 +10,22 @@ bind parameter ``:deployed_at``). Each check passes when:
 | ledger rows in flight past the grace window | no row |
 | terminal ledger failures to triage | no row (each one needs a human) |
 | completion delivered, sync never landed | no row |
-| zero new GoodJob for XCALLY completion | the count of the last 12 hours is 0 |
+| zero new GoodJob for XCALLY completion | no row of the last 12 hours attributes (GlobalID) to |
+|   | an XCALLY source of an organization with the completion flag on, or to no conversation |
+| retired upload classes | no ``CheckNewUploadsJob`` / ``ProcessDirectUploadJob`` row in 12 hours |
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session
+
+from services.uploads import cutover
+from services.uploads.verdicts import Check, describe
 
 #: A pending direct upload still holding its file older than this is a scanner bug (seed).
 PENDING_DIRECT_LIMIT = timedelta(minutes=45)
@@ -71,19 +75,6 @@ WHERE job_class = 'CompleteConversationSyncJob'
   AND created_at > now() - interval '12 hours';""")
 
 
-@dataclass(frozen=True)
-class Check:
-    """One check's verdict: a one-line summary, and the rows behind it."""
-
-    passed: bool
-    summary: str
-    details: tuple[str, ...] = ()
-
-
-def _describe(rows: Sequence[Any]) -> tuple[str, ...]:
-    return tuple(" ".join(f"{key}={value}" for key, value in row._mapping.items()) for row in rows)
-
-
 def pending_direct_with_file(session: Session, now: datetime) -> Check:
     rows = session.execute(PENDING_DIRECT_WITH_FILE).all()
     cutoff = (now - PENDING_DIRECT_LIMIT).astimezone(UTC).replace(tzinfo=None)
@@ -92,7 +83,7 @@ def pending_direct_with_file(session: Session, now: datetime) -> Check:
         not stale,
         f"pending direct uploads holding a file: {len(rows)},"
         f" older than 45 minutes: {len(stale)} (expected 0)",
-        _describe(rows),
+        describe(rows),
     )
 
 
@@ -109,7 +100,7 @@ def direct_expired_after_deploy(session: Session, deployed_at: datetime) -> Chec
 
 def _no_rows(session: Session, statement: Any, what: str) -> Check:
     rows = session.execute(statement).all()
-    return Check(not rows, f"{what}: {len(rows)} (expected 0)", _describe(rows))
+    return Check(not rows, f"{what}: {len(rows)} (expected 0)", describe(rows))
 
 
 def ledger_in_flight(session: Session) -> Check:
@@ -126,18 +117,36 @@ def completion_without_sync(session: Session) -> Check:
     )
 
 
-def new_completion_good_jobs(session: Session) -> Check:
+def new_completion_good_jobs(
+    session: Session, completion_enabled: Callable[[int], bool], now: datetime
+) -> Check:
+    """The seed's count, judged by attributing each row (:mod:`services.uploads.cutover`):
+    only rows of XCALLY sources whose organization has the completion flag on, or rows no
+    conversation can be attributed to, fail it."""
     count = int(session.execute(NEW_COMPLETION_GOOD_JOBS).scalar_one())
+    attributed = cutover.xcally_completion_rows(session, completion_enabled, now)
     return Check(
-        count == 0,
-        f"CompleteConversationSyncJob GoodJob rows of the last 12 hours: {count} (expected 0)",
+        attributed.passed,
+        f"CompleteConversationSyncJob GoodJob rows of the last 12 hours: {count};"
+        f" {attributed.summary}",
+        attributed.details,
     )
 
 
+def _every_organization(_organization_id: int) -> bool:
+    return True
+
+
 def run_checks(
-    session: Session, *, deployed_at: datetime, now: datetime | None = None
+    session: Session,
+    *,
+    deployed_at: datetime,
+    now: datetime | None = None,
+    completion_enabled: Callable[[int], bool] = _every_organization,
 ) -> list[Check]:
-    """Every check, in the seed's order (read-only: the caller rolls back)."""
+    """Every check, in the seed's order, then the retired upload classes (read-only: the
+    caller rolls back). ``completion_enabled`` answers whether an organization has
+    ``api2_conversation_upload_sync_completion`` on (default: every one, the strictest)."""
     moment = now or datetime.now(UTC)
     return [
         pending_direct_with_file(session, moment),
@@ -145,5 +154,6 @@ def run_checks(
         ledger_in_flight(session),
         ledger_failed(session),
         completion_without_sync(session),
-        new_completion_good_jobs(session),
+        new_completion_good_jobs(session, completion_enabled, moment),
+        cutover.retired_upload_good_jobs(session),
     ]

@@ -5,18 +5,26 @@ manual resolution of an uncertain XCALLY completion (:mod:`services.uploads.reso
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 
 from router.context import LoadContext
-from services.uploads import resolution
+from services.uploads import checks as checks_module
+from services.uploads import cutover, resolution, shadow
 from services.uploads.checks import run_checks
 from services.uploads.families import completion_job_id
+from services.uploads.ticks import TICK_NAME, last_due_slot
+from services.uploads.verdicts import Check
 from shared import audit, progress
 from shared.cli_types import RECORD_ID
 from shared.errors import QueueUnavailable
-from shared.rollouts import CONVERSATION_UPLOAD_SYNC_COMPLETION
+from shared.rollouts import (
+    CONVERSATION_UPLOAD_DURABLE_DELIVERY,
+    CONVERSATION_UPLOAD_SYNC_COMPLETION,
+)
 
 #: Without ``--deployed-at`` every direct upload ever expired counts (the strictest reading).
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -24,7 +32,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 @click.group("uploads")
 def uploads() -> None:
-    """Conversation uploads: validation checks, resolving an uncertain completion."""
+    """Conversation uploads: validation checks, the runbook's readiness and canary gates,
+    resolving an uncertain completion."""
 
 
 @uploads.command("check")
@@ -45,14 +54,129 @@ def check(load: LoadContext, deployed_at: datetime | None) -> None:
         platform.sessions() as session,
     ):
         try:
-            checks = run_checks(session, deployed_at=since)
+            checks = run_checks(
+                session, deployed_at=since, completion_enabled=_completion_flag(platform)
+            )
         finally:
             session.rollback()
+    _report(checks)
+
+
+def _completion_flag(platform: Any) -> Callable[[int], bool]:
+    def enabled(organization_id: int) -> bool:
+        return bool(
+            platform.flags.rollout(
+                CONVERSATION_UPLOAD_SYNC_COMPLETION, organization_id=organization_id
+            )
+        )
+
+    return enabled
+
+
+def _report(checks: list[Check]) -> None:
     for result in checks:
         click.echo(f"[{'pass' if result.passed else 'fail'}] {result.summary}")
         for line in result.details:
             click.echo(f"       {line}")
     sys.exit(0 if all(result.passed for result in checks) else 1)
+
+
+@uploads.command("readiness")
+@click.pass_obj
+def readiness(load: LoadContext) -> None:
+    """The runbook's step 1 (server first, flags off): prints the id of the scan's last due
+    tick (conversation-upload-checks-tick-<YYYY-MM-DDTHH:MMZ>) and checks that it completed
+    with its skippedDirect/ledger counts, that the first validation query holds no pending
+    direct upload older than 45 minutes, and that the ledger table is empty."""
+    platform = load()
+    now = datetime.now(UTC)
+    tick = platform.tick(TICK_NAME)
+    job_id = tick.job_id(tick.slot(last_due_slot(now)))
+    click.echo(f"scan tick job: {job_id}  (speedtier jobs show {job_id})")
+    record = platform.brokers.record(job_id)
+    with platform.sessions() as session:
+        try:
+            checks = [
+                checks_module.pending_direct_with_file(session, now),
+                *cutover.readiness(session, job_id, record),
+            ]
+        finally:
+            session.rollback()
+    _report(checks)
+
+
+@uploads.command("canary")
+@click.argument("organization_id", type=RECORD_ID)
+@click.option(
+    "--since",
+    type=click.DateTime(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]),
+    default=None,
+    help="UTC time the durable-delivery flag was enabled for the organization (default: 24"
+    " hours ago); the gates fail until 24 hours have passed since it.",
+)
+@click.pass_obj
+def canary(load: LoadContext, organization_id: int, since: datetime | None) -> None:
+    """The runbook's step 2 gates for ORGANIZATION_ID (read-only): every new ledger row
+    completed, none failed, no stale uncertain row, no unsynced completion, no duplicate
+    idempotency key, no CompleteConversationSyncJob row of the organization."""
+    platform = load()
+    now = datetime.now(UTC)
+    start = now - cutover.CANARY_WINDOW if since is None else since.replace(tzinfo=UTC)
+    flags = [
+        Check(
+            bool(platform.flags.rollout(flag, organization_id=organization_id)),
+            f"{flag} on for organization {organization_id}",
+        )
+        for flag in (CONVERSATION_UPLOAD_SYNC_COMPLETION, CONVERSATION_UPLOAD_DURABLE_DELIVERY)
+    ]
+    with platform.sessions() as session:
+        try:
+            gates = cutover.canary_gates(session, organization_id, start, now)
+        finally:
+            session.rollback()
+    runs = shadow.shadow_runs(_upload_jobs(platform), start, organization_id)
+    diverged = [run for run in runs if not run.matched]
+    parity = Check(
+        not diverged,
+        f"native processing shadow runs of the organization: {len(runs)},"
+        f" diverged: {len(diverged)}",
+        tuple(_describe_run(run) for run in diverged),
+    )
+    _report([*flags, *gates, parity])
+
+
+def _upload_jobs(platform: Any) -> Any:
+    """The job store the upload families (and their shadow runs) live in."""
+    return platform.brokers.of_tier("maintenance").jobs
+
+
+def _describe_run(run: shadow.ShadowRun) -> str:
+    r = run.record
+    return f"upload {r['conversation_upload_id']} {r['ran_at']}: {'; '.join(r['differences'])}"
+
+
+@uploads.command("parity")
+@click.option(
+    "--since",
+    type=click.DateTime(formats=["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]),
+    default=None,
+    help="Start of the bake window (UTC; default: 24 hours ago).",
+)
+@click.option("--org", "organization_id", type=RECORD_ID, default=None)
+@click.pass_obj
+def parity(load: LoadContext, since: datetime | None, organization_id: int | None) -> None:
+    """Shadow runs of native upload processing beside Rails' (flag
+    api2_conversation_upload_native_processing_shadow): each upload read again by the native
+    rules and what differed. Exits 1 while the window holds a divergence, or no run."""
+    platform = load()
+    start = since.replace(tzinfo=UTC) if since else datetime.now(UTC) - shadow.SHADOW_WINDOW
+    runs = shadow.shadow_runs(_upload_jobs(platform), start, organization_id)
+    for run in runs:
+        verdict = "match   " if run.matched else "DIVERGED"
+        click.echo(f"{verdict} org {run.record['organization_id']} {_describe_run(run)}")
+    diverged = sum(1 for run in runs if not run.matched)
+    click.echo(f"shadow runs since {start:%FT%TZ}: {len(runs)}, diverged: {diverged}")
+    sys.exit(0 if runs and not diverged else 1)
 
 
 @uploads.command("resolve-completion")

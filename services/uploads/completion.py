@@ -30,6 +30,10 @@ read Rails' delivered dispatch as "already sent" and never complete.)
 
 With ``api2_conversation_upload_sync_completion`` off for the organization when the job runs,
 it completes as ``skipped`` and calls nothing (the seed's non-racing revert).
+
+The effects listed in ``PROVIDER_SYNC_NATIVE_EFFECTS`` run here after Rails' call, each under
+its own claim (:mod:`services.uploads.completion_effects`), and Rails' body names them in
+``native_effects``; with every completion effect listed, Rails' call is skipped altogether.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from services.rails.client import RailsClient, RailsError
 from services.rails.delivery_claims import DeliveryOutcome, NotDelivered, deliver_once
 from services.uploads import ledger
+from services.uploads.completion_effects import COMPLETION_EFFECTS, NativeEffects
 from shared.db.base import utcnow
 from shared.db.engine import session_scope
 from shared.errors import Delay, JobError, Paused, RecordMissing, Unrecoverable
@@ -64,11 +69,15 @@ def claim_key(upload_id: int) -> str:
 
 @dataclass(frozen=True)
 class SyncCompletions:
-    """What the completion job needs: Rails, the database and the rollout flag."""
+    """What the completion job needs: Rails, the database, the rollout flag, and the
+    completion effects done here (:mod:`services.uploads.completion_effects`; none: Rails
+    does every effect)."""
 
     rails: Callable[[], RailsClient]
     sessions: sessionmaker[Session]
     enabled: Callable[[int], bool]
+    native: tuple[str, ...] = ()
+    effects: NativeEffects | None = None
 
     def complete(
         self,
@@ -79,11 +88,13 @@ class SyncCompletions:
     ) -> DeliveryOutcome:
         if not self.enabled(organization_id):
             raise Paused(f"{CONVERSATION_UPLOAD_SYNC_COMPLETION} is off for this organization")
-        body = {
+        body: dict[str, Any] = {
             "organization_id": organization_id,
             "conversation_upload_id": conversation_upload_id,
             "sync_run_id": sync_run_id,
         }
+        if self.native:
+            body["native_effects"] = list(self.native)
 
         def send() -> dict[str, Any]:
             try:
@@ -96,17 +107,25 @@ class SyncCompletions:
                 raise  # no answer: ambiguous, the claim stays unresolved
 
         try:
-            outcome = deliver_once(
-                self.sessions,
-                claim_key(conversation_upload_id),
-                send,
-                what=WHAT,
-                context={
-                    "organization_id": organization_id,
-                    "conversation_upload_id": conversation_upload_id,
-                    "sync_run_id": sync_run_id,
-                },
-            )
+            outcome = DeliveryOutcome.SENT
+            if any(effect not in self.native for effect in COMPLETION_EFFECTS):
+                outcome = deliver_once(
+                    self.sessions,
+                    claim_key(conversation_upload_id),
+                    send,
+                    what=WHAT,
+                    context={
+                        "organization_id": organization_id,
+                        "conversation_upload_id": conversation_upload_id,
+                        "sync_run_id": sync_run_id,
+                    },
+                )
+            if self.native and self.effects is not None:
+                done = self.effects.run(
+                    self.native, organization_id, conversation_upload_id, conversation_id
+                )
+                if DeliveryOutcome.UNCERTAIN.value in done.values():
+                    outcome = DeliveryOutcome.UNCERTAIN
         except RecordMissing:
             self._mark(organization_id, conversation_upload_id, "the target conversation is gone")
             raise

@@ -8,6 +8,10 @@
 | retryable, attempts left | retried after ``attemptsMade^4 * 1000 + 2000`` ms |
 | retryable, fifth attempt | upload marked failed, Sentry exception |
 
+With ``api2_conversation_upload_native_processing_shadow`` on, an XCALLY / Outreach Kaia
+upload Rails reports completed is read again by the native rules, read-only, and the
+differences are kept (:mod:`services.uploads.shadow`).
+
 Marking failed goes through Rails' ``mark_failed`` (the model method) for Rails-processed
 uploads, and through :func:`services.uploads.store.mark_failed` for native ones. The Sentry
 event is grouped by ``["ConversationUploads", <job>, <error class>]``: the seed names the
@@ -27,16 +31,22 @@ from sqlalchemy.orm import Session, sessionmaker
 from router.enqueue import Router
 from services.rails.client import RailsClient
 from services.uploads import ledger, store
+from services.uploads.call_metadata import NATIVE_SOURCES
 from services.uploads.handoff import HANDED_OFF_SOURCE, CompletionHandOff
 from services.uploads.native import handled_natively, process_upload
 from services.uploads.object_store import ObjectStore
+from services.uploads.shadow import shadow_process
 from shared.db.base import utcnow
 from shared.db.engine import session_scope
 from shared.db.models import ConversationUpload
 from shared.errors import Delay, RecordMissing, Unrecoverable
 from shared.observability import report_exception, warn
-from shared.rollouts import CONVERSATION_UPLOAD_DURABLE_DELIVERY
+from shared.rollouts import (
+    CONVERSATION_UPLOAD_DURABLE_DELIVERY,
+    CONVERSATION_UPLOAD_NATIVE_PROCESSING_SHADOW,
+)
 from tiers.attempts import current_attempt
+from tiers.job_store import JobStore
 from tiers.policies import UPLOAD_RETRY
 
 log = logging.getLogger(__name__)
@@ -54,6 +64,8 @@ class UploadJobs:
     objects: Callable[[], ObjectStore]
     rollout: Callable[[str, int], bool]
     router: Router
+    #: Where shadow runs are kept (:mod:`services.uploads.shadow`); None: no shadow runs.
+    jobs: JobStore | None = None
 
     def check(self, organization_id: int, conversation_upload_id: int) -> None:
         self._guarded(
@@ -87,9 +99,21 @@ class UploadJobs:
                 answer = self._post(organization_id, conversation_upload_id, action)
                 if answer.get("status") == "completed":
                     self._completed(organization_id, conversation_upload_id)
+                    if self._shadowed(organization_id, source):
+                        assert self.jobs is not None
+                        shadow_process(
+                            self.sessions, self.jobs, organization_id, conversation_upload_id
+                        )
 
         self._guarded(
             "ProcessDirectUploadJob", organization_id, conversation_upload_id, run, native=native
+        )
+
+    def _shadowed(self, organization_id: int, source: str | None) -> bool:
+        return (
+            self.jobs is not None
+            and source in NATIVE_SOURCES
+            and self.rollout(CONVERSATION_UPLOAD_NATIVE_PROCESSING_SHADOW, organization_id)
         )
 
     def _hand_off(self, organization_id: int, source: str | None) -> CompletionHandOff | None:

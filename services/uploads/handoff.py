@@ -6,6 +6,15 @@ does once the recording is attached, done by the native pass (:mod:`services.upl
 | ``record`` | in the persistence transaction | inserted, or reopened if failed |
 | ``dispatch`` | after that commit and the attachment | ``accepted`` (best effort) |
 | the enqueue fails | | ``uncertain`` (best effort) |
+| the dispatch claim was delivered before | | untouched (nothing dispatched) |
+| an earlier dispatch's claim is unresolved | | ``uncertain``, Sentry warning |
+
+``dispatch`` runs under Rails' own dispatch claim, ``conversation-upload/sync-completion/<id>``
+in ``outbound_delivery_claims`` (:func:`~services.rails.delivery_claims.deliver_once`): the
+native pass, Rails' ``Xcally#process`` and its GoodJob fallback share it, so whichever lands
+first marks it delivered and every later pass, on either side, dispatches nothing. Without
+it a Rails reprocess after the flag is turned off, arriving once the pinned job's 7-day
+retention has passed, would complete the conversation a second time.
 
 ``record`` inserts the row pending, owned by API2, with ``sync_run_id =
 xcally-upload-<id>``; ``dispatch`` enqueues ``provider_conversation_sync_completion_xcally-
@@ -36,6 +45,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from router.enqueue import Router
 from router.requests import route_all
+from services.rails.delivery_claims import DeliveryOutcome, NotDelivered, deliver_once
 from services.uploads import ledger
 from services.uploads.errors import UploadProcessingRetryable
 from services.uploads.families import completion_request
@@ -48,6 +58,14 @@ from tiers.redis_retry import REDIS_DOWN
 
 #: The source whose processor hands completion off (``Xcally#process``).
 HANDED_OFF_SOURCE = "xcally"
+#: Names the hand-off in the "... delivery outcome uncertain" Sentry warning.
+DISPATCH_WHAT = "XCALLY upload completion hand-off"
+
+
+def dispatch_key(upload_id: int) -> str:
+    """Rails' claim on the completion hand-off of an upload (``Xcally#process`` takes it
+    before its enqueue call; the native pass takes the same one)."""
+    return f"conversation-upload/sync-completion/{upload_id}"
 
 
 def enqueue_failed(message: str) -> UploadProcessingRetryable:
@@ -85,23 +103,49 @@ class CompletionHandOff:
         upload_id: int,
         conversation_id: int,
     ) -> str:
-        """Enqueue the completion job, then mark the row accepted; the enqueue's outcome.
+        """Under Rails' dispatch claim ``conversation-upload/sync-completion/<id>``: enqueue
+        the completion job, then mark the row accepted; the enqueue's outcome, or
+        ``already_dispatched`` when the claim was delivered before (by Rails' processor, its
+        GoodJob fallback or an earlier pass), or ``uncertain`` when an earlier dispatch's
+        outcome is unknown (left for ``speedtier uploads resolve-completion``).
 
         Raises:
-          UploadProcessingRetryable: ``EnqueueFailed`` (Redis refused the job); the row was
-            marked uncertain.
+          UploadProcessingRetryable: ``EnqueueFailed`` (Redis refused the job); the claim
+            was released and the row marked uncertain.
+          Delay: another dispatch of this upload holds a fresh claim.
         """
-        try:
-            (answer,) = self.router.enqueue_many(
-                [completion_request(organization_id, upload_id, conversation_id)]
-            )
-        except QueueUnavailable as exc:
+        enqueued: list[str] = []
+
+        def send() -> None:
+            try:
+                (answer,) = self.router.enqueue_many(
+                    [completion_request(organization_id, upload_id, conversation_id)]
+                )
+            except QueueUnavailable as exc:
+                # The job id is deterministic and kept 7 days, so re-sending after a refusal
+                # that did land dedupes: releasing the claim is safe.
+                if self.durable:
+                    self._mark(sessions, organization_id, upload_id, f"enqueue failed: {exc}")
+                failure = enqueue_failed(f"completion of upload {upload_id}: {exc}")
+                raise NotDelivered(str(exc), outcome=failure) from exc
+            enqueued.append(answer.outcome)
+
+        outcome = deliver_once(
+            sessions,
+            dispatch_key(upload_id),
+            send,
+            what=DISPATCH_WHAT,
+            context={"organization_id": organization_id, "conversation_upload_id": upload_id},
+        )
+        if outcome is DeliveryOutcome.ALREADY_SENT:
+            return "already_dispatched"
+        if outcome is DeliveryOutcome.UNCERTAIN:
             if self.durable:
-                self._mark(sessions, organization_id, upload_id, f"enqueue failed: {exc}")
-            raise enqueue_failed(f"completion of upload {upload_id}: {exc}") from exc
+                self._mark(sessions, organization_id, upload_id, "dispatch claim unresolved")
+            return "uncertain"
         if self.durable:
             self._mark(sessions, organization_id, upload_id, None)
-        return answer.outcome
+        return enqueued[0]
 
     @staticmethod
     def _mark(

@@ -46,7 +46,7 @@ from services.rails.delivery_claims import Claim
 from services.uploads import ledger
 from services.uploads.completion import claim_key
 from services.uploads.families import completion_job_id
-from services.uploads.handoff import replace_completion_job
+from services.uploads.handoff import dispatch_key, replace_completion_job
 from shared.db.base import utcnow
 from shared.db.engine import session_scope
 from shared.db.models import Conversation, ConversationUpload, ConversationUploadDelivery
@@ -60,11 +60,6 @@ RELEASE = "release"
 
 class Refused(SpeedtierError):
     """The state does not allow the resolution asked for; nothing was written."""
-
-
-def dispatch_key(upload_id: int) -> str:
-    """Rails' claim on its hand-off (``Xcally#process`` -> the enqueue route)."""
-    return f"conversation-upload/sync-completion/{upload_id}"
 
 
 @dataclass(frozen=True)

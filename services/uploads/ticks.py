@@ -18,9 +18,10 @@ reconciler runs in the same tick, after the scan.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -33,6 +34,8 @@ from services.uploads.families import PAUSE_FLAG, check_request, process_request
 from services.uploads.reconciler import reconcile
 from shared.db.base import utcnow
 from shared.db.engine import session_scope
+from tiers.job_state import JobState, NotInAJob
+from tiers.job_store import JobStore
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +66,23 @@ def route(candidates: list[store.Candidate], now: Any) -> tuple[list[JobRequest]
     return requests, skipped
 
 
+def last_due_slot(now: datetime) -> datetime:
+    """The latest ``*/30`` fire time at or before ``now`` (UTC)."""
+    moment = now.astimezone(UTC)
+    return moment.replace(minute=moment.minute - moment.minute % 30, second=0, microsecond=0)
+
+
 def upload_scan_tick(
-    sessions: sessionmaker[Session], router: Router, job_state: Callable[[str], str | None]
+    sessions: sessionmaker[Session],
+    router: Router,
+    job_state: Callable[[str], str | None],
+    jobs: JobStore | None = None,
 ) -> Tick:
     """The scan, then the ledger reconciler (:mod:`services.uploads.reconciler`); the
-    reconciler's counts appear in the summary as ``ledger_<what>``."""
+    reconciler's counts appear in the summary as ``ledger_<what>``, their total (0 included)
+    as ``ledger_reconciled``. With ``jobs`` (the
+    maintenance tier's store) the summary is kept on the tick's job record as
+    ``data:summary`` (``speedtier jobs show conversation-upload-checks-tick-<slot>``)."""
 
     def run(slot: str) -> dict[str, int]:
         now = utcnow()
@@ -76,7 +91,11 @@ def upload_scan_tick(
         requests, skipped = route(candidates, now)
         summary = {**enqueue_settled(router, requests).summary(), **skipped}
         settled = reconcile(sessions, router, job_state, utcnow())
+        summary["ledger_reconciled"] = sum(settled.values())
         summary.update({f"ledger_{what}": count for what, count in settled.items()})
+        if jobs is not None:
+            with contextlib.suppress(NotInAJob):  # a manual CLI run prints it instead
+                JobState.current(jobs).set(summary=summary)
         log.info("%s %s: %s", TICK_NAME, slot, summary)
         return summary
 

@@ -107,6 +107,9 @@ class RailsServer(ProtocolServer):
         #: called with (conversation id, body) on each successful complete_conversation_sync
         #: (a test applies Rails' effect, e.g. ``conversations.last_synced_at``).
         self.on_complete_sync: Callable[[int, dict[str, Any]], None] | None = None
+        #: called with the step on each counter_caches/fix; returns the rows it fixed (a test
+        #: applies Rails' repair to the database).
+        self.on_counter_fix: Callable[[str], int] | None = None
         self._queued: dict[str, deque[Reply]] = defaultdict(deque)
         self._script_lock = threading.Lock()
 
@@ -147,7 +150,8 @@ class RailsServer(ProtocolServer):
             return Reply(401, {"error": "unauthorized"})
         if status == 404:
             return Reply(404, {"error": message, "error_class": "ActiveRecord::RecordNotFound"})
-        return Reply(status, rails_error(message, "Internal::Error", retryable=status >= 500))
+        transient = status >= 500 or status == 429  # a throttle says "later", not "never"
+        return Reply(status, rails_error(message, "Internal::Error", retryable=transient))
 
     def route(self, request: Request) -> Reply:
         if request.method != "POST":
@@ -191,7 +195,8 @@ class RailsServer(ProtocolServer):
             return Reply(
                 422, rails_error(f"unknown step {step!r}", "ArgumentError", retryable=False)
             )
-        return Reply(200, {"step": step, "fixed": 0})
+        fixed = self.on_counter_fix(step) if self.on_counter_fix is not None else 0
+        return Reply(200, {"step": step, "fixed": fixed})
 
     def _upload(self, record_id: int | None, status: str) -> Reply:
         return Reply(200, {"conversation_upload_id": record_id, "status": status})

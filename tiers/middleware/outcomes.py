@@ -11,6 +11,9 @@ Unrecoverable                  failed            message dead-lettered, no retry
 Delay(until)                   delayed           back at ``until``, attempt NOT spent
 PostgreSQL / Redis unreachable delayed           back in OUTAGE_DELAY_SECONDS, attempt
                                                  NOT spent (an outage is not the job's)
+Delay longer than the ceiling  delayed           back after the family's
+                                                 ``max_delay_seconds`` (provider
+                                                 delays), with a warning
 Delay past the delay limit     delayed / failed  counts as a failed attempt
                                                  (``DelaysExhausted``), see below
 anything else (Retryable...)   delayed / failed  retried per family policy until the
@@ -258,8 +261,20 @@ def _delayed(message: Any, delay: Delay, failures: int, policy: RetryPolicy) -> 
     else:  # pacing keeps whatever streak the job had
         carry[DELAY_STREAK] = streak
         carry[DELAY_SINCE] = since
-    again = _again_at(message, delay.until, failures, carry)
-    return Settlement("delayed", failures, again, delay=f"{delay.reason}: {delay}")
+    until = delay.until
+    if delay.source == "provider":
+        until = policy.bounded_delay_until(until, now)
+        if until < delay.until:
+            log.warning(
+                "job %s: provider asked to wait %.0fs (%s); waiting the ceiling of %.0fs",
+                message.options[JOB_ID],
+                delay.until - now,
+                delay.reason,
+                policy.max_delay_seconds,
+            )
+    again = _again_at(message, until, failures, carry)
+    said = f"{delay}" if until == delay.until else f"{delay}, bounded to {until:.3f}"
+    return Settlement("delayed", failures, again, delay=f"{delay.reason}: {said}")
 
 
 def _again_at(

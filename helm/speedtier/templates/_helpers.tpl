@@ -292,6 +292,7 @@ SPEEDTIER_UPLOADS_REGION: {{ . | quote }}
 {{- with $c.uploadsRoot }}
 SPEEDTIER_UPLOADS_ROOT: {{ . | quote }}
 {{- end }}
+PROVIDER_SYNC_NATIVE_EFFECTS: {{ $c.providerSyncNativeEffects | default "" | quote }}
 {{- range $name, $tier := .Values.tiers }}
 {{- $t := include "speedtier.tier" (dict "root" $ "name" $name "tier" $tier) | fromYaml }}
 {{- if $t.enabled }}

@@ -46,6 +46,7 @@ from shared.db.models.rails_uploads import (
     ConversationPart,
     ConversationUploadDelivery,
     GoodJob,
+    GoodJobExecution,
     IntegrationProfile,
 )
 from shared.db.models.super_sources import (
@@ -73,6 +74,7 @@ __all__ = [
     "FlipperFeature",
     "FlipperGate",
     "GoodJob",
+    "GoodJobExecution",
     "Group",
     "GroupEmployee",
     "IngestionApiKey",

@@ -1,14 +1,15 @@
 """Typed models of the Rails-owned tables conversation uploads read and write.
 
 Mirrors created by revision ``rails_0004``: the durable delivery ledger, Active Storage's
-blobs and attachments, GoodJob's jobs table, and the identity tables the native XCALLY /
-Outreach Kaia processors resolve. Only the columns this project uses are modelled.
+blobs and attachments, GoodJob's jobs table (its executions: ``rails_0005``), and the identity
+tables the native XCALLY / Outreach Kaia processors resolve. Only the columns this project
+uses are modelled.
 """
 
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import (
     BigInteger,
@@ -16,6 +17,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    Interval,
     SmallInteger,
     String,
     Text,
@@ -149,6 +151,38 @@ class GoodJob(RailsBase):
     labels: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
     locked_by_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
     locked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class GoodJobExecution(RailsBase):
+    """GoodJob 4's ``good_job_executions``: one row per run of a job (rails_0005), read by
+    seed 000's throttle-storm query."""
+
+    __tablename__ = "good_job_executions"
+    __table_args__ = (
+        Index(
+            "index_good_job_executions_on_active_job_id_and_created_at",
+            "active_job_id",
+            "created_at",
+        ),
+        Index("index_good_job_executions_on_process_id_and_created_at", "process_id", "created_at"),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(
+        UUID, primary_key=True, server_default=text("gen_random_uuid()")
+    )
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, onupdate=utcnow)
+    active_job_id: Mapped[uuid.UUID] = mapped_column(UUID)
+    job_class: Mapped[str | None] = mapped_column(Text)
+    queue_name: Mapped[str | None] = mapped_column(Text)
+    serialized_params: Mapped[dict[str, object] | None] = mapped_column(JSONB)
+    scheduled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    error: Mapped[str | None] = mapped_column(Text)
+    error_event: Mapped[int | None] = mapped_column(SmallInteger)
+    error_backtrace: Mapped[list[str] | None] = mapped_column(ARRAY(Text))
+    process_id: Mapped[uuid.UUID | None] = mapped_column(UUID)
+    duration: Mapped[timedelta | None] = mapped_column(Interval)
 
 
 class IntegrationProfile(RailsTenant, RailsTimestamps, RailsBase):

@@ -110,7 +110,7 @@ def test_flags_rollout_is_off_without_posthog_and_overrides_win() -> None:
     flags = Flags(engine=None, overrides={REPORT_COLLECT: True})  # type: ignore[arg-type]
     assert flags.rollout(REPORT_COLLECT, organization_id=1)
     assert not flags.rollout(COUNTER_CACHE_NATIVE_REPAIRS, organization_id=1)
-    assert len(set(ROLLOUT_FLAGS)) == 5
+    assert len(set(ROLLOUT_FLAGS)) == 8
 
 
 def test_an_outage_after_loading_turns_flags_off_then_recovery_on(posthog: PostHogServer) -> None:

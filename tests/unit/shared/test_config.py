@@ -107,6 +107,11 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     ),
     "SPEEDTIER_UPLOADS_REGION": ("uploads_region", "eu-central-1", "eu-central-1"),
     "SPEEDTIER_UPLOADS_ROOT": ("uploads_root", "/var/speedtier/storage", "/var/speedtier/storage"),
+    "PROVIDER_SYNC_NATIVE_EFFECTS": (
+        "provider_sync_native_effects",
+        "mark_synced,summarize",
+        "mark_synced,summarize",
+    ),
 }
 
 

@@ -243,7 +243,7 @@ def test_kb_check_runs_the_seeds_good_job_queries(
 ) -> None:
     import uuid
 
-    from shared.db.models import GoodJob
+    from shared.db.models import GoodJob, GoodJobExecution
 
     def good_job(job_class: str, hours_ago: float, **fields: object) -> GoodJob:
         created = datetime.now(UTC) - timedelta(hours=hours_ago)
@@ -265,20 +265,35 @@ def test_kb_check_runs_the_seeds_good_job_queries(
         )
         assert "[pass] GoodJob throttle failures in 12 hours: 0 (expected 0)" in clean.output
 
+        # A job throttled twice and then completed: its good_jobs row keeps no error, only
+        # its executions show the throttle (the storm the seed's query counts).
+        throttled = good_job("SyncKnowledgeBaseDocumentJob", 1, executions_count=3)
         fresh = [
-            good_job("SyncKnowledgeBaseDocumentJob", 1, executions_count=3, error="throttled"),
+            throttled,
             good_job("SyncKnowledgeBaseDocumentJob", 2, executions_count=1),
-            good_job("CrawlKnowledgeBaseUrlJob", 1),
+            GoodJob(job_class="CrawlKnowledgeBaseUrlJob", created_at=datetime.now(UTC)),
+        ]
+        executions = [
+            GoodJobExecution(
+                active_job_id=throttled.active_job_id,
+                job_class=throttled.job_class,
+                error=error,
+                created_at=datetime.now(UTC) - timedelta(minutes=30 - n),
+            )
+            for n, error in enumerate(["GoodJob::ThrottleExceededError: throttled", None, None])
         ]
         rows += fresh
         with db_session_factory() as session:
             session.add_all(fresh)
+            session.add_all(executions)
             session.commit()
+        rows += executions
         dirty = cli_env.invoke(main, ["kb", "check"])
         assert dirty.exit_code == 1
         out = dirty.output
         assert "[fail] new GoodJob rows of the knowledge base classes in 12 hours: 3" in out
-        assert "SyncKnowledgeBaseDocumentJob: 2 jobs, 4 executions, 1 throttle failures" in out
+        assert "SyncKnowledgeBaseDocumentJob: 2 jobs" in out
+        assert "SyncKnowledgeBaseDocumentJob: 3 executions of 1 jobs, 1 throttle failures" in out
         assert "[fail] GoodJob throttle failures in 12 hours: 1 (expected 0)" in out
 
         platform.flags.set(PAUSE_FLAG, True)  # the fallback enqueues GoodJob on purpose

@@ -13,11 +13,13 @@ from sqlalchemy import text
 from router.requests import JobRequest
 from services.app.bootstrap import Platform
 from services.app.cli import main
+from services.maintenance.counter_caches import STEPS
 from services.maintenance.families import (
     COUNTER_CACHE_FIX_JOB_ID,
     PAUSE_UNIT21,
     counter_cache_request,
 )
+from services.maintenance.store import NATIVE_COUNTERS
 from services.maintenance.ticks import EXPIRED_EVALUATIONS_TICK
 from services.rails import delivery_claims
 from shared.db.base import utcnow
@@ -97,6 +99,29 @@ def test_fix_counter_caches_enqueues_the_deterministic_job(
     second = cli.invoke(main, ["maintenance", "fix-counter-caches"])
     assert first.exit_code == 0 and "added" in first.output
     assert f"{COUNTER_CACHE_FIX_JOB_ID}: deduplicated" in second.output
+
+
+def test_the_repair_check_fails_while_native_repairs_still_call_rails(
+    cli: CliRunner, platform: Platform, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given native repairs on, and a completed run whose four unported steps called #fix
+    monkeypatch.setenv("SPEEDTIER_FLAGS", '{"api2_counter_cache_native_repairs": true}')
+    platform.router.enqueue(counter_cache_request())
+    state = JobState(platform.broker.jobs, COUNTER_CACHE_FIX_JOB_ID)
+    state.set(engine="native")
+    for step in STEPS:
+        engine = "native" if step in NATIVE_COUNTERS else "rails"
+        state.complete_step(step, {"engine": engine})
+    jobs = platform.broker.jobs
+    jobs.client.hset(jobs.record_key(COUNTER_CACHE_FIX_JOB_ID), "state", "completed")
+    # When the rollout is checked
+    result = cli.invoke(main, ["maintenance", "check"])
+    # Then the repair check fails and names the steps Rails still runs
+    line = next(x for x in result.output.splitlines() if "counter-cache-fix:" in x)
+    assert line.startswith("[fail]") and "4/7 steps still call #fix" in line, result.output
+    rails_steps = [step for step in STEPS if step not in NATIVE_COUNTERS]
+    assert f"#fix: {', '.join(rails_steps)}" in result.output
+    assert result.exit_code == 1
 
 
 def test_jobs_show_prints_the_durable_state(cli: CliRunner, platform: Platform) -> None:

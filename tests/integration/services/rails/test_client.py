@@ -74,6 +74,44 @@ def test_5xx_is_retryable(rails: RailsServer, status: int) -> None:
     assert isinstance(caught.value, Retryable) and caught.value.retryable is True
 
 
+@pytest.mark.parametrize(
+    ("status", "retryable", "raised"),
+    [
+        (409, True, RailsRetryable),  # Rails says "try again" on a 4xx: retried
+        (422, True, RailsRetryable),
+        (500, False, RailsUnrecoverable),  # Rails says "never" on a 5xx: failed at once
+        (503, False, RailsUnrecoverable),
+        (404, True, RailsRetryable),  # a record Rails expects to appear
+    ],
+)
+def test_rails_retryable_flag_decides_over_the_status(
+    rails: RailsServer, status: int, retryable: bool, raised: type[Exception]
+) -> None:
+    rails.reject(UNIT21.format(5), status, "Some::Error", retryable=retryable)
+    with pytest.raises(raised) as caught:
+        client_for(rails).post(UNIT21.format(5))
+    assert type(caught.value) is raised and caught.value.status == status
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "raised"),
+    [
+        (409, {"error": "conflict"}, RailsUnrecoverable),
+        (503, {"error": "down"}, RailsRetryable),
+        (502, "<html>bad gateway</html>", RailsRetryable),
+        (422, {"retryable": "yes"}, RailsUnrecoverable),  # not a boolean: no verdict
+        (404, {"error": "not found"}, RailsRecordMissing),
+    ],
+)
+def test_without_a_verdict_the_status_decides(
+    rails: RailsServer, status: int, body: object, raised: type[Exception]
+) -> None:
+    rails.reply(UNIT21.format(6), status, body)
+    with pytest.raises(raised) as caught:
+        client_for(rails).post(UNIT21.format(6))
+    assert type(caught.value) is raised
+
+
 def test_429_with_retry_after_delays_and_without_retries(rails: RailsServer) -> None:
     path = UNIT21.format(4)
     rails.fail(path, "429", retry_after=40)

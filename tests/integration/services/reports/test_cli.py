@@ -9,6 +9,7 @@ from sqlalchemy import delete
 
 from router.requests import JobRequest
 from services.app.bootstrap import Platform
+from services.rails import delivery_claims
 from services.reports.cli import reports
 from services.reports.dates import resolve
 from services.reports.families import report_request
@@ -127,3 +128,20 @@ def test_check_lists_failed_report_jobs(platform: Platform, rails: RailsServer) 
     assert code == 1
     assert "[fail] failed report jobs: 1" in output and job_id in output
     assert "422" in output
+
+
+def test_check_fails_while_paused_and_on_an_uncertain_report_delivery(platform: Platform) -> None:
+    key = f"slack/daily-agent-eval-report-check-{datetime.now(UTC):%H%M%S%f}"
+    platform.flags.set("pause_api2_daily_agent_evaluation_reports", True)
+    assert delivery_claims.claim(platform.sessions, key)
+    try:
+        code, output = _run(platform, "check")
+    finally:
+        platform.flags.set("pause_api2_daily_agent_evaluation_reports", False)
+        delivery_claims.mark_delivered(platform.sessions, key)
+    assert code == 1
+    assert "[fail] pause_api2_daily_agent_evaluation_reports is on (expected off)" in output
+    assert "[fail] report deliveries with an uncertain outcome:" in output and key in output
+    _code, after = _run(platform, "check")
+    assert "[pass] pause_api2_daily_agent_evaluation_reports is off" in after
+    assert key not in after

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -191,3 +192,50 @@ def test_the_import_command_re_drives_one_root(
     ):
         refused = runner.invoke(super_group, bad, obj=lambda: super_platform)
         assert refused.exit_code != 0 and message in refused.output
+
+
+def test_the_webhook_caps_hold_across_worker_processes(
+    super_platform: Platform,
+    redis_client: redis.Redis,
+    namespace: str,
+    organization: Callable[[], int],
+) -> None:
+    """The cap is per tier, not per worker process (BullMQ's worker ``concurrency``): with
+    two worker processes of 8 threads each, the slow tier still runs at most 2 webhook
+    processors at once and the fast tier 5 (the reading ``docs/products/cutover.md``
+    argues for: a per-process cap would double with each replica)."""
+    requests = []
+    for org in (organization() for _ in range(2)):
+        for source in SOURCES:
+            conn = make_connection(super_platform, org, source, settings={"webhook_sleep": 0.3})
+            for n in range(8):
+                requests.append(_webhook_request(org, source, conn, f"p{org}-{n}"))
+    answers = super_platform.router.enqueue_many(requests)
+    processes = [_spawn(super_platform) for _ in range(2)]
+    try:
+        h.wait_until(
+            lambda: all(h.state(super_platform.broker, a.job_id) == "completed" for a in answers),
+            90,
+        )
+    finally:
+        for process in processes:
+            process.terminate()
+            process.join(20)
+    assert tracker.max_active(redis_client, namespace, "webhook:gitlab") == 5
+    assert tracker.max_active(redis_client, namespace, "webhook:acme") == 2
+
+
+def _spawn(platform: Platform) -> multiprocessing.process.BaseProcess:
+    settings = platform.settings
+    values = {
+        "redis_url": settings.redis_url,
+        "database_url": settings.database_url,
+        "redis_namespace": settings.redis_namespace,
+        "environment": "test",
+        "flag_cache_seconds": 0,
+    }
+    process = multiprocessing.get_context("spawn").Process(
+        target=tracker.worker_main, args=(values, 8), daemon=True
+    )
+    process.start()
+    return process

@@ -218,38 +218,48 @@ def test_a_linear_delivery_is_verified_with_its_signature_and_timestamp_window(
     assert production.broker.queue_depths(["super_webhook.fast"])["super_webhook.fast"][0] == 1
 
 
-def test_a_delivery_naming_many_nodes_schedules_their_index_jobs(
+def test_a_deliverys_nodes_are_indexed_by_index_jobs_under_the_index_cap(
     platform: Platform,
     client: FlaskClient,
     redis_client: redis.Redis,
     namespace: str,
     organization: Callable[[], int],
 ) -> None:
+    """Seed 004's ``scheduleNodeIndexations``: even a delivery naming a few nodes gets one
+    index job per node, run under the organization's index cap (2 on the slow tier), never
+    indexed by the webhook job itself."""
     from services.super_sources.families import IndexParams, index_job_id
-    from services.super_sources.webhooks import INLINE_NODES
 
     org = organization()
-    conn = make_connection(platform, org, "gitlab", webhook_secret=SECRET)
-    root, count = f"b{org}", INLINE_NODES + 5
+    conn = make_connection(
+        platform, org, "acme", webhook_secret=SECRET, settings={"fetch_sleep": 0.3}
+    )
+    root, count = f"b{org}", 6
     nodes = [f"{root}/{n}" for n in range(count)]
     tracker.put_nodes(redis_client, namespace, root, {n: ("bulk", T0) for n in nodes})
     status, body = _post(
-        client, {"delivery": f"bulk-{org}", "root": root, "nodes": nodes}, connection=conn
+        client,
+        {"delivery": f"bulk-{org}", "root": root, "nodes": nodes},
+        source="acme",
+        connection=conn,
     )
     assert status == 202
-    with workers(platform, threads=1):
+    with workers(platform, threads=8):
         h.wait_until(lambda: h.state(platform.broker, str(body["job_id"])) == "completed")
         h.wait_until(lambda: _indexed(platform, org) == count)
-    # each node had its own index job (under the delivery's root)
-    params = IndexParams(
-        source="gitlab",
-        connection_id=conn,
-        root_node_type=tracker.ROOT_TYPE,
-        root_node_id=root,
-        node_type=tracker.NODE_TYPE,
-        node_id=nodes[-1],
-    )
-    assert h.state(platform.broker, index_job_id(org, params)) == "completed"
+    # each node had its own index job (under the delivery's root), and they ran in parallel
+    # up to the slow tier's index cap
+    for node in nodes:
+        params = IndexParams(
+            source="acme",
+            connection_id=conn,
+            root_node_type=tracker.ROOT_TYPE,
+            root_node_id=root,
+            node_type=tracker.NODE_TYPE,
+            node_id=node,
+        )
+        assert h.state(platform.broker, index_job_id(org, params)) == "completed"
+    assert tracker.max_active(redis_client, namespace, f"acme:{org}") == 2
 
 
 def test_a_gitlab_delivery_is_verified_with_x_gitlab_token(

@@ -112,7 +112,7 @@ def test_every_check_passes_on_a_healthy_database(clean: Session, org: Organizat
     )
     clean.flush()
 
-    assert _verdicts(clean) == [True] * 6
+    assert _verdicts(clean) == [True] * 7
 
 
 def test_each_check_fails_on_the_rows_it_catches(clean: Session, org: Organization) -> None:
@@ -141,11 +141,12 @@ def test_each_check_fails_on_the_rows_it_catches(clean: Session, org: Organizati
             created_at=NOW - timedelta(hours=1),
         )
     )
+    clean.add(GoodJob(job_class="ProcessDirectUploadJob", created_at=NOW - timedelta(hours=1)))
     clean.flush()
 
     results = checks.run_checks(clean, deployed_at=DEPLOYED_AT, now=NOW)
 
-    assert [c.passed for c in results] == [False] * 6
+    assert [c.passed for c in results] == [False] * 7
     assert f"id={stale.id}" in results[0].details[0]
     assert "state=uncertain" in results[2].details[0]
     assert "last_error=file gone" in results[3].details[0]
@@ -167,7 +168,7 @@ def test_near_misses_pass(clean: Session, org: Organization) -> None:
     clean.add(GoodJob(job_class="SummarizeConversationJob", queue_name="default"))
     clean.flush()
 
-    assert _verdicts(clean) == [True] * 6
+    assert _verdicts(clean) == [True] * 7
 
 
 class _Platform:
@@ -200,7 +201,7 @@ def test_cli_prints_pass_and_fail_and_exits_non_zero(clean: Session, org: Organi
     assert since_before.exit_code == 1, since_before.output
     assert "[fail] direct uploads expired after" in since_before.output
     assert since_after.exit_code == 0, since_after.output
-    assert since_after.output.count("[pass]") == 6
+    assert since_after.output.count("[pass]") == 7
 
 
 def test_cli_rejects_a_malformed_timestamp() -> None:

@@ -4,20 +4,24 @@ paths, and the retry classification (terminal and exhausted attempts mark the up
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from flask.testing import FlaskClient
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
+from router.requests import JobRequest
 from services.app.bootstrap import Platform
+from services.uploads import cli as uploads_cli
 from services.uploads import store
 from services.uploads.families import PAUSE_FLAG, check_request, process_request
 from services.uploads.object_store import S3ObjectStore
-from services.uploads.ticks import route
+from services.uploads.ticks import TICK_NAME, last_due_slot, route
 from shared.db.base import utcnow
 from shared.db.models import (
     ActiveStorageAttachment,
@@ -273,3 +277,26 @@ def test_the_enqueue_route_hands_off_and_dedupes(client: FlaskClient, uploads: U
     assert client.post(route_path, json=body).status_code == 401
     body["requests"][0]["conversation_upload_id"] = "x"
     assert client.post(route_path, json=body, headers=AUTH).status_code == 400
+
+
+def test_readiness_prints_the_tick_job_id_and_reads_its_kept_summary(
+    platform: Platform, uploads: Uploads
+) -> None:
+    # Given the scan's last due slot, not yet run
+    tick = platform.tick(TICK_NAME)
+    job_id = tick.job_id(tick.slot(last_due_slot(utcnow())))
+    runner = CliRunner()
+    before = runner.invoke(uploads_cli.uploads, ["readiness"], obj=lambda: platform)
+    assert f"scan tick job: {job_id}" in before.output
+    assert f"[fail] scan tick {job_id}: no record" in before.output
+    # When that slot's tick runs on a worker
+    platform.router.enqueue(
+        JobRequest(tick.kind, None, {"slot": tick.slot(last_due_slot(utcnow()))})
+    )
+    with running_workers(platform):
+        wait_until(lambda: _state(platform, job_id) == "completed")
+    after = runner.invoke(uploads_cli.uploads, ["readiness"], obj=lambda: platform)
+    # Then its record keeps the scan's and the reconciler's counts, and readiness reads them
+    summary = json.loads((platform.brokers.record(job_id) or {})["data:summary"])
+    assert "skippedDirect" in summary and "ledger_reconciled" in summary, summary
+    assert f"[pass] scan tick {job_id}: completed" in after.output, after.output

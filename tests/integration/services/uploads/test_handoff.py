@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.app.bootstrap import Platform
+from services.rails import delivery_claims
 from services.uploads.errors import UploadProcessingRetryable
 from services.uploads.families import completion_job_id, process_request
-from services.uploads.handoff import CompletionHandOff
+from services.uploads.handoff import CompletionHandOff, dispatch_key
 from services.uploads.native import handled_natively, process_upload
 from services.uploads.object_store import S3ObjectStore
 from services.uploads.reconciler import reconcile
@@ -234,6 +235,7 @@ def test_an_enqueue_failure_marks_the_row_uncertain_and_retries_the_pass(
     row = _row(sessions, upload)
     assert row is not None and row.state == "uncertain"
     assert "enqueue failed" in (row.last_error or "")
+    assert delivery_claims.find(sessions, dispatch_key(upload)) is None  # released: resendable
     sources_and_wav = bucket_keys(uploads.objects)
 
     # When the retry runs with Redis answering again (this test's own Redis)
@@ -251,6 +253,8 @@ def test_an_enqueue_failure_marks_the_row_uncertain_and_retries_the_pass(
     assert _state(platform, completion_job_id(upload)) == "waiting"
     row = _row(sessions, upload)
     assert row is not None and row.state == "accepted" and row.owner == "api2"
+    claim = delivery_claims.find(sessions, dispatch_key(upload))
+    assert claim is not None and claim.resolved
 
 
 def _age(sessions: sessionmaker[Session], upload_id: int) -> None:
@@ -318,6 +322,11 @@ def test_a_failed_row_is_reopened_by_the_periodic_retry(
     platform.broker.jobs.client.delete(platform.broker.jobs.record_key(completion_job_id(upload)))
     long_ago = utcnow() - timedelta(hours=1)
     with session_scope(sessions) as session:
+        # a refused enqueue releases the dispatch claim: none is left behind
+        session.execute(
+            text("DELETE FROM outbound_delivery_claims WHERE delivery_key = :key"),
+            {"key": dispatch_key(upload)},
+        )
         session.execute(
             update(ConversationUpload)
             .where(ConversationUpload.id == upload)

@@ -176,3 +176,26 @@ def test_a_retry_keeps_the_checkpoint() -> None:
     msg = delayed_again(message(), Delay(time.time() + 1, "retry-after", {CHECKPOINT: "p2"}))
     retried = classify(msg, Retryable("503"), CAPPED).next_message
     assert retried.options[CHECKPOINT] == "p2"
+
+
+@pytest.mark.parametrize("source", ["provider", "pacing"])
+def test_a_provider_delay_longer_than_the_ceiling_waits_the_ceiling(source: str) -> None:
+    # Given a provider that says Retry-After: 86400 (and a platform window as far off)
+    policy = RetryPolicy(max_delay_seconds=3600.0)
+    before = time.time()
+    settlement = classify(message(), Delay.after(86400, "retry-after", source=source), policy)
+    # Then a provider delay waits the ceiling, attempt kept; pacing keeps its own time
+    assert (settlement.state, settlement.failures) == ("delayed", 0)
+    eta_seconds = settlement.next_message.options[ETA] / 1000 - before
+    if source == "provider":
+        assert 3599 <= eta_seconds <= 3601 + (time.time() - before)
+        assert "bounded to" in settlement.delay
+    else:
+        assert eta_seconds >= 86399
+
+
+def test_a_provider_delay_under_the_ceiling_is_kept() -> None:
+    until = time.time() + 120
+    settlement = classify(message(), Delay(until, "retry-after"), RetryPolicy())
+    assert settlement.next_message.options[ETA] == int(until * 1000)
+    assert "bounded" not in settlement.delay

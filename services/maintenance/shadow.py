@@ -1,0 +1,92 @@
+"""Shadow runs of the native counter-cache repairs beside Rails' ``#fix`` (the Scientist
+pattern).
+
+With PostHog ``api2_counter_cache_native_repairs_shadow`` on in the region while the repair
+still runs through Rails, each step that has a native repair is measured around Rails'
+call, read-only: how many parents the native definition finds out of parity before the call
+(what the native repair would fix), how many Rails says it fixed, and how many the native
+definition still finds out of parity after it. The native repair itself never runs.
+
+| measured | meaning |
+| --- | --- |
+| ``native_would_fix`` | parents out of parity by the native definition, before Rails' call |
+| ``rails_fixed`` | the ``fixed`` count Rails answers |
+| ``drift_after`` | parents still out of parity by the native definition, after it |
+
+A run matches when ``native_would_fix == rails_fixed`` and ``drift_after == 0``.
+
+``drift_after > 0`` means Rails' counter is not the native definition (a wrong guess of
+the counter); a count mismatch with ``drift_after == 0`` can also be a write between the
+two reads, so one divergence is a reason to look, and the bake wants none. Runs are kept
+in a Redis list (the last :data:`KEEP` runs, for :data:`KEEP_SECONDS`):
+``speedtier maintenance parity`` lists them and exits 1 while any diverged (or none ran);
+``speedtier maintenance check`` fails while the last 24 hours hold a divergence.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from tiers.job_store import JobStore
+
+#: The last runs kept, and for how long (past a 24-hour bake window).
+KEEP = 500
+KEEP_SECONDS = 8 * 86_400
+SHADOW_WINDOW = timedelta(hours=24)
+
+
+def log_key(jobs: JobStore) -> str:
+    return f"{jobs.namespace}:shadow:counter-cache-fix"
+
+
+def comparison(step: str, before: int, answer: dict[str, Any], after: int) -> dict[str, Any]:
+    """One step's shadow record."""
+    fixed = answer.get("fixed")
+    return {
+        "ran_at": datetime.now(UTC).isoformat(),
+        "step": step,
+        "native_would_fix": before,
+        "rails_fixed": fixed,
+        "drift_after": after,
+        "matched": fixed == before and after == 0,
+    }
+
+
+def record(jobs: JobStore, run: dict[str, Any]) -> None:
+    """Append one comparison (best effort is the caller's choice)."""
+    key = log_key(jobs)
+    pipe = jobs.client.pipeline()
+    pipe.lpush(key, json.dumps(run, sort_keys=True))
+    pipe.ltrim(key, 0, KEEP - 1)
+    pipe.expire(key, KEEP_SECONDS)
+    pipe.execute()
+
+
+@dataclass(frozen=True)
+class ShadowRun:
+    record: dict[str, Any]
+
+    @property
+    def ran_at(self) -> datetime:
+        return datetime.fromisoformat(str(self.record["ran_at"]))
+
+    @property
+    def matched(self) -> bool:
+        return bool(self.record.get("matched"))
+
+    def describe(self) -> str:
+        r = self.record
+        return (
+            f"{r['ran_at']} {r['step']}: native would fix {r['native_would_fix']}, rails fixed"
+            f" {r['rails_fixed']}, out of parity after {r['drift_after']}"
+        )
+
+
+def shadow_runs(jobs: JobStore, since: datetime) -> list[ShadowRun]:
+    """The kept comparisons since ``since``, oldest first."""
+    raw = jobs.client.lrange(log_key(jobs), 0, KEEP - 1)
+    runs = [ShadowRun(json.loads(item)) for item in raw]
+    return sorted((run for run in runs if run.ran_at >= since), key=lambda run: run.ran_at)
