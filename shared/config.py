@@ -78,6 +78,13 @@ class Settings(BaseSettings):
 
     group_lease_seconds: float = Field(30.0, gt=0)
     heartbeat_timeout_seconds: float = Field(60.0, gt=0)
+    max_unsettled_runs: int = Field(
+        3,
+        ge=1,
+        description="Runs of one job that may end without a settle (the worker died or "
+        "stalled past the heartbeat timeout) before the job fails as worker_died and is "
+        "dead-lettered.",
+    )
     windows: dict[str, str] = Field(default_factory=dict)
     flag_overrides: dict[str, bool] = Field(
         default_factory=dict, validation_alias="SPEEDTIER_FLAGS"

@@ -10,6 +10,7 @@ from dramatiq.middleware import CurrentMessage, TimeLimit
 
 from tiers.broker import TierBroker
 from tiers.families import Family
+from tiers.middleware.deliveries import DEFAULT_MAX_UNSETTLED, Deliveries
 from tiers.middleware.group_slots import GroupSlots
 from tiers.middleware.job_metrics import JobMetrics
 from tiers.middleware.log_context import LogContext
@@ -31,12 +32,14 @@ def build_broker(
     lease_seconds: float = 30.0,
     heartbeat_timeout_ms: int = 60_000,
     windows_client: redis.Redis | None = None,
+    max_unsettled: int = DEFAULT_MAX_UNSETTLED,
     **broker_options: Any,
 ) -> tuple[TierBroker, GroupSlots]:
     """A broker whose ``before_process_message`` runs: claim the slot (drop stale copies),
     check the kill switch, take a window start; and whose ``after_process_message`` settles
     the outcome. ``families`` is a live mapping: families added later are seen. Provider
-    windows are counted on ``windows_client`` (the control Redis; default: the broker's)."""
+    windows are counted on ``windows_client`` (the control Redis; default: the broker's).
+    A job whose runs end without a settle ``max_unsettled`` times fails as ``worker_died``."""
     broker = TierBroker(
         url=redis_url,
         namespace=namespace,
@@ -49,6 +52,7 @@ def build_broker(
         CurrentMessage(),
         LogContext(),
         slots,
+        Deliveries(families, broker.jobs, slots, max_unsettled),
         JobMetrics(),
         PauseSwitch(families, is_enabled),
         ProviderWindows(families, RateWindows(windows_client or broker.client, namespace), windows),

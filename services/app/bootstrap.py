@@ -181,6 +181,7 @@ def bootstrap(
         windows=window_overrides(settings),
         lease_seconds=settings.group_lease_seconds,
         heartbeat_timeout_ms=int(settings.heartbeat_timeout_seconds * 1000),
+        max_unsettled=settings.max_unsettled_runs,
         **broker_options,
     )
 

@@ -6,6 +6,8 @@ how the run ended              job state         what happens next
 returned                       completed         record kept for the retention
 RecordMissing                  record_missing    record kept for the retention
 Paused                         skipped           record kept for the retention
+DeliveryLost                   (none)            the settle is refused: a newer run of
+                                                 the job holds it (``tiers.deliveries``)
 Unrecoverable                  failed            message dead-lettered, no retry
 Delay(until)                   delayed           back at ``until``, attempt NOT spent
 PostgreSQL / Redis unreachable delayed           back in OUTAGE_DELAY_SECONDS, attempt
@@ -51,6 +53,7 @@ from dramatiq.middleware import Middleware
 from shared.errors import (
     Delay,
     DelaysExhausted,
+    DeliveryLost,
     JobError,
     Paused,
     RecordMissing,
@@ -63,6 +66,7 @@ from tiers.broker import ACKED_IN_SETTLE, TierBroker
 from tiers.families import Family, family_of
 from tiers.faults import fault_point
 from tiers.job_store import JobStore
+from tiers.middleware.deliveries import EPOCH
 from tiers.middleware.group_slots import GroupSlots
 from tiers.middleware.held import Held
 from tiers.middleware.job_metrics import SETTLEMENT
@@ -148,6 +152,7 @@ class Outcomes(Middleware):
             delay=settlement.delay,
             ack=ack,
             count=run_count(self.jobs.namespace, message),
+            epoch=getattr(message, EPOCH, ""),
         )
         setattr(message, SETTLEMENT, settlement)
         # The thread goes on to its next job; the message's ack waits for the answer.
@@ -219,7 +224,8 @@ def classify(message: Any, exception: BaseException | None, policy: RetryPolicy)
     error = f"{type(exception).__name__}: {exception}"
     if isinstance(exception, RecordMissing):
         return Settlement("record_missing", failures, error=error)
-    if isinstance(exception, Paused):
+    if isinstance(exception, Paused | DeliveryLost):
+        # DeliveryLost: a newer run holds the job; this settle is refused (its epoch is old).
         return Settlement("skipped", failures, error=error)
     if isinstance(exception, Unrecoverable):
         return Settlement("failed", failures, error=error)
