@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from shared.errors import Delay, RecordMissing, Retryable, Unrecoverable
 from shared.observability import ACTOR_THROWS
 from tiers.broker import TierBroker
+from tiers.deliveries import check_delivery
 from tiers.families import Family
 from tiers.faults import FAULT_ENV
 from tiers.options import JOB_ID, WINDOW_ADMITTED
@@ -74,6 +75,13 @@ def handler(
     try:
         if sleep:
             time.sleep(sleep)
+        if mode == "exit":
+            os._exit(1)  # the worker process dies mid-run (a native crash, the OOM killer)
+        if mode == "fenced":
+            # An effect that must not happen twice, committed only while the run holds its
+            # delivery.
+            check_delivery()
+            client.incr(f"{ns}:done:{item}")
         if mode == "missing":
             raise RecordMissing(item)
         if mode == "unrecoverable":
@@ -165,6 +173,7 @@ def make_broker(
     windows: Mapping[str, WindowRule] | None = None,
     lease_seconds: float = 30.0,
     heartbeat_timeout_ms: int = 60_000,
+    maintenance_chance: int = 200_000,
 ) -> TierBroker:
     import dramatiq
 
@@ -177,7 +186,7 @@ def make_broker(
         windows=windows,
         lease_seconds=lease_seconds,
         heartbeat_timeout_ms=heartbeat_timeout_ms,
-        maintenance_chance=200_000,
+        maintenance_chance=maintenance_chance,
     )
     for family in fams.values():
         dramatiq.Actor(
