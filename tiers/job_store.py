@@ -185,12 +185,15 @@ class JobStore(FetchClaims):
         *,
         max_unsettled: int,
         retention_seconds: float,
+        alone: bool = False,
     ) -> tuple[str, str]:
         """Just before a claimed run of a message ``worker_id`` fetched from ``main_queue``
         (start.lua): ``("run", epoch)``, the run's fencing token for its settle;
         ``("lost", _)`` when the delivery is no longer this worker's; ``stale`` or ``done``
         as :meth:`claim`; ``("worker_died", count)`` when ``max_unsettled`` runs of the job
-        ended without a settle: the job is failed and the message dead-lettered."""
+        ended without a settle: the job is failed and the message dead-lettered;
+        ``("suspect", count)`` when an earlier run died and the worker does not run it
+        ``alone`` (nothing else running): not started."""
         options = message.options
         reply = self._batch.call(
             "start",
@@ -204,6 +207,7 @@ class JobStore(FetchClaims):
                 max_unsettled,
                 int(retention_seconds * 1000),
                 QUEUED_LEASE_MS,
+                "1" if alone else "0",
             ],
         )
         return as_text(reply[0]), as_text(reply[1])

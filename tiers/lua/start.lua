@@ -2,12 +2,16 @@
 -- start, and give the run its fencing token; or end a job whose runs keep dying.
 -- ARGV: job_id, message_id, redis_id, queue (the main queue it was fetched from), worker_id,
 --       now_ms, max_unsettled (runs that ended without a settle before the job fails),
---       retention_ms (how long a failed record is kept), queued_lease_ms
+--       retention_ms (how long a failed record is kept), queued_lease_ms, alone ("1": the
+--       worker runs nothing else meanwhile)
 -- Returns {verdict, token}:
 --   run          the run starts; token is its epoch, which its settle must carry
 --   lost         the delivery is no longer this worker's (its redis id left the worker's ack
 --                set: a peer took it back while this worker looked dead): not run, not acked
 --   stale, done  superseded copy, or a finished job (as claim.lua)
+--   suspect      an earlier run of the job died (token: how many): not started; the worker
+--                starts it again with alone = "1" once it runs nothing else, so that a crash
+--                it causes is counted against it, not against runs beside it
 --   worker_died  max_unsettled runs of the job started and never settled (each killed its
 --                worker, or was taken back from a stalled one): the job is failed and this
 --                message dead-lettered, its group slot released; token is that count
@@ -22,7 +26,7 @@
 -- (token 0) rather than be lost.
 local job_id, message_id, redis_id, queue = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local worker_id, now, max_unsettled = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
-local retention, queued_lease = tonumber(ARGV[8]), tonumber(ARGV[9])
+local retention, queued_lease, alone = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
 
 local record = ns .. ":job:" .. job_id
 local f = redis.call("hmget", record, "state", "msg", "cur", "open", "unsettled", "group")
@@ -67,6 +71,12 @@ if unsettled >= max_unsettled then
         .. "stalled)")
     redis.call("pexpire", record, retention)
     return {"worker_died", tostring(unsettled)}
+end
+
+if unsettled > 0 and alone ~= "1" then
+    -- This death is counted (open cleared): the call with alone = "1" does not count it again.
+    redis.call("hdel", record, "open")
+    return {"suspect", tostring(unsettled)}
 end
 
 local epoch = redis.call("hincrby", record, "epoch", 1)

@@ -14,6 +14,9 @@ the job's last started run never        it counts as a run that died; at ``max_u
 settled                                 them the job is failed (``worker_died``), its message
                                         dead-lettered and its slot released, in that step, and
                                         logged at ERROR (a Sentry event)
+an earlier run of the job died          it is started again only once nothing else runs in
+                                        this process (``tiers.suspects``): a crash it causes
+                                        is counted against it alone
 =====================================  ==========================================================
 
 While runs go on, a thread asks every few seconds whether a newer run of each started
@@ -39,11 +42,16 @@ from tiers.middleware.group_slots import GroupSlots
 from tiers.options import JOB_ID, REDIS_MESSAGE_ID
 from tiers.redis_retry import REDIS_DOWN, until_redis_answers
 from tiers.settling import ACKED_IN_SETTLE
+from tiers.suspects import SuspectGate
 
 log = logging.getLogger(__name__)
 
 #: The message attribute holding its run's epoch, for the settle.
 EPOCH = "_st_epoch"
+#: The message attribute saying how its run passed the suspect gate ("ordinary", "alone").
+GATED = "_st_gated"
+#: The longest a suspect run waits for the settles on their way before and after it.
+FLUSH_SECONDS = 10.0
 #: Runs of a job that may end without a settle before it fails as ``worker_died``.
 DEFAULT_MAX_UNSETTLED = 3
 
@@ -74,6 +82,10 @@ class Deliveries(Middleware):
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.gate = SuspectGate()
+
+    def _flush(self) -> None:
+        self.jobs.flush_settles(FLUSH_SECONDS)
 
     def before_process_message(self, broker: Broker, message: Any) -> None:
         if not self.slots.was_claimed(message):
@@ -81,17 +93,33 @@ class Deliveries(Middleware):
         family = family_of(message, self.families)
         retention = family.retention_seconds if family else 86_400.0
         worker_id = broker.broker_id  # type: ignore[attr-defined]
-        verdict, token = until_redis_answers(
-            lambda: self.jobs.start(
-                message,
-                q_name(message.queue_name),
-                worker_id,
-                max_unsettled=self.max_unsettled,
-                retention_seconds=retention,
-            ),
-            what="starting a job",
-        )
+
+        def start(alone: bool) -> tuple[str, str]:
+            return until_redis_answers(
+                lambda: self.jobs.start(
+                    message,
+                    q_name(message.queue_name),
+                    worker_id,
+                    max_unsettled=self.max_unsettled,
+                    retention_seconds=retention,
+                    alone=alone,
+                ),
+                what="starting a job",
+            )
+
+        self.gate.enter()
+        setattr(message, GATED, "ordinary")
+        verdict, token = start(False)
         job_id = message.options[JOB_ID]
+        if verdict == "suspect":
+            log.warning(
+                "job %s: %s earlier run(s) ended without a settle; it runs alone", job_id, token
+            )
+            self.gate.leave()
+            setattr(message, GATED, None)
+            self.gate.enter_alone(self._flush)
+            setattr(message, GATED, "alone")
+            verdict, token = start(True)
         if verdict == "run":
             setattr(message, EPOCH, token)
             delivery = Delivery(self.jobs, job_id, token)
@@ -132,6 +160,14 @@ class Deliveries(Middleware):
         set_current(None)
         with self._lock:
             self._running.pop(message.options.get(REDIS_MESSAGE_ID), None)
+        gated = getattr(message, GATED, None)
+        setattr(message, GATED, None)
+        if gated == "ordinary":
+            self.gate.leave()
+        elif gated == "alone":
+            # Its settle was handed to the settle sender just before (the outcomes
+            # middleware's hook runs first): the next run starts once it is answered.
+            self.gate.leave_alone(self._flush)
 
     # -- watching the running deliveries ------------------------------------------------------
 

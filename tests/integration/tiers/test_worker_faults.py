@@ -98,12 +98,15 @@ def test_a_job_that_kills_its_worker_every_time_fails_as_worker_died_after_three
     redis_url: str, redis_client: redis.Redis, namespace: str
 ) -> None:
     broker = h.make_broker(redis_url, namespace, heartbeat_timeout_ms=TIMEOUT_MS)
-    make_router(broker).enqueue(request("p", mode="exit"))
-    # Given a job that kills its worker process each time it runs; each dead worker is
-    # replaced
-    for _ in range(5):
+    beside = [f"b{i}" for i in range(3)]
+    make_router(broker).enqueue_many(
+        [request(i, sleep=0.5) for i in beside] + [request("p", mode="exit")]
+    )
+    # Given a job that kills its worker process each time it runs, fetched and run with
+    # three others; each dead worker is replaced
+    for _ in range(6):
         worker = h.start_worker_process(
-            redis_url, namespace, threads=1, heartbeat_timeout_ms=TIMEOUT_MS
+            redis_url, namespace, threads=4, heartbeat_timeout_ms=TIMEOUT_MS
         )
         try:
             h.wait_until(
@@ -116,6 +119,10 @@ def test_a_job_that_kills_its_worker_every_time_fails_as_worker_died_after_three
             worker.join(timeout=20)
         if h.state(broker, "plain-p") == "failed":
             break
+    with h.running_worker(broker):
+        h.wait_until(
+            lambda: all(h.state(broker, f"plain-{i}") == "completed" for i in beside), timeout=30
+        )
     # Then after three runs that never settled the job is failed and dead-lettered
     record = broker.jobs.record("plain-p")
     assert record is not None
@@ -126,6 +133,11 @@ def test_a_job_that_kills_its_worker_every_time_fails_as_worker_died_after_three
     assert [(letter.job_id, letter.actionable) for letter in letters] == [("plain-p", True)]
     assert acked_anywhere(redis_client, namespace, record["cur"]) == []
     assert redis_client.llen(f"{namespace}:{QUEUE}") == 0
+    # and the jobs that died beside it once ran alone next time, and completed
+    for item in beside:
+        died_beside = broker.jobs.record(f"plain-{item}")
+        assert died_beside is not None
+        assert (died_beside["state"], died_beside["unsettled"]) == ("completed", "1"), item
     broker.close()
 
 

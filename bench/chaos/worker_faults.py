@@ -1,0 +1,255 @@
+"""Chaos scenarios of a worker that stalls, dies, or is killed by its own job, and of a
+message whose data carries another id than the one it was queued under.
+
+=====================  =====================================================================
+scenario               fault
+=====================  =====================================================================
+``stalled_worker``     a worker SIGSTOPped past its heartbeat timeout while it runs ``slow``
+                       jobs and holds prefetched ones, then SIGCONTed once another worker
+                       finished them all
+``poison_job``         jobs that kill their worker process every time, among plain ones;
+                       every dead worker is replaced
+``mismatched_id``      raw messages queued under one id whose data carries another
+``dead_worker``        a worker SIGKILLed while running ``slow`` jobs; another one running
+=====================  =====================================================================
+
+Figures that must be 0: ``lost``, ``duplicated`` (a ``slow`` job's effect committed twice,
+or a run settled twice), ``stuck``, ``extra_attempts`` and ``late``. A poison job is lost
+unless it ends ``failed`` with ``worker_died``; a mismatched message is lost unless it is
+dead-lettered under its queued id and in no ack set; a dead worker's job is late when it
+starts again later than the heartbeat timeout plus a poll (and a 1.5 s margin).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import redis
+
+from bench.chaos.cluster import (
+    POLL_MS,
+    WORKER_SETTINGS,
+    Workers,
+    enqueue,
+    mixed_requests,
+    wait_for_completion,
+)
+from bench.chaos.scenarios import Row, _items, _row, stores
+from bench.chaos.workload import ledger_key
+
+TIMEOUT_S = float(WORKER_SETTINGS["heartbeat_timeout_seconds"])
+#: The bound a dead worker's job must start again within, from the kill.
+RETURN_BOUND_S = TIMEOUT_S + POLL_MS / 1000 + 1.5
+
+
+def _wait(probe: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if probe():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _started(client: redis.Redis, ns: str) -> int:
+    return int(client.hlen(ledger_key(ns, "starts")))
+
+
+def stalled_worker(database_url: str | None, *, jobs: int, timeout: float = 120) -> Row:
+    """One worker stalls with ``slow`` jobs running and prefetched; a second one takes them
+    over; the first resumes."""
+    with stores(database_url) as (shared, server, _pg, platform):
+        client = redis.Redis.from_url(server.url)
+        requests = mixed_requests(jobs, kinds=("slow",))
+        stalled = Workers(shared, count=1, threads=4)
+        rescuer = Workers(shared, count=1, threads=8)
+        started = time.time()
+        stalled.start()
+        victim = stalled.processes[0]
+        assert victim.pid is not None
+        try:
+            enqueue(platform.router, requests)
+            _wait(lambda: _started(client, shared.namespace) >= 4, 60)
+            os.kill(victim.pid, signal.SIGSTOP)
+            rescuer.start()
+            wait_for_completion(client, shared.namespace, _items(requests), timeout=timeout)
+            os.kill(victim.pid, signal.SIGCONT)
+            time.sleep(3.0)  # its frozen runs end, its prefetched copies meet their start
+        finally:
+            os.kill(victim.pid, signal.SIGCONT)
+            stalled.stop()
+            rescuer.stop()
+        return _row(
+            "stalled_worker",
+            client,
+            shared.namespace,
+            _items(requests),
+            f"1 worker stalled {TIMEOUT_S:.0f}s+ holding jobs, then resumed",
+            started,
+            None,
+            0,
+        )
+
+
+def poison_job(database_url: str | None, *, jobs: int, poison: int, timeout: float = 120) -> Row:
+    """``poison`` jobs that kill their worker every time among ``jobs`` plain ones; dead
+    workers are replaced until the work is done."""
+    with stores(database_url) as (shared, server, _pg, platform):
+        client = redis.Redis.from_url(server.url)
+        requests = mixed_requests(jobs, kinds=("plain",))
+        poisoned = mixed_requests(poison, kinds=("poison",), start=jobs)
+        workers = Workers(shared, count=2, threads=4)
+        started = time.time()
+        workers.start()
+        deaths = 0
+        try:
+            enqueue(platform.router, poisoned + requests)
+            items = _items(requests)
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                for at, process in enumerate(workers.processes):
+                    if process.exitcode is not None:
+                        deaths += 1
+                        workers.processes[at] = workers._spawn()
+                ns = shared.namespace
+                if _all_completed(client, ns, items) and all(
+                    _failed_as_worker_died(client, ns, p) for p in poisoned
+                ):
+                    break
+                time.sleep(0.25)
+        finally:
+            workers.stop()
+        row = _row(
+            "poison_job",
+            client,
+            shared.namespace,
+            _items(requests),
+            f"{poison} job(s) killing their worker every time ({deaths} deaths)",
+            started,
+            None,
+            0,
+        )
+        row.lost += sum(
+            1 for p in poisoned if not _failed_as_worker_died(client, shared.namespace, p)
+        )
+        return row
+
+
+def mismatched_id(
+    database_url: str | None, *, jobs: int, messages: int, timeout: float = 60
+) -> Row:
+    """``messages`` raw messages queued under ids their data does not carry, among
+    ``jobs`` plain ones."""
+    from dramatiq.message import Message
+
+    from tiers.options import JOB_ID, REDIS_MESSAGE_ID
+
+    with stores(database_url) as (shared, server, _pg, platform):
+        client = redis.Redis.from_url(server.url)
+        ns = shared.namespace
+        queue = platform.registry.queues_of_tier("fast")[0]
+        queued = [f"queued-{n}" for n in range(messages)]
+        for n, redis_id in enumerate(queued):
+            message = Message(
+                queue_name=queue,
+                actor_name="chaos_plain",
+                args=(),
+                kwargs={"organization_id": 1, "item": f"raw-{n}", "kind": "plain"},
+                options={JOB_ID: f"chaos-raw-{n}", REDIS_MESSAGE_ID: f"carried-{n}"},
+            )
+            client.hset(f"{ns}:{queue}.msgs", redis_id, message.encode())
+            client.rpush(f"{ns}:{queue}", redis_id)
+        requests = mixed_requests(jobs, kinds=("plain",))
+        workers = Workers(shared, count=1, threads=4)
+        started = time.time()
+        workers.start()
+        try:
+            enqueue(platform.router, requests)
+            wait_for_completion(client, ns, _items(requests), timeout=timeout)
+            _wait(lambda: all(_dead_lettered(client, ns, queue, i) for i in queued), 10)
+        finally:
+            workers.stop()
+        row = _row(
+            "mismatched_id",
+            client,
+            ns,
+            _items(requests),
+            f"{messages} message(s) queued under another id than they carry",
+            started,
+            None,
+            0,
+        )
+        row.lost += sum(1 for i in queued if not _dead_lettered(client, ns, queue, i))
+        row.duplicated += sum(
+            int(client.hget(ledger_key(ns, "starts"), f"raw-{n}") or 0) for n in range(messages)
+        )
+        return row
+
+
+def dead_worker(database_url: str | None, *, jobs: int, timeout: float = 120) -> Row:
+    """A worker SIGKILLed while it runs ``slow`` jobs, another one running: each of the
+    dead worker's jobs must start again within the heartbeat timeout plus a poll."""
+    with stores(database_url) as (shared, server, _pg, platform):
+        client = redis.Redis.from_url(server.url)
+        ns = shared.namespace
+        requests = mixed_requests(jobs, kinds=("slow",))
+        survivor = Workers(shared, count=1, threads=2)
+        dying = Workers(shared, count=1, threads=8)
+        started = time.time()
+        survivor.start()
+        dying.start()
+        try:
+            _wait(lambda: client.zcard(f"{ns}:__heartbeats__") >= 2, 60)  # both are up
+            enqueue(platform.router, requests)
+            _wait(lambda: _started(client, ns) >= 4, 60)
+            victim = dying.processes[0]
+            assert victim.pid is not None
+            os.kill(victim.pid, signal.SIGKILL)
+            killed = time.time()
+            first = _first_restart(client, ns, killed, timeout)
+            wait_for_completion(client, ns, _items(requests), timeout=timeout)
+        finally:
+            dying.stop()
+            survivor.stop()
+        row = _row(
+            "dead_worker",
+            client,
+            ns,
+            _items(requests),
+            "1 worker SIGKILLed mid-run",
+            started,
+            first - killed,
+            0,
+        )
+        row.late = int(first - killed > RETURN_BOUND_S)
+        return row
+
+
+def _first_restart(client: redis.Redis, ns: str, killed: float, timeout: float) -> float:
+    """When the first job started a second time (the ledger's starts reach 2)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(int(v) >= 2 for v in client.hvals(ledger_key(ns, "starts"))):
+            return time.time()
+        time.sleep(0.02)
+    return float("inf")
+
+
+def _failed_as_worker_died(client: redis.Redis, ns: str, request: Any) -> bool:
+    state, error = client.hmget(f"{ns}:job:chaos-{request.params['item']}", "state", "last_error")
+    return state == b"failed" and (error or b"").startswith(b"worker_died")
+
+
+def _all_completed(client: redis.Redis, ns: str, items: list[str]) -> bool:
+    pipe = client.pipeline(transaction=False)
+    for item in items:
+        pipe.hget(f"{ns}:job:chaos-{item}", "state")
+    return all(state == b"completed" for state in pipe.execute())
+
+
+def _dead_lettered(client: redis.Redis, ns: str, queue: str, redis_id: str) -> bool:
+    in_acks = any(client.sismember(key, redis_id) for key in client.scan_iter(f"{ns}:__acks__.*"))
+    return client.zscore(f"{ns}:{queue}.XQ", redis_id) is not None and not in_acks
