@@ -138,6 +138,11 @@ def test_a_job_that_kills_its_worker_every_time_fails_as_worker_died_after_three
         died_beside = broker.jobs.record(f"plain-{item}")
         assert died_beside is not None
         assert (died_beside["state"], died_beside["unsettled"]) == ("completed", "1"), item
+    # and an operator's retry gives the failed job its runs back
+    assert DeadLetters(broker.jobs).retry("plain-p", "ops") == "waiting"
+    retried = broker.jobs.record("plain-p")
+    assert retried is not None
+    assert "unsettled" not in retried
     broker.close()
 
 
