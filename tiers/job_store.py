@@ -186,6 +186,7 @@ class JobStore(FetchClaims):
         max_unsettled: int,
         retention_seconds: float,
         alone: bool = False,
+        start_id: str = "",
     ) -> tuple[str, str]:
         """Just before a claimed run of a message ``worker_id`` fetched from ``main_queue``
         (start.lua): ``("run", epoch)``, the run's fencing token for its settle;
@@ -193,7 +194,9 @@ class JobStore(FetchClaims):
         as :meth:`claim`; ``("worker_died", count)`` when ``max_unsettled`` runs of the job
         ended without a settle: the job is failed and the message dead-lettered;
         ``("suspect", count)`` when an earlier run died and the worker does not run it
-        ``alone`` (nothing else running): not started."""
+        ``alone`` (nothing else running): not started. ``start_id`` names this start: the
+        same call sent again (its reply lost) answers as the first did, and counts nothing
+        (a fresh one when empty)."""
         options = message.options
         reply = self._batch.call(
             "start",
@@ -208,6 +211,7 @@ class JobStore(FetchClaims):
                 int(retention_seconds * 1000),
                 QUEUED_LEASE_MS,
                 "1" if alone else "0",
+                start_id or str(uuid4()),
             ],
         )
         return as_text(reply[0]), as_text(reply[1])

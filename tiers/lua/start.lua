@@ -3,7 +3,8 @@
 -- ARGV: job_id, message_id, redis_id, queue (the main queue it was fetched from), worker_id,
 --       now_ms, max_unsettled (runs that ended without a settle before the job fails),
 --       retention_ms (how long a failed record is kept), queued_lease_ms, alone ("1": the
---       worker runs nothing else meanwhile)
+--       worker runs nothing else meanwhile), start_id (unique to this start; a call sent
+--       again after its reply was lost carries the same one)
 -- Returns {verdict, token}:
 --   run          the run starts; token is its epoch, which its settle must carry
 --   lost         the delivery is no longer this worker's (its redis id left the worker's ack
@@ -18,7 +19,9 @@
 -- Record fields (absent in records written by older scripts, read as 0 / unset):
 --   epoch     runs started (the fencing token of the latest); a settle carrying another one
 --             is refused (settle.lua)
---   open      the epoch of a started run not settled yet; found set here, that run died
+--   open      the start_id of a started run not settled yet; found set here by another
+--             start, that run died (found with this call's own start_id: this very start,
+--             sent again, which answers as it did)
 --   unsettled runs that died so far
 -- Invariants: a run starts only while its redis id is in this worker's ack set of its queue
 -- and the record points at this message; every start moves epoch on, so two runs of one job
@@ -27,9 +30,11 @@
 local job_id, message_id, redis_id, queue = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local worker_id, now, max_unsettled = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local retention, queued_lease, alone = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
+local start_id = ARGV[11]
 
 local record = ns .. ":job:" .. job_id
-local f = redis.call("hmget", record, "state", "msg", "cur", "open", "unsettled", "group")
+local f = redis.call("hmget", record, "state", "msg", "cur", "open", "unsettled", "group",
+    "epoch")
 local state, open = f[1], f[4]
 if not state then
     return {"run", "0"}
@@ -45,6 +50,9 @@ if redis.call("sismember", acks, redis_id) == 0 then
     return {"lost", "0"}
 end
 
+if open == start_id then
+    return {"run", f[7]}
+end
 local unsettled = tonumber(f[5]) or 0
 if open then
     unsettled = unsettled + 1
@@ -80,5 +88,5 @@ if unsettled > 0 and alone ~= "1" then
 end
 
 local epoch = redis.call("hincrby", record, "epoch", 1)
-redis.call("hset", record, "open", epoch, "started_at", now)
+redis.call("hset", record, "open", start_id, "started_at", now)
 return {"run", tostring(epoch)}

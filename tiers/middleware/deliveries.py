@@ -30,6 +30,7 @@ import logging
 import threading
 from collections.abc import Mapping
 from typing import Any
+from uuid import uuid4
 
 from dramatiq.broker import Broker
 from dramatiq.common import q_name
@@ -93,6 +94,9 @@ class Deliveries(Middleware):
         family = family_of(message, self.families)
         retention = family.retention_seconds if family else 86_400.0
         worker_id = broker.broker_id  # type: ignore[attr-defined]
+        # The same for every try: a start whose reply was lost, sent again, is not counted
+        # as a second run (nor its first try as a run that died).
+        start_id = str(uuid4())
 
         def start(alone: bool) -> tuple[str, str]:
             return until_redis_answers(
@@ -103,6 +107,7 @@ class Deliveries(Middleware):
                     max_unsettled=self.max_unsettled,
                     retention_seconds=retention,
                     alone=alone,
+                    start_id=start_id,
                 ),
                 what="starting a job",
             )

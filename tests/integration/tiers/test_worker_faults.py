@@ -198,3 +198,31 @@ def test_a_dead_workers_job_returns_within_the_heartbeat_timeout_and_a_poll(
     returned_after = float(second["t"]) - killed
     assert returned_after < TIMEOUT_MS / 1000 + POLL_S + 1.5, returned_after
     broker.close()
+
+
+def test_a_start_sent_again_after_its_reply_was_lost_counts_nothing(
+    redis_url: str, namespace: str
+) -> None:
+    broker = h.make_broker(redis_url, namespace)
+    make_router(broker).enqueue(request("r"))
+    [message] = broker.fetch_messages(QUEUE, 10)
+
+    def start(start_id: str) -> tuple[str, str]:
+        return broker.jobs.start(
+            message,
+            QUEUE,
+            broker.broker_id,
+            max_unsettled=3,
+            retention_seconds=60,
+            start_id=start_id,
+        )
+
+    # Given a run started once
+    assert start("first") == ("run", "1")
+    # When the same start is sent again (its reply lost), it answers as before
+    assert start("first") == ("run", "1")
+    record = broker.jobs.record("plain-r")
+    assert record is not None and "unsettled" not in record
+    # while another start finds that run died: the job is a suspect, and runs alone
+    assert start("second") == ("suspect", "1")
+    broker.close()
