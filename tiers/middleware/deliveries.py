@@ -12,8 +12,9 @@ worker stalled past its heartbeat       through a stall never runs beside the re
 timeout)
 the job's last started run never        it counts as a run that died; at ``max_unsettled`` of
 settled                                 them the job is failed (``worker_died``), its message
-                                        dead-lettered and its slot released, in that step, and
-                                        logged at ERROR (a Sentry event)
+                                        dead-lettered and its slot released, in that step,
+                                        logged at ERROR (a Sentry event) and counted in
+                                        ``speedtier_jobs_total{outcome="worker_died"}``
 an earlier run of the job died          it is started again only once nothing else runs in
                                         this process (``tiers.suspects``): a crash it causes
                                         is counted against it alone
@@ -40,6 +41,7 @@ from tiers.deliveries import Delivery, set_current
 from tiers.families import Family, family_of
 from tiers.job_store import JobStore
 from tiers.middleware.group_slots import GroupSlots
+from tiers.middleware.job_metrics import JOBS, tier_of_queue
 from tiers.options import JOB_ID, REDIS_MESSAGE_ID
 from tiers.redis_retry import REDIS_DOWN, until_redis_answers
 from tiers.settling import ACKED_IN_SETTLE
@@ -137,6 +139,7 @@ class Deliveries(Middleware):
             # Not this worker's to ack any more, or acked (dead-lettered) by the script.
             setattr(message, ACKED_IN_SETTLE, True)
         if verdict == "worker_died":
+            JOBS.labels(message.actor_name, tier_of_queue(message.queue_name), verdict).inc()
             log.error(
                 "job %s failed: worker_died (%s run(s) ended without a settle); dead-lettered",
                 job_id,

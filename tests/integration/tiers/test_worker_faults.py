@@ -17,6 +17,7 @@ from router.requests import JobRequest
 from tests import platform_harness as h
 from tiers.broker import TierBroker
 from tiers.dead_letters import DeadLetters
+from tiers.middleware.job_metrics import JOBS
 from tiers.options import JOB_ID, REDIS_MESSAGE_ID
 
 QUEUE = "t_plain.fast"
@@ -225,4 +226,24 @@ def test_a_start_sent_again_after_its_reply_was_lost_counts_nothing(
     assert record is not None and "unsettled" not in record
     # while another start finds that run died: the job is a suspect, and runs alone
     assert start("second") == ("suspect", "1")
+    broker.close()
+
+
+def test_a_job_failed_as_worker_died_is_counted_in_the_jobs_metric(
+    redis_url: str, redis_client: redis.Redis, namespace: str
+) -> None:
+    broker = h.make_broker(redis_url, namespace)
+    make_router(broker).enqueue(request("w"))
+    # Given a record as two runs that died leave it (the next start counts the second death)
+    redis_client.hset(
+        broker.jobs.record_key("plain-w"), mapping={"epoch": 2, "open": "x", "unsettled": 2}
+    )
+    counted = JOBS.labels("t_plain", "fast", "worker_died")
+    before = counted._value.get()
+    # When a worker takes it
+    with h.running_worker(broker):
+        h.wait_until(lambda: h.state(broker, "plain-w") == "failed")
+    # Then it failed without running, and the metric counts it
+    assert count(redis_client, f"{namespace}:runs:w") == 0
+    assert counted._value.get() == before + 1
     broker.close()
