@@ -1,10 +1,10 @@
 """A dead worker's messages back to their queues on a schedule, not at a random draw.
 
 Dramatiq returns a dead worker's unacked messages in its maintenance, which rides on a
-random share of fetches (``maintenance_chance``): at the default 1 %, with the queue watch
-drawing once a poll interval for each idle queue, a dead worker's jobs came back anywhere
-from seconds to minutes after its heartbeat timeout. Here one thread of each worker, every
-poll interval:
+random share of fetches (``maintenance_chance``): at the default 1 %, a dead worker's jobs
+come back anywhere from seconds to minutes after its heartbeat timeout. Here the draw is
+never made (``TierBroker._should_do_maintenance``), and one thread of each worker, every poll
+interval:
 
 - gives the worker's heartbeat (a worker whose threads are all busy, with its prefetch full,
   fetches nothing, and would otherwise look dead);

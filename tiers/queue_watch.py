@@ -15,8 +15,8 @@ What the polls also did, the watch keeps doing:
 
 - **the heartbeat**: each look gives the worker's heartbeat, as a fetch does, so a worker
   whose consumers all sleep is not taken for dead;
-- **Dramatiq's maintenance** (a dead worker's messages of a queue back to it) rode on a
-  random share of each queue's fetches; it is now on a schedule of its own
+- **Dramatiq's maintenance** (a dead worker's messages of a queue back to it), which Dramatiq
+  rides on a random share of each queue's fetches, runs on a schedule of its own
   (``tiers.dead_workers``), for sleeping queues and busy ones alike;
 - **a wake within a poll**: a message pushed to a sleeping queue is seen by the next look,
   at most half a poll interval later (an idle queue's poll slept half to a whole interval);

@@ -2,9 +2,9 @@
 its worker) go alone: no other run of the worker process is in progress, and every settle
 sent before is answered, so a crash it causes again is counted against it only.
 
-Without this, the jobs a poison job's worker was running beside it died with it, came back
-with it (a dead worker's messages return together) and died with it again: after three
-crashes they failed as ``worker_died`` too.
+Without it, the jobs a poison job's worker runs beside it die with it, come back with it (a
+dead worker's messages return together) and die with it again: after three crashes they
+would fail as ``worker_died`` too.
 
 =========================  =================================================================
 a run                      waits until
