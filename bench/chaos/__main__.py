@@ -49,7 +49,7 @@ QUICK: dict[str, dict[str, Any]] = {
     "stalled_worker": {"jobs": 24},
     "poison_job": {"jobs": 100, "poison": 1},
     "mismatched_id": {"jobs": 100, "messages": 2},
-    "dead_worker": {"jobs": 20},
+    "dead_worker": {"jobs": 10},
 }
 
 

@@ -66,9 +66,9 @@ def worker_main(stores: Stores, threads: int) -> None:
 
     logging.getLogger("dramatiq.worker.WorkerThread").addFilter(_DesignedFailures())
 
-    platform = bootstrap(
-        settings_for(stores), services=["bench.chaos.workload"], maintenance_chance=100_000
-    )
+    # Dramatiq's default maintenance chance: a dead worker's messages return on the
+    # dead-worker check's schedule, as in production, not at a frequent draw.
+    platform = bootstrap(settings_for(stores), services=["bench.chaos.workload"])
     serve(
         platform.broker,
         platform.registry.queues_of_tier("fast"),
