@@ -18,6 +18,11 @@ interval:
 
 A worker that stalls (SIGSTOP, a VM pause) and resumes after its messages were taken back
 finds, at each run's start, that the delivery is no longer its own (``start.lua``).
+
+Dramatiq's maintenance looks a dead worker's remaining ack sets up with ``KEYS`` until they
+are all gone (then it forgets the worker): a look runs it only for a dead worker it has not
+handled at that heartbeat, and on the sweep, so a dead worker costs each live worker of its
+Redis one maintenance per queue, once.
 """
 
 from __future__ import annotations
