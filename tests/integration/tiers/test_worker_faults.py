@@ -247,3 +247,35 @@ def test_a_job_failed_as_worker_died_is_counted_in_the_jobs_metric(
     assert count(redis_client, f"{namespace}:runs:w") == 0
     assert counted._value.get() == before + 1
     broker.close()
+
+
+def test_a_settle_carrying_an_older_epoch_is_refused_and_an_unfenced_record_accepts_any(
+    redis_url: str, redis_client: redis.Redis, namespace: str
+) -> None:
+    broker = h.make_broker(redis_url, namespace)
+    make_router(broker).enqueue_many([request("old"), request("older")])
+    fetched = {m.options[JOB_ID]: m for m in broker.fetch_messages(QUEUE, 10)}
+    record = broker.jobs.record_key
+
+    def settle(job_id: str, epoch: str) -> str:
+        return broker.jobs.settle(
+            fetched[job_id], state="completed", retention_seconds=60, epoch=epoch
+        )
+
+    # Given a job whose run 1 was delivered again and started as run 2 elsewhere
+    redis_client.hset(record("plain-old"), mapping={"epoch": 2, "open": "elsewhere"})
+    # Then run 1's settle is refused, and the record is left as run 2 holds it
+    assert settle("plain-old", "1") == "stale"
+    assert redis_client.hmget(record("plain-old"), "state", "open", "attempts") == [
+        b"active",
+        b"elsewhere",
+        b"0",
+    ]
+    # and run 2's settle lands
+    assert settle("plain-old", "2") == "ok"
+    assert redis_client.hget(record("plain-old"), "open") is None
+    # Given a record no start of this version touched (no epoch: written by an older one)
+    # Then a settle is not fenced, as before
+    assert settle("plain-older", "3") == "ok"
+    assert redis_client.hget(record("plain-older"), "state") == b"completed"
+    broker.close()
