@@ -74,7 +74,7 @@ def _drain_batch(broker: Any, queue: str) -> int:
     from dramatiq.message import Message
 
     jobs = broker.jobs
-    fetched, _verdicts, _left = jobs.fetch_and_claim(
+    fetched, _verdicts, _left, _ids = jobs.fetch_and_claim(
         queue, broker.broker_id, BATCH, list(broker.actors)
     )
     errors: list[Exception] = []

@@ -138,6 +138,13 @@ class Settings(BaseSettings):
         gt=0,
         description="A silent worker's unacknowledged messages are redelivered after this.",
     )
+    max_unsettled_runs: int = Field(
+        3,
+        ge=1,
+        description="Runs of one job that may end without a settle (the worker died or "
+        "stalled past the heartbeat timeout) before the job fails as worker_died and is "
+        "dead-lettered.",
+    )
     cancel_grace_seconds: float = Field(
         30.0,
         gt=0,

@@ -116,6 +116,11 @@ class Cancelled(JobError):
         super().__init__(reason)
 
 
+class DeliveryLost(JobError):
+    """The running job's delivery was taken back from this worker (it stalled past its
+    heartbeat timeout) and runs elsewhere: the handler stops, and its settle is refused."""
+
+
 class ValidationFailed(SpeedtierError):
     """A request failed validation; ``errors`` maps a field path to its message."""
 

@@ -11,14 +11,14 @@ from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from shared.errors import Delay, Paused, RecordMissing, Retryable
+from shared.errors import Delay, DeliveryLost, Paused, RecordMissing, Retryable
 
 log = logging.getLogger("speedtier")
 
 #: Outcomes that are part of normal operation, not errors worth an event: actors declare them
 #: as Dramatiq ``throws`` (logged at info, not captured by Sentry's Dramatiq integration).
 #: ``Unrecoverable`` and retried failures are real failures and are reported.
-EXPECTED_OUTCOMES = (Delay, Paused, RecordMissing)
+EXPECTED_OUTCOMES = (Delay, Paused, RecordMissing, DeliveryLost)
 #: What actors declare as Dramatiq ``throws``: the expected outcomes plus ``Retryable``, a
 #: classified failure the outcomes middleware retries and logs itself ("attempt N failed;
 #: retrying"), so Dramatiq logs one info line for it, not an "unhandled exception"

@@ -27,6 +27,7 @@ from shared.cancel_point import cancel_point
 from shared.errors import Delay, RecordMissing, Retryable, Unrecoverable
 from shared.observability import ACTOR_THROWS
 from tiers.broker import TierBroker
+from tiers.deliveries import check_delivery
 from tiers.families import Family
 from tiers.faults import FAULT_ENV
 from tiers.options import JOB_ID, WINDOW_ADMITTED
@@ -82,6 +83,13 @@ def handler(
         if mode == "hang":  # a long job that never reaches a cancel point
             for _ in range(times):
                 time.sleep(0.05)
+        if mode == "exit":
+            os._exit(1)  # the worker process dies mid-run (a native crash, the OOM killer)
+        if mode == "fenced":
+            # An effect that must not happen twice, committed only while the run holds its
+            # delivery.
+            check_delivery()
+            client.incr(f"{ns}:done:{item}")
         if mode == "missing":
             raise RecordMissing(item)
         if mode == "unrecoverable":
@@ -174,6 +182,7 @@ def make_broker(
     lease_seconds: float = 30.0,
     heartbeat_timeout_ms: int = 60_000,
     cancel_grace_seconds: float = 30.0,
+    maintenance_chance: int = 200_000,
 ) -> TierBroker:
     import dramatiq
 
@@ -187,7 +196,7 @@ def make_broker(
         lease_seconds=lease_seconds,
         heartbeat_timeout_ms=heartbeat_timeout_ms,
         cancel_grace_seconds=cancel_grace_seconds,
-        maintenance_chance=200_000,
+        maintenance_chance=maintenance_chance,
     )
     for family in fams.values():
         dramatiq.Actor(

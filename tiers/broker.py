@@ -115,32 +115,38 @@ class TierBroker(RedisBroker):
     def consumer_class(self) -> type[TierConsumer]:
         return TierConsumer
 
+    def _should_do_maintenance(self, command: str) -> int:
+        """Never by chance: a dead worker's messages come back on a schedule
+        (``tiers.dead_workers``), not at a random draw of some later fetch."""
+        return 0
+
     def fetch_messages(self, queue_name: str, count: int) -> list[Message[Any]]:
         """Dramatiq's fetch, screened and decoded (once: the consumer hands out these
-        objects): a message no worker can run (undecodable, unknown actor, no job id) is
-        dead-lettered and its job failed here, so it neither stops the consumer nor comes
-        back. A main queue's batch is claimed in the same round trip (``fetch_claim.lua``;
-        grouped jobs take their slots), except when this fetch is the one that does
-        Dramatiq's maintenance (dead workers' messages back to their queues), which goes
-        through Dramatiq's own script and is claimed in a second round trip; when that
-        claim cannot reach Redis the messages are claimed one by one when their runs
-        start."""
+        objects): a message no worker can run (undecodable, unknown actor, no job id, or
+        carrying another redis id than the one it was queued under) is dead-lettered, under
+        the id it was fetched under, and its job failed here, so it neither stops the
+        consumer nor comes back. A main queue's batch is claimed in the same round trip
+        (``fetch_claim.lua``; grouped jobs take their slots). A fetch that does Dramatiq's
+        maintenance (only when asked for: ``maintain``) goes through Dramatiq's own script
+        and is claimed in a second round trip; when that claim cannot reach Redis the
+        messages are claimed one by one when their runs start."""
         delayed = queue_name.endswith(".DQ")
         maintenance = self._should_do_maintenance("fetch")
-        if delayed or maintenance:
+        fetched_ids: list[str] | None = None
+        if maintenance:
             fetch = self._dispatch("fetch", maintenance=maintenance)
             fetched: list[bytes | None] = fetch(queue_name, count)
             verdicts = None
             self.left_in_queue[queue_name] = 0  # not known: taken as shallow
         else:
             limit = min(count, self._max_unpack_size())  # type: ignore[no-untyped-call]
-            fetched, verdicts, left = self.jobs.fetch_and_claim(
+            fetched, verdicts, left, fetched_ids = self.jobs.fetch_and_claim(
                 queue_name, self.broker_id, limit, list(self.actors)
             )
             self.left_in_queue[queue_name] = left
         if not fetched:
             return []
-        screened = self._screened(queue_name, fetched)
+        screened = self._screened(queue_name, fetched, fetched_ids)
         decoded = [message for _, message in screened]
         parked: list[Message[Any]] = []
         if verdicts is not None:
@@ -158,18 +164,24 @@ class TierBroker(RedisBroker):
         return decoded
 
     def _screened(
-        self, queue_name: str, fetched: Sequence[bytes | None]
+        self,
+        queue_name: str,
+        fetched: Sequence[bytes | None],
+        fetched_ids: Sequence[str] | None = None,
     ) -> list[tuple[int, Message[Any]]]:
         """The fetched messages a worker can run, decoded, with their places in ``fetched``,
-        now held by this process; the others are dead-lettered (:meth:`_reject`)."""
+        now held by this process; the others are dead-lettered (:meth:`_reject`) under the
+        ids they were fetched under (``fetched_ids``, in order; None: not known, the id
+        their data carries or, for undecodable data, one found in the worker's ack set)."""
         screened: list[tuple[int, Message[Any]]] = []
-        rejected: list[tuple[bytes, Message[Any] | None, str]] = []
+        rejected: list[tuple[bytes, Message[Any] | None, str, str | None]] = []
         for at, data in enumerate(fetched):
             if data is None:
                 continue
-            message, reason = self._screen(data)
+            fetched_id = fetched_ids[at] if fetched_ids is not None else None
+            message, reason = self._screen(data, fetched_id)
             if reason:
-                rejected.append((data, message, reason))
+                rejected.append((data, message, reason, fetched_id))
                 continue
             assert message is not None
             screened.append((at, message))
@@ -191,7 +203,7 @@ class TierBroker(RedisBroker):
             log.info("job %s not run: parked", message.options[JOB_ID])
         return [m for m in decoded if m.options[REDIS_MESSAGE_ID] not in gone]
 
-    def _screen(self, data: bytes) -> tuple[Message[Any] | None, str]:
+    def _screen(self, data: bytes, fetched_id: str | None) -> tuple[Message[Any] | None, str]:
         """The decoded message and, when no worker can run it, why."""
         try:
             message = Message.decode(data)
@@ -200,6 +212,10 @@ class TierBroker(RedisBroker):
         options = message.options
         if not isinstance(options.get(REDIS_MESSAGE_ID), str):
             return message, "message without a redis message id"
+        if fetched_id is not None and options[REDIS_MESSAGE_ID] != fetched_id:
+            # Its acks and settles would name an id the queue does not hold: it would run,
+            # and stay in the worker's ack set, to come back after every restart.
+            return message, f"message queued as {fetched_id} carries id {options[REDIS_MESSAGE_ID]}"
         if not isinstance(options.get(JOB_ID), str) or not options[JOB_ID]:
             return message, "message without a job id (enqueue through the router)"
         if message.actor_name not in self.actors:
@@ -207,14 +223,16 @@ class TierBroker(RedisBroker):
         return message, ""
 
     def _reject(
-        self, queue_name: str, rejected: Sequence[tuple[bytes, Message[Any] | None, str]]
+        self,
+        queue_name: str,
+        rejected: Sequence[tuple[bytes, Message[Any] | None, str, str | None]],
     ) -> None:
         entries: list[tuple[str, str, str]] = []
-        unknown = [data for data, message, _ in rejected if message is None]
+        unknown = [data for data, message, _, at in rejected if message is None and at is None]
         found = self._ids_of(queue_name, unknown) if unknown else {}
-        for data, message, reason in rejected:
+        for data, message, reason, fetched_id in rejected:
             options = message.options if message is not None else {}
-            redis_id = options.get(REDIS_MESSAGE_ID)
+            redis_id = fetched_id or options.get(REDIS_MESSAGE_ID)
             if redis_id is None and found.get(data):
                 redis_id = found[data].pop()
             if not isinstance(redis_id, str):

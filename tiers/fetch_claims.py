@@ -76,19 +76,25 @@ class FetchClaims:
 
     def fetch_and_claim(
         self, queue: str, worker_id: str, count: int, actors: Sequence[str]
-    ) -> tuple[list[bytes | None], list[str], int]:
+    ) -> tuple[list[bytes | None], list[str], int, list[str]]:
         """Fetch up to ``count`` messages of main queue ``queue`` for worker ``worker_id``
         and claim those it can run (``actors``: its actor names) in one round trip
         (fetch_claim.lua). Returns the fetched data and a verdict per message, as
         :meth:`claim_fetched`'s, or "" for a message the script did not claim (the worker
         screens it, and claims it at start if it runs it), and how many messages the queue
-        still holds; hand the claimed messages, once decoded, to
-        :meth:`keep_fetch_verdicts`."""
+        still holds, and the redis id each message was fetched under; hand the claimed
+        messages, once decoded, to :meth:`keep_fetch_verdicts`. A delay queue's messages
+        are fetched the same way, never claimed."""
         call = [now_ms(), self.lease_ms, queue, worker_id, count, *actors]
-        [(fetched, verdicts, left)] = self._fetches.send(
+        [(fetched, verdicts, left, ids)] = self._fetches.send(
             self._scripts["fetch_claim"], self.namespace, [call]
         )
-        return list(fetched), [as_text(verdict) for verdict in verdicts], int(left)
+        return (
+            list(fetched),
+            [as_text(verdict) for verdict in verdicts],
+            int(left),
+            [as_text(redis_id) for redis_id in ids],
+        )
 
     def keep_fetch_verdicts(
         self, claimed: Iterable[tuple[Message[Any], str]]

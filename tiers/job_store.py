@@ -70,6 +70,7 @@ class JobStore(FetchClaims):
             for name in (
                 "enqueue",
                 "claim",
+                "start",
                 "claim_many",
                 "fetch_claim",
                 "unclaim",
@@ -170,6 +171,54 @@ class JobStore(FetchClaims):
         )
         return reply.decode() if isinstance(reply, bytes) else str(reply)
 
+    def start(
+        self,
+        message: Message[Any],
+        main_queue: str,
+        worker_id: str,
+        *,
+        max_unsettled: int,
+        retention_seconds: float,
+        alone: bool = False,
+        start_id: str = "",
+    ) -> tuple[str, str]:
+        """Just before a claimed run of a message ``worker_id`` fetched from ``main_queue``
+        (start.lua): ``("run", epoch)``, the run's fencing token for its settle;
+        ``("lost", _)`` when the delivery is no longer this worker's; ``stale`` or ``done``
+        as :meth:`claim`; ``("worker_died", count)`` when ``max_unsettled`` runs of the job
+        ended without a settle: the job is failed and the message dead-lettered;
+        ``("suspect", count)`` when an earlier run died and the worker does not run it
+        ``alone`` (nothing else running): not started. ``start_id`` names this start: the
+        same call sent again (its reply lost) answers as the first did, and counts nothing
+        (a fresh one when empty)."""
+        options = message.options
+        reply = self._batch.call(
+            "start",
+            [
+                options[JOB_ID],
+                message.message_id,
+                options[REDIS_MESSAGE_ID],
+                main_queue,
+                worker_id,
+                now_ms(),
+                max_unsettled,
+                int(retention_seconds * 1000),
+                QUEUED_LEASE_MS,
+                "1" if alone else "0",
+                start_id or str(uuid4()),
+            ],
+        )
+        return as_text(reply[0]), as_text(reply[1])
+
+    def epochs(self, job_ids: Sequence[str]) -> list[str | None]:
+        """The epoch of each job's latest started run (None: no record, or none started)."""
+        if not job_ids:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hget(self.record_key(job_id), "epoch")
+        return [None if value is None else as_text(value) for value in pipe.execute()]
+
     def settle(self, message: Message[Any], **outcome: Any) -> str:
         """After a run, record its end (see :meth:`settle_args` for ``outcome``) and return
         the script's verdict: ``ok``; ``released`` when the freed group slot went to a
@@ -206,6 +255,7 @@ class JobStore(FetchClaims):
         delay: str = "",
         ack: tuple[str, str] | None = None,
         count: RunCount | None = None,
+        epoch: str = "",
     ) -> list[Any]:
         """The settle script's arguments for the end of a run: record it and free its slot;
         with ``next_message`` the job goes back to the broker (retry or delay) in the same
@@ -213,7 +263,8 @@ class JobStore(FetchClaims):
         is not an error). With ``ack=(queue, worker id)`` the delivered message is
         acknowledged to Dramatiq in the same step (the consumer then skips its own ack);
         with ``count`` the run is counted in the rates (``tiers.run_rates``) in that step
-        too."""
+        too. ``epoch`` is the run's fencing token (:meth:`start`): a settle carrying an
+        older one than the record's is refused (``stale``)."""
         options = message.options
         counted: tuple[str | int, ...] = (
             (count.key, count.keep_seconds, *count.fields) if count else ()
@@ -233,7 +284,9 @@ class JobStore(FetchClaims):
             QUEUED_LEASE_MS,
             delay[:500],
             *(ack or ("", "")),
-            *counted,
+            *(counted[:2] or ("", 0)),
+            epoch,
+            *counted[2:],
         ]
 
     def promote(self, delayed: Message[Any], queue: str, worker_id: str) -> str:

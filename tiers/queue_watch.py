@@ -15,11 +15,9 @@ What the polls also did, the watch keeps doing:
 
 - **the heartbeat**: each look gives the worker's heartbeat, as a fetch does, so a worker
   whose consumers all sleep is not taken for dead;
-- **Dramatiq's maintenance** (a dead worker's messages of a queue back to it) rode on a
-  share of each queue's fetches: once a poll interval, for each sleeping queue, the watch
-  draws the chance that queue's fetch would have drawn, and when it wins runs the
-  maintenance for that queue (Dramatiq's dispatch script, a ``requeue`` of no message);
-  what it puts back in the queue, the next look sees;
+- **Dramatiq's maintenance** (a dead worker's messages of a queue back to it), which Dramatiq
+  rides on a random share of each queue's fetches, runs on a schedule of its own
+  (``tiers.dead_workers``), for sleeping queues and busy ones alike;
 - **a wake within a poll**: a message pushed to a sleeping queue is seen by the next look,
   at most half a poll interval later (an idle queue's poll slept half to a whole interval);
   a settle that passes a freed group slot on sets the wake event at once, as before, and
@@ -73,7 +71,6 @@ class QueueWatch:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._outage = OutageLog(log, "queue watch")
-        self._looks = 0
         self.thread = threading.Thread(target=self._run, name="queue-watch", daemon=True)
 
     def start(self) -> None:
@@ -105,9 +102,8 @@ class QueueWatch:
             return sorted(self._asleep)
 
     def look(self) -> list[str]:
-        """One look: the heartbeat, a wake for each sleeping queue holding messages and,
-        once a poll interval, Dramatiq's maintenance for each other sleeping queue whose
-        draw wins. Returns the queues woken."""
+        """One look: the heartbeat and a wake for each sleeping queue holding messages.
+        Returns the queues woken."""
         with self._lock:
             asleep = dict(self._asleep)
         if not asleep:
@@ -118,11 +114,6 @@ class QueueWatch:
         woken = [name for name, length in zip(names, lengths, strict=True) if int(length)]
         for name in woken:
             asleep[name].set()
-        self._looks += 1
-        if self._looks % 2 == 0:  # once a poll interval, as often as the polls drew it
-            for name in names:
-                if name not in woken and broker._should_do_maintenance("fetch"):
-                    broker.maintain(name)
         return woken
 
     def _run(self) -> None:

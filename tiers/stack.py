@@ -11,6 +11,7 @@ from dramatiq.middleware import CurrentMessage, TimeLimit
 from tiers.broker import TierBroker
 from tiers.families import Family
 from tiers.middleware.cancel import CancelGate, CancelWatch, RunningJobs
+from tiers.middleware.deliveries import DEFAULT_MAX_UNSETTLED, Deliveries
 from tiers.middleware.group_slots import GroupSlots
 from tiers.middleware.job_metrics import JobMetrics
 from tiers.middleware.log_context import LogContext
@@ -33,6 +34,7 @@ def build_broker(
     heartbeat_timeout_ms: int = 60_000,
     windows_client: redis.Redis | None = None,
     cancel_grace_seconds: float = 30.0,
+    max_unsettled: int = DEFAULT_MAX_UNSETTLED,
     **broker_options: Any,
 ) -> tuple[TierBroker, GroupSlots]:
     """A broker whose ``before_process_message`` runs: claim the slot (drop stale copies),
@@ -40,7 +42,8 @@ def build_broker(
     the outcome. ``families`` is a live mapping: families added later are seen. Provider
     windows are counted on ``windows_client`` (the control Redis; default: the broker's).
     A cancelled job stops at its next cancel point, or is stopped ``cancel_grace_seconds``
-    after its cancel (``tiers.middleware.cancel``)."""
+    after its cancel (``tiers.middleware.cancel``). A job whose runs end without a settle
+    ``max_unsettled`` times fails as ``worker_died``."""
     broker = TierBroker(
         url=redis_url,
         namespace=namespace,
@@ -54,6 +57,7 @@ def build_broker(
         CurrentMessage(),
         LogContext(),
         slots,
+        Deliveries(families, broker.jobs, slots, max_unsettled),
         CancelGate(watch),
         JobMetrics(),
         PauseSwitch(families, is_enabled),

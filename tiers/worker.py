@@ -20,6 +20,7 @@ from dramatiq.common import q_name
 
 from tiers.broker import TierBroker
 from tiers.consumer import TierConsumerThread
+from tiers.dead_workers import DeadWorkers
 from tiers.gc_tuning import tune_worker_collector
 from tiers.queue_watch import QueueWatch
 from tiers.work_queue import WorkQueue
@@ -99,9 +100,9 @@ def serve(
 
 
 def threads_alive(worker: TierWorker) -> bool:
-    """Every consumer thread (one per queue), worker thread and the queue watch of
-    ``worker`` is running."""
-    threads = [*worker.consumers.values(), *worker.workers]
+    """Every consumer thread (one per queue), worker thread, the dead-worker check and the
+    queue watch of ``worker`` is running."""
+    threads = [*worker.consumers.values(), *worker.workers, worker.dead_workers.thread]
     if worker.watch is not None:
         threads.append(worker.watch.thread)
     return bool(threads) and all(thread.is_alive() for thread in threads)
@@ -120,11 +121,16 @@ class TierWorker(Worker):
         #: Looks at the queues whose consumers sleep (``tiers.queue_watch``); None: every
         #: consumer polls its queue (Dramatiq's way; the benchmarks' baseline).
         self.watch = QueueWatch(broker, self.worker_timeout) if watch else None
+        #: Returns dead workers' messages of this worker's queues (``tiers.dead_workers``).
+        self.dead_workers = DeadWorkers(
+            broker, lambda: sorted(self.consumers), self.worker_timeout / 1000
+        )
 
     def start(self) -> None:
         if self.watch is not None:
             self.watch.start()
         super().start()
+        self.dead_workers.start()
 
     def stop(self, timeout: int = 600_000) -> None:
         started = time.monotonic()
@@ -137,6 +143,7 @@ class TierWorker(Worker):
             )
         if self.watch is not None:
             self.watch.stop()
+        self.dead_workers.stop()
 
     def _add_consumer(self, queue_name: str, *, delay: bool = False) -> None:
         if queue_name in self.consumers:

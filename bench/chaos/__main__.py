@@ -16,13 +16,29 @@ import argparse
 import sys
 from typing import Any
 
-SCENARIOS = ("worker_kills", "redis_restarts", "postgres_outage", "malformed", "dead_child")
+SCENARIOS = (
+    "worker_kills",
+    "redis_restarts",
+    "postgres_outage",
+    "malformed",
+    "dead_child",
+    "stalled_worker",
+    "poison_job",
+    "mismatched_id",
+    "dead_worker",
+)
+#: The scenarios of ``bench.chaos.worker_faults`` (the others are in ``bench.chaos.scenarios``).
+WORKER_FAULTS = ("stalled_worker", "poison_job", "mismatched_id", "dead_worker")
 FULL: dict[str, dict[str, Any]] = {
     "worker_kills": {"jobs": 10_000, "kills": 100},
     "redis_restarts": {"jobs": 10_000, "restarts": 3},
     "postgres_outage": {"jobs": 2_000, "down": 60.0},
     "malformed": {"jobs": 2_000, "pairs": 10},
     "dead_child": {"jobs": 2_000},
+    "stalled_worker": {"jobs": 200},
+    "poison_job": {"jobs": 2_000, "poison": 3},
+    "mismatched_id": {"jobs": 2_000, "messages": 10},
+    "dead_worker": {"jobs": 200},
 }
 QUICK: dict[str, dict[str, Any]] = {
     "worker_kills": {"jobs": 1_000, "kills": 10},
@@ -30,12 +46,18 @@ QUICK: dict[str, dict[str, Any]] = {
     "postgres_outage": {"jobs": 300, "down": 5.0},
     "malformed": {"jobs": 300, "pairs": 2},
     "dead_child": {"jobs": 300},
+    "stalled_worker": {"jobs": 24},
+    "poison_job": {"jobs": 100, "poison": 1},
+    "mismatched_id": {"jobs": 100, "messages": 2},
+    "dead_worker": {"jobs": 10},
 }
 
 
 def run(name: str, database_url: str, sizes: dict[str, Any]) -> Any:
-    from bench.chaos import scenarios
+    from bench.chaos import scenarios, worker_faults
 
+    if name in WORKER_FAULTS:
+        return getattr(worker_faults, name)(database_url, **sizes)
     if name == "postgres_outage":
         return scenarios.postgres_outage(**sizes)
     return getattr(scenarios, name)(database_url, **sizes)
@@ -71,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         "stuck",
         "extra attempts",
         "recovery s",
+        "late",
         "seconds",
     ]
     print(
@@ -86,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                     r.stuck,
                     r.extra_attempts,
                     "-" if r.recovery_s is None else r.recovery_s,
+                    r.late,
                     r.seconds,
                 ]
                 for r in rows
@@ -93,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     write_result("chaos", {"quick": options.quick, "rows": [r.as_dict() for r in rows]})
-    bad = [r for r in rows if r.lost or r.duplicated or r.stuck or r.extra_attempts]
+    bad = [r for r in rows if r.lost or r.duplicated or r.stuck or r.extra_attempts or r.late]
     return 1 if bad else 0
 
 

@@ -66,9 +66,9 @@ def worker_main(stores: Stores, threads: int) -> None:
 
     logging.getLogger("dramatiq.worker.WorkerThread").addFilter(_DesignedFailures())
 
-    platform = bootstrap(
-        settings_for(stores), services=["bench.chaos.workload"], maintenance_chance=100_000
-    )
+    # Dramatiq's default maintenance chance: a dead worker's messages return on the
+    # dead-worker check's schedule, as in production, not at a frequent draw.
+    platform = bootstrap(settings_for(stores), services=["bench.chaos.workload"])
     serve(
         platform.broker,
         platform.registry.queues_of_tier("fast"),
@@ -148,7 +148,7 @@ class Tally:
     completed: int
     stuck: int  # not completed, record still live (waiting, parked, delayed, active)
     lost: int  # not completed and nothing will run it: finished otherwise, or no record
-    duplicated: int  # completed more than once: a finished job brought back
+    duplicated: int  # completed (or its effect committed) more than once
     failures: int  # attempts spent (Retryable / crashes), from the records
     states: dict[str, int]
 
@@ -160,6 +160,7 @@ def tally(client: redis.Redis, namespace: str, items: Iterable[str]) -> Tally:
         pipe.hmget(f"{namespace}:job:chaos-{item}", "state", "failures")
     records = pipe.execute()
     settled = client.hgetall(ledger_key(namespace, "settled"))
+    effects = client.hgetall(ledger_key(namespace, "effects"))
     states: Counter[str] = Counter()
     stuck = lost = failures = 0
     for state, failed in records:
@@ -171,7 +172,11 @@ def tally(client: redis.Redis, namespace: str, items: Iterable[str]) -> Tally:
             stuck += 1
         else:
             lost += 1
-    duplicated = sum(1 for item in items if int(settled.get(item.encode(), 0)) > 1)
+    duplicated = sum(
+        1
+        for item in items
+        if int(settled.get(item.encode(), 0)) > 1 or int(effects.get(item.encode(), 0)) > 1
+    )
     return Tally(
         jobs=len(items),
         completed=states["completed"],

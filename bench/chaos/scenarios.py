@@ -16,7 +16,9 @@ scenario               fault
 Row fields: ``lost`` (not completed and nothing will run it), ``duplicated`` (a job completed
 twice: a finished job brought back), ``stuck`` (not completed, record still live at the end),
 ``extra_attempts`` (attempts spent beyond the workload's own designed failures),
-``recovery_s`` (from the fault's end to the next completion).
+``recovery_s`` (from the fault's end to the next completion), ``late`` (work that came back
+after its bound). The faults of a stalled, poisoned or dead worker and of a message with a
+mismatched id are in ``bench.chaos.worker_faults``.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ class Row:
     extra_attempts: int
     recovery_s: float | None
     seconds: float
+    #: Returns past their bound (a dead worker's jobs: the heartbeat timeout and a poll).
+    late: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

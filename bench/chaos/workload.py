@@ -10,15 +10,20 @@ kind           what the handler does
 ``delayed``    first run: ``Delay`` 1 s (back through the delay queue); then returns
 ``retrying``   first run: ``Retryable`` (an attempt spent, back after 0.2 s); then returns
 ``pg``         reads PostgreSQL, then returns (an outage delays it, spends nothing)
+``slow``       sleeps 1 s, then, while it still holds its delivery
+               (``tiers.deliveries.check_delivery``), counts its effect (``effects``)
+``poison``     kills its worker process (``os._exit``), every time
 =============  ============================================================================
 
 The ledger (Redis hashes under ``<ns>:chaos:``): ``starts`` (runs begun per item),
 ``settled`` (runs the platform settled as ``completed`` per item: more than one is an effect
-run twice, a finished job brought back), and ``done`` (completion times, for recovery).
+run twice, a finished job brought back), ``effects`` (effects a ``slow`` job committed: more
+than one is a handler that completed twice) and ``done`` (completion times, for recovery).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -29,7 +34,9 @@ from pydantic import BaseModel
 from sqlalchemy import Engine, text
 
 from shared.errors import Delay, Retryable
+from tiers.deliveries import check_delivery
 from tiers.families import Family
+from tiers.middleware.deliveries import EPOCH
 from tiers.middleware.outcomes import Outcomes
 from tiers.options import JOB_ID, REDIS_MESSAGE_ID
 from tiers.policies import RetryPolicy
@@ -57,6 +64,12 @@ def handler(organization_id: int, item: str, kind: str) -> None:
         raise Delay.after(1.0, reason="chaos")
     if kind == "retrying" and starts == 1:
         raise Retryable(DESIGNED_FAILURE)
+    if kind == "poison":
+        os._exit(1)
+    if kind == "slow":
+        time.sleep(1.0)
+        check_delivery()
+        client.hincrby(ledger_key(_STATE["ns"], "effects"), item, 1)
     if kind == "pg":
         engine: Engine = _STATE["engine"]
         with engine.connect() as connection:
@@ -80,7 +93,17 @@ class SettledLedger(Middleware):
         record = self._read(f"{self.namespace}:job:{message.options[JOB_ID]}")
         # The count is written once: written again after a lost reply it could count a run
         # twice. A count lost to a Redis outage can only hide a duplicate, never invent one.
-        if record[0] == b"completed" and record[1] == message.options[REDIS_MESSAGE_ID].encode():
+        # A run's settle that was refused (a newer run of the same delivery holds the record)
+        # is not counted: its epoch is not the record's.
+        epoch = getattr(message, EPOCH, None)
+        if epoch is None:  # not run here (a copy found finished, superseded or taken back)
+            return
+        mine = epoch == "0" or record[2] is None or record[2] == epoch.encode()
+        if (
+            mine
+            and record[0] == b"completed"
+            and record[1] == message.options[REDIS_MESSAGE_ID].encode()
+        ):
             item = message.kwargs["item"]
             pipe = self.client.pipeline(transaction=False)
             pipe.hincrby(ledger_key(self.namespace, "settled"), item, 1)
@@ -93,7 +116,7 @@ class SettledLedger(Middleware):
         deadline = time.monotonic() + 10
         while True:
             try:
-                return list(self.client.hmget(record, "state", "cur"))
+                return list(self.client.hmget(record, "state", "cur", "epoch"))
             except (redis.ConnectionError, redis.TimeoutError):
                 if time.monotonic() > deadline:
                     raise

@@ -182,6 +182,7 @@ def bootstrap(
         lease_seconds=settings.group_lease_seconds,
         heartbeat_timeout_ms=int(settings.heartbeat_timeout_seconds * 1000),
         cancel_grace_seconds=settings.cancel_grace_seconds,
+        max_unsettled=settings.max_unsettled_runs,
         **broker_options,
     )
 

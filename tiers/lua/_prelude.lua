@@ -1,6 +1,8 @@
 -- Shared helpers, prepended to every identity script (Redis scripts cannot import).
 -- Key layout under the namespace ns (Dramatiq's own keys are ns:<queue> and ns:<queue>.msgs):
---   ns:job:<id>                hash: the job record (state, msg, cur, queue, org, attempts, ...)
+--   ns:job:<id>                hash: the job record (state, msg, cur, queue, org, attempts, ...;
+--                              epoch, open and unsettled, the runs started and died:
+--                              start.lua, absent in records no start of them touched)
 --   ns:group:<gk>              zset: job ids admitted to the group, scored by lease deadline (ms)
 --   ns:group:<gk>:parked       list: redis message ids held back because the group was full
 --   ns:group:<gk>:parked.msgs  hash: redis message id -> encoded message

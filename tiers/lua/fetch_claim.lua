@@ -7,7 +7,9 @@
 -- worker screens it as before (dead-letters it, or claims it when a thread starts it).
 -- ARGV: now_ms, lease_ms, queue, worker_id, count, then the actor names this worker runs
 -- Returns {data per message, verdict per message (claim_many.lua's verdicts, or ""), how
--- many messages the queue still holds}.
+-- many messages the queue still holds, the redis id each message was fetched under (a
+-- message is acked or dead-lettered under that id, whatever id its data carries)}.
+-- A delay queue's messages (they carry an eta) are fetched here too, never claimed.
 local now, lease, queue, worker_id = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local count = tonumber(ARGV[5])
 redis.call("zadd", ns .. ":__heartbeats__", now, worker_id)
@@ -16,7 +18,7 @@ local messages = queue_key .. ".msgs"
 local acks = ns .. ":__acks__." .. worker_id .. "." .. queue
 local ids = redis.call("lpop", queue_key, count)
 if not ids then
-    return {{}, {}, 0}
+    return {{}, {}, 0, {}}
 end
 redis.call("sadd", acks, unpack(ids))
 local datas = redis.call("hmget", messages, unpack(ids))
@@ -69,4 +71,4 @@ for i, redis_id in ipairs(ids) do
     end
     verdicts[i] = verdict
 end
-return {datas, verdicts, redis.call("llen", queue_key)}
+return {datas, verdicts, redis.call("llen", queue_key), ids}

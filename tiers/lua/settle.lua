@@ -2,11 +2,16 @@
 -- ARGV: job_id, redis_id, group_key, state, now_ms, retention_ms, error, failures,
 --       next_redis_id, next_data, next_queue, queued_lease_ms, delay (why it was delayed),
 --       ack_queue, worker_id ("" = the caller acks the delivered message itself),
---       rates_key ("" = not counted), rates_keep_seconds, then the rates fields to count
+--       rates_key ("" = not counted), rates_keep_seconds, epoch (the run's fencing token from
+--       start.lua; "" or "0" = unfenced), then the rates fields to count
 -- With next_redis_id set, the job goes back to the broker (retry or delay) in the same step.
 -- With ack_queue set, Dramatiq's ack of the delivered message is done here too (dispatch.lua's
 -- "ack": drop it from the worker's ack set and the queue's message hash; heartbeat).
 -- The run is counted in the minute's rates hash (tiers/run_rates.py), stale or not: it ran.
+-- A run whose epoch is not the record's (a later run of the same delivery started elsewhere:
+-- this worker stalled past its heartbeat timeout) is refused as "stale", as is a run of a
+-- superseded message; a record without an epoch (written by older scripts) fences nothing.
+-- An accepted settle clears the record's "open" mark (start.lua: the run did not die).
 -- Returns "stale" (the record points at another message: slot and state left alone),
 -- "released" (recorded, and the freed group slot passed to a parked message of the same
 -- queue) or "ok".
@@ -16,7 +21,7 @@ local next_redis_id, next_data, next_queue = ARGV[9], ARGV[10], ARGV[11]
 local queued_lease = tonumber(ARGV[12])
 local delay = ARGV[13]
 local ack_queue, worker_id = ARGV[14], ARGV[15]
-local rates_key, rates_keep = ARGV[16], ARGV[17]
+local rates_key, rates_keep, epoch = ARGV[16], ARGV[17], ARGV[18]
 
 if ack_queue ~= "" then
     redis.call("zadd", ns .. ":__heartbeats__", now, worker_id)
@@ -28,7 +33,7 @@ end
 if rates_key and rates_key ~= "" then
     -- A minute's hash is created by the first count of one of its fields: its expiry is set
     -- then (a count of 1), not again at every run.
-    for i = 18, #ARGV do
+    for i = 19, #ARGV do
         if redis.call("hincrby", rates_key, ARGV[i], 1) == 1 then
             redis.call("expire", rates_key, rates_keep)
         end
@@ -36,10 +41,14 @@ if rates_key and rates_key ~= "" then
 end
 
 local record = ns .. ":job:" .. job_id
-local current = redis.call("hget", record, "cur")
-if current and current ~= redis_id then
+local current = redis.call("hmget", record, "cur", "epoch")
+if current[1] and current[1] ~= redis_id then
     return "stale"
 end
+if current[2] and epoch ~= "" and epoch ~= "0" and current[2] ~= epoch then
+    return "stale"
+end
+redis.call("hdel", record, "open")
 local released = false
 if gk ~= "" then
     local _, pushed = release(gk, job_id, now, queued_lease)

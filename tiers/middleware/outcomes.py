@@ -7,6 +7,8 @@ returned                       completed         record kept for the retention
 RecordMissing                  record_missing    record kept for the retention
 Paused                         skipped           record kept for the retention
 Cancelled (an operator)        cancelled         record kept for the retention, no retry
+DeliveryLost                   (none)            the settle is refused: a newer run of
+                                                 the job holds it (``tiers.deliveries``)
 Unrecoverable                  failed            message dead-lettered, no retry
 Delay(until)                   delayed           back at ``until``, attempt NOT spent
 PostgreSQL / Redis unreachable delayed           back in OUTAGE_DELAY_SECONDS, attempt
@@ -56,6 +58,7 @@ from shared.errors import (
     Cancelled,
     Delay,
     DelaysExhausted,
+    DeliveryLost,
     JobError,
     Paused,
     RecordMissing,
@@ -68,6 +71,7 @@ from tiers.broker import ACKED_IN_SETTLE, TierBroker
 from tiers.families import Family, family_of
 from tiers.faults import fault_point
 from tiers.job_store import JobStore
+from tiers.middleware.deliveries import EPOCH
 from tiers.middleware.group_slots import GroupSlots
 from tiers.middleware.held import Held
 from tiers.middleware.job_metrics import SETTLEMENT
@@ -153,6 +157,7 @@ class Outcomes(Middleware):
             delay=settlement.delay,
             ack=ack,
             count=run_count(self.jobs.namespace, message),
+            epoch=getattr(message, EPOCH, ""),
         )
         setattr(message, SETTLEMENT, settlement)
         # The thread goes on to its next job; the message's ack waits for the answer.
@@ -224,7 +229,8 @@ def classify(message: Any, exception: BaseException | None, policy: RetryPolicy)
     error = f"{type(exception).__name__}: {exception}"
     if isinstance(exception, RecordMissing):
         return Settlement("record_missing", failures, error=error)
-    if isinstance(exception, Paused):
+    if isinstance(exception, Paused | DeliveryLost):
+        # DeliveryLost: a newer run holds the job; this settle is refused (its epoch is old).
         return Settlement("skipped", failures, error=error)
     if isinstance(exception, Cancelled):
         return Settlement("cancelled", failures, error=error)

@@ -28,12 +28,19 @@ def main(dsn: str, redis_url: str, namespace: str) -> None:
             JobRequest("t_plain", 1, {"item": "broken", "mode": "unrecoverable"}),
             JobRequest("t_plain", 1, {"item": "missing", "mode": "missing"}),
             JobRequest("t_plain", 1, {"item": "delayed", "mode": "delay", "times": 1}),
+            JobRequest("t_plain", 1, {"item": "poisoned"}),
         ]
+    )
+    # As two runs that died leave the record: the next start counts the second death and,
+    # with the one before, fails the job as worker_died (at the default limit of 3, a third)
+    broker.jobs.client.hset(
+        broker.jobs.record_key("plain-poisoned"), mapping={"epoch": 2, "open": 2, "unsettled": 2}
     )
     with h.running_worker(broker):
         h.wait_until(lambda: h.state(broker, "plain-broken") == "failed")
         h.wait_until(lambda: h.state(broker, "plain-missing") == "record_missing")
         h.wait_until(lambda: h.state(broker, "plain-delayed") == "completed")
+        h.wait_until(lambda: h.state(broker, "plain-poisoned") == "failed")
     sentry_sdk.flush(timeout=5)
     broker.close()
 

@@ -1,5 +1,6 @@
-"""Sentry: warnings with fingerprints, job failures through the Dramatiq integration, and
-expected outcomes (Delay, RecordMissing) never reported; nothing at all without a DSN."""
+"""Sentry: warnings with fingerprints, job failures through the Dramatiq integration, a job
+failed as worker_died as an error event, and expected outcomes (Delay, RecordMissing) never
+reported; nothing at all without a DSN."""
 
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ def test_with_a_dsn_warnings_and_failures_are_reported_but_expected_outcomes_are
     assert not {"Delay", "RecordMissing", "Held"} & set(types)
     messages = json.dumps([e.get("logentry") or e.get("message") for e in events])
     assert "delayed until" not in messages and "not found" not in messages
+    # a job failed as worker_died (its runs kept killing their worker) is an error event
+    died = [e for e in events if "worker_died" in json.dumps(e.get("logentry") or {})]
+    assert [e.get("level") for e in died] == ["error"]
 
 
 def test_without_a_dsn_nothing_is_sent(redis_url: str, namespace: str) -> None:

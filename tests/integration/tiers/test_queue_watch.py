@@ -145,7 +145,8 @@ def test_a_dead_workers_message_comes_back_while_every_consumer_sleeps(
     with idle_worker(broker, longest_sleep=600):
         # When the other worker dies (its heartbeat long stopped) while no consumer fetches
         redis_client.zadd(heartbeats, {"other-worker": 1})
-        # Then the watch's maintenance hands the message back and the job runs
+        # Then the dead-worker check hands the message back, wakes its consumer, and the job
+        # runs
         h.wait_until(lambda: h.state(broker, answer.job_id) == "completed", timeout=15)
     assert not redis_client.exists(f"{namespace}:__acks__.other-worker.{queue}")
 

@@ -50,6 +50,7 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     "SPEEDTIER_WORKER_POLL_MS": ("worker_poll_ms", "250", 250),
     "SPEEDTIER_GROUP_LEASE_SECONDS": ("group_lease_seconds", "12.5", 12.5),
     "SPEEDTIER_HEARTBEAT_TIMEOUT_SECONDS": ("heartbeat_timeout_seconds", "90", 90.0),
+    "SPEEDTIER_MAX_UNSETTLED_RUNS": ("max_unsettled_runs", "5", 5),
     "SPEEDTIER_WINDOWS": (
         "windows",
         '{"kb_source_sync.notion": "2/60"}',

@@ -1,0 +1,81 @@
+"""The delivery a worker thread is running, as its handler can see it.
+
+Each run starts with a fencing token, the epoch the start script gave it
+(``tiers/lua/start.lua``); a run whose worker stalled past its heartbeat timeout may have
+been delivered again elsewhere, under a newer epoch, and its own settle is then refused.
+A handler that is about to commit an effect that must not happen twice can ask first:
+
+===========================  ================================================================
+call                         answer
+===========================  ================================================================
+``delivery_lost()``          True once the worker's delivery check (every few seconds, and
+                             right after a stall) saw a newer run of this job; no round trip
+``check_delivery()``         asks Redis now (one round trip) and raises
+                             ``shared.errors.DeliveryLost`` when a newer run exists
+===========================  ================================================================
+
+Both are no-ops outside a run, and for a run started without a token (a record written by
+older scripts, or one Redis lost).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from shared.errors import DeliveryLost
+
+if TYPE_CHECKING:
+    from tiers.job_store import JobStore
+
+
+@dataclass
+class Delivery:
+    """One running delivery: its job, its epoch and whether a newer run was seen."""
+
+    jobs: JobStore
+    job_id: str
+    epoch: str
+    lost: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def fenced(self) -> bool:
+        return self.epoch not in ("", "0")
+
+    def lost_now(self) -> bool:
+        """Ask Redis whether a newer run of the job started (and remember it)."""
+        if self.lost.is_set():
+            return True
+        if not self.fenced:
+            return False
+        [epoch] = self.jobs.epochs([self.job_id])
+        if epoch is not None and epoch != self.epoch:
+            self.lost.set()
+        return self.lost.is_set()
+
+
+_running = threading.local()
+
+
+def set_current(delivery: Delivery | None) -> None:
+    """The delivery this thread now runs (None: none)."""
+    _running.delivery = delivery
+
+
+def current() -> Delivery | None:
+    delivery: Delivery | None = getattr(_running, "delivery", None)
+    return delivery
+
+
+def delivery_lost() -> bool:
+    """Whether this thread's run is known to have lost its delivery (no round trip)."""
+    delivery = current()
+    return delivery is not None and delivery.lost.is_set()
+
+
+def check_delivery() -> None:
+    """Raise :class:`DeliveryLost` when this thread's run lost its delivery (asks Redis)."""
+    delivery = current()
+    if delivery is not None and delivery.lost_now():
+        raise DeliveryLost(f"job {delivery.job_id}: run {delivery.epoch} was delivered again")

@@ -1,0 +1,222 @@
+"""Deliveries: every run starts through one script that checks its delivery is still this
+worker's, counts the start and gives the run its fencing token; runs that keep dying end.
+
+=====================================  ==========================================================
+at a run's start (``start.lua``)        what happens
+=====================================  ==========================================================
+the delivery is still this worker's     the run starts with the next epoch of the job (its
+                                        token); the settle carries it, and one carrying an older
+                                        epoch is refused (``settle.lua``)
+it is not (a peer took it back: this    not run and not acked (``lost``): a prefetched copy held
+worker stalled past its heartbeat       through a stall never runs beside the redelivered one
+timeout)
+the job's last started run never        it counts as a run that died; at ``max_unsettled`` of
+settled                                 them the job is failed (``worker_died``), its message
+                                        dead-lettered and its slot released, in that step,
+                                        logged at ERROR (a Sentry event) and counted in
+                                        ``speedtier_jobs_total{outcome="worker_died"}``
+an earlier run of the job died          it is started again only once nothing else runs in
+                                        this process (``tiers.suspects``): a crash it causes
+                                        is counted against it alone
+=====================================  ==========================================================
+
+While runs go on, a thread asks every few seconds whether a newer run of each started
+elsewhere and marks those deliveries lost (``tiers.deliveries.delivery_lost``: the answer a
+handler can read without a round trip).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+from uuid import uuid4
+
+from dramatiq.broker import Broker
+from dramatiq.common import q_name
+from dramatiq.middleware import Middleware, SkipMessage
+
+from tiers.deliveries import Delivery, set_current
+from tiers.families import Family, family_of
+from tiers.job_store import JobStore
+from tiers.middleware.group_slots import GroupSlots
+from tiers.middleware.job_metrics import JOBS, tier_of_queue
+from tiers.options import JOB_ID, REDIS_MESSAGE_ID
+from tiers.redis_retry import REDIS_DOWN, until_redis_answers
+from tiers.settling import ACKED_IN_SETTLE
+from tiers.suspects import SuspectGate
+
+log = logging.getLogger(__name__)
+
+#: The message attribute holding its run's epoch, for the settle.
+EPOCH = "_st_epoch"
+#: The message attribute saying how its run passed the suspect gate ("ordinary", "alone").
+GATED = "_st_gated"
+#: The longest a suspect run waits for the settles on their way before and after it.
+FLUSH_SECONDS = 10.0
+#: Runs of a job that may end without a settle before it fails as ``worker_died``.
+DEFAULT_MAX_UNSETTLED = 3
+
+
+class Deliveries(Middleware):
+    """Start each claimed run (after :class:`GroupSlots` claimed it) and watch the running
+    deliveries.
+
+    Parameters:
+      families: the family registry (a failed job's record retention).
+      jobs: the broker's job store.
+      slots: the group slots middleware (a run not started is forgotten there).
+      max_unsettled: runs that ended without a settle before the job fails.
+    """
+
+    def __init__(
+        self,
+        families: Mapping[str, Family],
+        jobs: JobStore,
+        slots: GroupSlots,
+        max_unsettled: int = DEFAULT_MAX_UNSETTLED,
+    ) -> None:
+        self.families = families
+        self.jobs = jobs
+        self.slots = slots
+        self.max_unsettled = max_unsettled
+        self._running: dict[str, Delivery] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.gate = SuspectGate()
+
+    def _flush(self) -> None:
+        self.jobs.flush_settles(FLUSH_SECONDS)
+
+    def before_process_message(self, broker: Broker, message: Any) -> None:
+        if not self.slots.was_claimed(message):
+            return
+        family = family_of(message, self.families)
+        retention = family.retention_seconds if family else 86_400.0
+        worker_id = broker.broker_id  # type: ignore[attr-defined]
+        # The same for every try: a start whose reply was lost, sent again, is not counted
+        # as a second run (nor its first try as a run that died).
+        start_id = str(uuid4())
+
+        def start(alone: bool) -> tuple[str, str]:
+            return until_redis_answers(
+                lambda: self.jobs.start(
+                    message,
+                    q_name(message.queue_name),
+                    worker_id,
+                    max_unsettled=self.max_unsettled,
+                    retention_seconds=retention,
+                    alone=alone,
+                    start_id=start_id,
+                ),
+                what="starting a job",
+            )
+
+        self.gate.enter()
+        setattr(message, GATED, "ordinary")
+        verdict, token = start(False)
+        job_id = message.options[JOB_ID]
+        if verdict == "suspect":
+            log.warning(
+                "job %s: %s earlier run(s) ended without a settle; it runs alone", job_id, token
+            )
+            self.gate.leave()
+            setattr(message, GATED, None)
+            self.gate.enter_alone(self._flush)
+            setattr(message, GATED, "alone")
+            verdict, token = start(True)
+        if verdict == "run":
+            setattr(message, EPOCH, token)
+            delivery = Delivery(self.jobs, job_id, token)
+            with self._lock:
+                self._running[message.options[REDIS_MESSAGE_ID]] = delivery
+            set_current(delivery)
+            return
+        self.slots.forget(message)
+        if verdict in ("lost", "worker_died"):
+            # Not this worker's to ack any more, or acked (dead-lettered) by the script.
+            setattr(message, ACKED_IN_SETTLE, True)
+        if verdict == "worker_died":
+            JOBS.labels(message.actor_name, tier_of_queue(message.queue_name), verdict).inc()
+            log.error(
+                "job %s failed: worker_died (%s run(s) ended without a settle); dead-lettered",
+                job_id,
+                token,
+            )
+        elif verdict == "lost":
+            log.warning("job %s not run: its delivery was taken back from this worker", job_id)
+        else:
+            log.info("job %s not run: %s", job_id, verdict)
+        raise SkipMessage(verdict)
+
+    def after_process_message(
+        self,
+        broker: Broker,
+        message: Any,
+        *,
+        result: Any = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        self._done(message)
+
+    def after_skip_message(self, broker: Broker, message: Any) -> None:
+        self._done(message)
+
+    def _done(self, message: Any) -> None:
+        set_current(None)
+        with self._lock:
+            self._running.pop(message.options.get(REDIS_MESSAGE_ID), None)
+        gated = getattr(message, GATED, None)
+        setattr(message, GATED, None)
+        if gated == "ordinary":
+            self.gate.leave()
+        elif gated == "alone":
+            # Its settle was handed to the settle sender just before (the outcomes
+            # middleware's hook runs first): the next run starts once it is answered.
+            self.gate.leave_alone(self._flush)
+
+    # -- watching the running deliveries ------------------------------------------------------
+
+    def after_worker_boot(self, broker: Broker, worker: Any) -> None:
+        timeout_s = getattr(broker, "heartbeat_timeout", 60_000) / 1000
+        interval = max(0.2, min(5.0, timeout_s / 4))
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._watch, args=(interval,), name="delivery-check", daemon=True
+        )
+        self._thread.start()
+
+    def after_worker_shutdown(self, broker: Broker, worker: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def check_running(self) -> int:
+        """Mark the running deliveries a newer run of their job superseded; returns how
+        many were newly marked."""
+        with self._lock:
+            running = [d for d in self._running.values() if d.fenced and not d.lost.is_set()]
+        epochs = self.jobs.epochs([d.job_id for d in running])
+        marked = 0
+        for delivery, epoch in zip(running, epochs, strict=True):
+            if epoch is not None and epoch != delivery.epoch:
+                delivery.lost.set()
+                marked += 1
+                log.warning(
+                    "job %s: run %s was delivered again elsewhere (this worker stalled); "
+                    "its settle will be refused",
+                    delivery.job_id,
+                    delivery.epoch,
+                )
+        return marked
+
+    def _watch(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                self.check_running()
+            except REDIS_DOWN as exc:
+                log.warning("delivery check: redis unreachable (%s); retrying", exc)
+            except Exception:
+                log.exception("delivery check failed; retrying")
