@@ -34,7 +34,7 @@ from dramatiq.middleware import Middleware
 from dramatiq.middleware.threading import raise_thread_exception
 
 from shared import cancel_point
-from shared.errors import Cancelled
+from shared.errors import Cancelled, DeliveryLost
 from tiers.cancellation import (
     POLL_SECONDS,
     PUBLISH_EVERY_SECONDS,
@@ -44,6 +44,7 @@ from tiers.cancellation import (
     read_cancels,
     unpublish_worker,
 )
+from tiers.deliveries import delivery_lost
 from tiers.job_store import now_ms
 from tiers.middleware.held import Held
 from tiers.middleware.job_metrics import SETTLEMENT
@@ -94,10 +95,14 @@ class CancelWatch:
 
     def check(self, ident: int) -> None:
         """The cancel point of thread ``ident``: raise ``Cancelled`` once its job's cancel
-        has been seen."""
+        has been seen, and ``DeliveryLost`` once the run is known to have lost its delivery
+        (``tiers.deliveries``: it stalled and the job runs elsewhere), so a handler stops at
+        its next step or provider call either way."""
         run = self._running.get(ident)
         if run is not None and run.cancel is not None:
             raise Cancelled(f"cancelled by {run.cancel.operator}")
+        if delivery_lost():
+            raise DeliveryLost("this run's delivery was taken back: the job runs elsewhere")
 
     # -- the watch thread ------------------------------------------------------------------
 
