@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import re
 from typing import Literal
 
@@ -157,6 +158,27 @@ class Settings(BaseSettings):
     #: ``local``'s directory; unset: ``<SPEEDTIER_DATA_DIR>/storage``.
     uploads_root: str | None = None
 
+    # Outbound calls (shared.egress): networks every connector, provider client and fetcher
+    # may reach although they are private, beside crawl_allow_private_networks (all of them).
+    egress_allowed_networks: str = Field(
+        "",
+        description=(
+            "Comma-separated networks (CIDR, e.g. 10.20.0.0/16,127.0.0.1/32) that every "
+            "outbound call (connectors, provider clients, URL and feed fetchers) may connect "
+            "to although they are private; empty: none."
+        ),
+    )
+    # Repeated provider rate limits (GitHub's secondary limit, Drive's 403 rate limits):
+    # exponential backoff with full jitter, at most this long.
+    rate_limit_backoff_max_seconds: float = Field(
+        900.0,
+        ge=1.0,
+        description=(
+            "The longest wait, in seconds, of the exponential backoff (with jitter) after a "
+            "provider's repeated rate-limit answers that name no Retry-After."
+        ),
+    )
+
     @field_validator("redis_url", "fast_redis_url", "slow_redis_url", "maintenance_redis_url")
     @classmethod
     def _redis_urls_name_redis(cls, value: str | None) -> str | None:
@@ -166,6 +188,21 @@ class Settings(BaseSettings):
     @classmethod
     def _database_url_names_postgresql(cls, value: str | None) -> str | None:
         return _with_scheme(value, DATABASE_SCHEMES)
+
+    @field_validator("egress_allowed_networks")
+    @classmethod
+    def _egress_networks_are_networks(cls, value: str) -> str:
+        for item in _comma_list(value):
+            try:
+                ipaddress.ip_network(item)
+            except ValueError as exc:
+                raise ValueError(f"SPEEDTIER_EGRESS_ALLOWED_NETWORKS: {exc}") from exc
+        return value
+
+    @property
+    def egress_networks(self) -> list[str]:
+        """``egress_allowed_networks`` as a list of CIDR strings."""
+        return _comma_list(self.egress_allowed_networks)
 
     @field_validator("crawl_host_rate")
     @classmethod
@@ -260,6 +297,10 @@ def parse_fernet_keys(value: str) -> list[bytes]:
     if not keys:
         raise ValueError("SPEEDTIER_CONNECTOR_CREDENTIALS_KEY: no key")
     return keys
+
+
+def _comma_list(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
 
 
 def _with_scheme(url: str | None, schemes: tuple[str, ...]) -> str | None:

@@ -54,6 +54,7 @@ def register(platform: ServiceContext) -> None:
         fetch_feed=feed_fetcher(
             allow_private=settings.crawl_allow_private_networks,
             timeout=settings.http_timeout_seconds,
+            allowed_networks=settings.egress_networks,
         ),
         ocr=OcrLimits(
             max_pages=settings.ocr_max_pages, timeout_seconds=settings.ocr_timeout_seconds

@@ -29,8 +29,8 @@ from protego import Protego
 from services.web.pinned_get import DEFAULT_USER_AGENT
 from services.web.redirects import get_following
 from services.web.response_body import read_body
-from services.web.ssrf_guard import Network, address_guard
 from services.web.urls import origin, require_url
+from shared.egress.addresses import Network, address_guard
 from shared.errors import SpeedtierError
 from shared.http import raise_for_status
 

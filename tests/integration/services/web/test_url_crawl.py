@@ -16,8 +16,8 @@ import redis
 from services.web.fetch import CrawledPage, fetch_page, page_fetcher
 from services.web.politeness import HostPoliteness
 from services.web.robots import MAX_CRAWL_DELAY_SECONDS, Disallowed, RobotsCache
-from services.web.ssrf_guard import is_public_address
 from services.web.urls import normalize_url
+from shared.egress.addresses import is_public_address
 from shared.errors import Delay, Retryable, Unrecoverable
 from shared.http import NotFound
 from testkit.fakes.website import NAV_MARKER, SCRIPT_MARKER, STYLE_MARKER, FakeWebsite

@@ -1,4 +1,4 @@
-"""The SSRF guard every crawler request goes through: which addresses may be connected to.
+"""The SSRF guard every outbound call goes through: which addresses may be connected to.
 
 A host is resolved once and every address it resolves to must be public: private, loopback,
 link-local, multicast, reserved, unspecified and other non-global addresses are refused,
@@ -16,8 +16,12 @@ import logging
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from shared.errors import Retryable, Unrecoverable
+
+if TYPE_CHECKING:
+    from shared.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -153,3 +157,9 @@ def address_guard(
     """The guard of a fetcher's settings (``allowed_networks`` as strings or networks)."""
     networks = tuple(ipaddress.ip_network(n) for n in allowed_networks)
     return AddressGuard(allow_private, networks)
+
+
+def settings_guard(settings: Settings) -> AddressGuard:
+    """The guard of a process's settings: every address with
+    ``crawl_allow_private_networks``, otherwise public ones and ``egress_allowed_networks``."""
+    return address_guard(settings.crawl_allow_private_networks, settings.egress_networks)
