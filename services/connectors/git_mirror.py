@@ -76,11 +76,13 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _check_host(url: str) -> None:
-    """The address check of a ``git://`` or SSH remote, whose transport opens its own socket
-    (HTTP remotes connect through the guarded pool itself)."""
+    """The address check of a network remote, before dulwich reads the URL. ``git://`` and
+    SSH transports open their own socket, so this is their only check; HTTP remotes are
+    checked again when the guarded pool connects."""
     if "://" in url:
         parts = urlsplit(url)
-        host, port = parts.hostname or "", parts.port or (9418 if parts.scheme == "git" else 22)
+        ports = {"http": 80, "https": 443, "git": 9418}
+        host, port = parts.hostname or "", parts.port or ports.get(parts.scheme, 22)
     else:  # scp-like user@host:path
         host, port = url.split("@", 1)[1].split(":", 1)[0], 22
     default_guard().resolve(host, port, url)
@@ -94,10 +96,10 @@ def _fetch(conn: Connection, repo: Repo, url: str) -> None:
             "username": conn.credentials["username"],
             "password": conn.credentials.get("password"),
         }
+    if url.startswith(("http://", "https://", "git://", "ssh://")) or "@" in url.split("/")[0]:
+        _check_host(url)
     if url.startswith(("http://", "https://")):
         options["pool_manager"] = guarded_pool_manager(headers={"User-Agent": USER_AGENT})
-    elif url.startswith(("git://", "ssh://")) or "@" in url.split("/", 1)[0]:
-        _check_host(url)
     try:
         client, remote = get_transport_and_path(url, **options)
         result = client.fetch(remote, repo)

@@ -31,8 +31,8 @@ from typing import Any, ClassVar
 from urllib.parse import urljoin, urlsplit
 
 import requests
-from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3 import PoolManager
+from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 from urllib3.util.connection import create_connection
