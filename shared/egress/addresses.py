@@ -123,6 +123,22 @@ class AddressGuard:
             return True
         return any(address in network for network in self.allowed_networks)
 
+    def refusal(self, host: str) -> str | None:
+        """Why a connection to ``host`` would be refused, when that is known without asking
+        DNS (an address in any spelling, ``localhost``); None for a name, which is checked
+        when a connection is opened. For a setting checked when it is saved."""
+        name = host.strip("[]").lower().rstrip(".")
+        flags = 0 if name == "localhost" or name.endswith(".localhost") else socket.AI_NUMERICHOST
+        try:
+            infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM, flags=flags)
+        except (OSError, UnicodeError):
+            return None
+        for info in infos:
+            address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
+            if not self.permits(address):
+                return f"address {address} is {non_public_kind(address)}"
+        return None
+
     def resolve(self, host: str, port: int, url: str = "") -> list[str]:
         """The addresses of ``host`` (the host of ``url``) to connect to, in resolver order.
 
