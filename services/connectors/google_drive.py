@@ -18,7 +18,10 @@ Protocol (Drive API v3 under ``/drive/v3``, ``Authorization: Bearer <access toke
   left out. The watermark is the start page token.
 * incremental walk (``since`` = that token): ``GET /changes?pageToken=`` until a page carries
   ``newStartPageToken`` (the next watermark); removed or trashed files are listed too and
-  ``fetch`` answers None for them.
+  ``fetch`` answers None for them. A token ``changes.list`` rejects (400, 404, 410) raises
+  ``ResyncRequired``: the caller discards it and walks again as a complete walk, as the
+  reference asks (``ChangeList.nextPageToken``: "If the token is rejected for any reason, it
+  should be discarded, and pagination should be restarted from the first page").
 * fetch: ``GET /files/{id}?fields=...``; a Google Doc is ``GET /files/{id}/export?mimeType=
   text/plain`` (``settings.export_format: html``: ``text/html``), a Sheet ``text/csv``, a
   Slides deck ``text/plain``; any other file ``GET /files/{id}?alt=media`` (text types only,
@@ -43,7 +46,14 @@ from urllib.parse import quote, urlencode
 import requests
 
 from services.connectors.node_http import NodeClient, blocked, parse_time, retry_after
-from services.connectors.nodes import Connection, Node, NodeRef, NodeSource, WalkPage
+from services.connectors.nodes import (
+    Connection,
+    Node,
+    NodeRef,
+    NodeSource,
+    ResyncRequired,
+    WalkPage,
+)
 from shared.errors import Retryable, Unrecoverable
 from shared.http import NotFound
 
@@ -68,6 +78,10 @@ FILE_FIELDS = "id,name,mimeType,modifiedTime,webViewLink,trashed,parents"
 LIST_FIELDS = f"nextPageToken,files({FILE_FIELDS})"
 CHANGE_FIELDS = f"nextPageToken,newStartPageToken,changes(fileId,removed,time,file({FILE_FIELDS}))"
 RATE_REASONS = ("userRateLimitExceeded", "rateLimitExceeded")
+#: A page token ``changes.list`` rejects: discarded, and the walk starts over ("If the token
+#: is rejected for any reason, it should be discarded, and pagination should be restarted",
+#: https://developers.google.com/workspace/drive/api/reference/rest/v3/changes/list).
+TOKEN_REJECTED = (400, 404, 410)
 
 
 class GoogleDriveSource:
@@ -322,6 +336,11 @@ def _client(conn: Connection) -> NodeClient:
         raise Unrecoverable(f"google_drive connection {conn.connection_id}: no access_token")
 
     def inspect(response: requests.Response, what: str) -> None:
+        if what == "GET /changes" and response.status_code in TOKEN_REJECTED:
+            raise ResyncRequired(
+                f"google_drive: changes.list rejected the page token "
+                f"(HTTP {response.status_code} {_reason(response) or ''}): a complete walk"
+            )
         until = retry_after(response)
         if response.status_code in (429, 503) and until is not None:
             raise blocked(conn, until, f"google_drive, {what}")

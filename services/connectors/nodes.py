@@ -39,11 +39,23 @@ from typing import Any, Protocol
 
 import redis
 
-from shared.errors import SpeedtierError
+from shared.errors import SpeedtierError, Unrecoverable
 
 #: A quota left at or under this many calls blocks the connection's bulk (import and index)
 #: work until its reset; webhook work may spend it (see :class:`RateLimitState`).
 DEFAULT_RESERVE = 0
+
+
+class ResyncRequired(Unrecoverable):
+    """The provider rejected the change token or delta link an incremental walk started from
+    (Drive's ``changes.list`` 400/404/410, Graph's ``410 Gone`` ``resyncRequired``): the
+    walk must start over as a complete one. ``restart`` is where the provider says that
+    walk begins (Graph's ``Location``, a path under the connection's base), None: the
+    walk's own start. Unhandled, it fails the job as any ``Unrecoverable``."""
+
+    def __init__(self, message: str, restart: str | None = None) -> None:
+        super().__init__(message)
+        self.restart = restart
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,11 @@ Checked against Google's published reference:
   ``userRateLimitExceeded`` / ``rateLimitExceeded``, 429 ``rateLimitExceeded``, 404
   ``notFound``, 401 ``authError``)
 
+* .../reference/rest/v3/changes/list (``ChangeList.nextPageToken``: "If the token is
+  rejected for any reason, it should be discarded, and pagination should be restarted from
+  the first page of results"): :meth:`expire_change_tokens` makes every page token issued so
+  far rejected, with 400, 404 or 410, as a token Drive no longer honours.
+
 google-api-python-client reaches it with its bundled discovery document
 (``build("drive", "v3", static_discovery=True, client_options={"api_endpoint":
 f"{base_url}/drive/v3/"})``). ``fields`` is honoured for the top-level keys only (the SDK and
@@ -111,6 +116,9 @@ class GoogleDriveServer(ProtocolServer):
         self._windows: dict[str, tuple[float, int]] = {}
         self._data_lock = threading.Lock()
         self._counter = 0
+        #: page tokens below this are rejected with ``_expired_status``
+        self._expired_below = 0
+        self._expired_status = 410
 
     # -- data ----------------------------------------------------------------------------
 
@@ -156,6 +164,12 @@ class GoogleDriveServer(ProtocolServer):
         with self._data_lock:
             del self.files[file_id]
             self.changes.append((len(self.changes) + 1, file_id, True))
+
+    def expire_change_tokens(self, status: int = 410) -> None:
+        """Reject every page token issued so far with ``status`` (400, 404 or 410)."""
+        with self._data_lock:
+            self._expired_below = len(self.changes) + 1
+            self._expired_status = status
 
     # -- protocol ------------------------------------------------------------------------
 
@@ -260,6 +274,20 @@ class GoogleDriveServer(ProtocolServer):
         size = min(int(request.param("pageSize") or 100), 1000)
         drive = request.param("driveId") or MY_DRIVE
         start = int(token)
+        if start < self._expired_below:
+            status = self._expired_status
+            reason = {400: "invalid", 404: "notFound"}.get(status, "deleted")
+            message = f"The page token {token} is no longer valid."
+            return Reply(
+                status,
+                {
+                    "error": {
+                        "code": status,
+                        "message": message,
+                        "errors": [{"domain": "global", "reason": reason, "message": message}],
+                    }
+                },
+            )
         with self._data_lock:
             window = self.changes[start - 1 : start - 1 + size]
             head = len(self.changes) + 1
