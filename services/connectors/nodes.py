@@ -113,6 +113,9 @@ class WebhookEvent:
     root node the touched nodes belong to (a repository, a team, a project) when the payload
     names it; ``refs`` are the nodes to index again, ``removed`` those the provider deleted.
     ``kind`` is the provider's event name (``issues``, ``Issue``, ``Merge Request Hook``...).
+    ``chain_id`` names the chain of deliveries an event belongs to when the provider says so
+    (GitLab's ``X-Gitlab-Event-UUID``, shared by recursive webhooks): for logs, never a
+    replay key.
     """
 
     delivery_id: str
@@ -120,6 +123,7 @@ class WebhookEvent:
     root: NodeRef | None = None
     removed: list[NodeRef] = field(default_factory=list)
     kind: str = ""
+    chain_id: str = ""
 
 
 @dataclass(frozen=True)
