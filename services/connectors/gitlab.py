@@ -260,9 +260,7 @@ def parse(headers: Mapping[str, str], body: bytes) -> WebhookEvent:
     ref = (
         NodeRef(MERGE_REQUEST, f"{project}!{iid}") if merge else NodeRef(ISSUE, f"{project}#{iid}")
     )
-    return storable_event(
-        WebhookEvent(delivery, [ref], root=root, kind=kind, chain_id=chain), what
-    )
+    return storable_event(WebhookEvent(delivery, [ref], root=root, kind=kind, chain_id=chain), what)
 
 
 def _delivery_id(headers: Mapping[str, str], body: bytes) -> str:
