@@ -92,6 +92,16 @@ def blocked(conn: Connection, until: datetime, what: str) -> Delay:
     return Delay(until.timestamp(), reason=f"rate-limit ({what})")
 
 
+def backed_off(conn: Connection, base: float, what: str) -> Delay:
+    """A ``Delay`` for a rate limit that names no end, growing with the connection's streak
+    of them (:meth:`RateLimitState.repeated_limit`; ``base`` when the connection keeps no
+    state), recorded on the connection like any other block."""
+    state = conn.rate_limits
+    wait = state.repeated_limit(conn, base) if state is not None else base
+    until = datetime.fromtimestamp(datetime.now(UTC).timestamp() + wait, UTC)
+    return blocked(conn, until, what)
+
+
 def parse_time(value: Any) -> datetime | None:
     """An ISO 8601 timestamp (``Z`` or an offset) as an aware datetime."""
     if not isinstance(value, str) or not value:

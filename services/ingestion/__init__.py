@@ -40,7 +40,11 @@ def register(platform: ServiceContext) -> None:
         connectors=CONNECTORS,
         provider_urls=settings.provider_urls,
         # a namespace of its own: connection ids are not the super sources' ones
-        rate_limits=RateLimitState(platform.broker.client, f"{settings.redis_namespace}:kb"),
+        rate_limits=RateLimitState(
+            platform.broker.client,
+            f"{settings.redis_namespace}:kb",
+            backoff_max_seconds=settings.rate_limit_backoff_max_seconds,
+        ),
         timeout=settings.http_timeout_seconds,
         recrawl_interval_seconds=recrawl,
     )

@@ -116,6 +116,8 @@ class GoogleDriveServer(ProtocolServer):
         self._windows: dict[str, tuple[float, int]] = {}
         self._data_lock = threading.Lock()
         self._counter = 0
+        #: the next requests whose path starts with the key answer 403 with these reasons
+        self._refusals: list[tuple[str, str]] = []
         #: page tokens below this are rejected with ``_expired_status``
         self._expired_below = 0
         self._expired_status = 410
@@ -165,6 +167,12 @@ class GoogleDriveServer(ProtocolServer):
             del self.files[file_id]
             self.changes.append((len(self.changes) + 1, file_id, True))
 
+    def refuse(self, reason: str, *, path: str = "", times: int = 1) -> None:
+        """The next ``times`` requests under ``path`` answer 403 with ``reason``
+        (``dailyLimitExceeded``, ``insufficientFilePermissions``...: the handle-errors guide)."""
+        with self._data_lock:
+            self._refusals.extend([(PREFIX + path, reason)] * times)
+
     def expire_change_tokens(self, status: int = 410) -> None:
         """Reject every page token issued so far with ``status`` (400, 404 or 410)."""
         with self._data_lock:
@@ -197,6 +205,9 @@ class GoogleDriveServer(ProtocolServer):
     def route(self, request: Request) -> Reply:
         if self._over_limit(_caller(request)):
             return self.status_reply(403, "User rate limit exceeded.")
+        refused = self._refused(request.path)
+        if refused is not None:
+            return refused
         path = request.path.removeprefix(PREFIX)
         if request.method != "GET" or path == request.path:
             return self.status_reply(404, "not found")
@@ -228,6 +239,16 @@ class GoogleDriveServer(ProtocolServer):
             if len(parts) == 2:
                 return Reply(200, _fields(file.resource(), request.param("fields")))
         return self.status_reply(404, "not found")
+
+    def _refused(self, path: str) -> Reply | None:
+        with self._data_lock:
+            found = next((n for n, (p, _) in enumerate(self._refusals) if path.startswith(p)), None)
+            if found is None:
+                return None
+            _, reason = self._refusals.pop(found)
+        message = f"The request was refused: {reason}."
+        error = {"domain": "usageLimits", "reason": reason, "message": message}
+        return Reply(403, {"error": {"code": 403, "message": message, "errors": [error]}})
 
     def _over_limit(self, caller: str) -> bool:
         if self.rate_limit is None:
