@@ -88,6 +88,7 @@ def stack(redis_url: str, poll_ms: int) -> Iterator[Stack]:
             upgrade(service.url)
             values = {
                 "environment": "test",
+                "egress_allowed_networks": "127.0.0.1/32",  # the fakes listen on loopback
                 "redis_url": redis_url,
                 "database_url": service.url,
                 "redis_namespace": namespace,

@@ -68,6 +68,7 @@ def _options(argv: list[str] | None) -> argparse.Namespace:
 def _values(redis_url: str, database_url: str, namespace: str) -> dict[str, Any]:
     return {
         "environment": "test",
+        "egress_allowed_networks": "127.0.0.1/32",  # the fakes listen on loopback
         "redis_url": redis_url,
         "database_url": database_url,
         "redis_namespace": namespace,

@@ -20,6 +20,7 @@ from shared.config_values import (
     REDIS_SCHEMES,
     effect_names,
     invalid_message,
+    network_list,
     unparsable_message,
     with_scheme,
 )
@@ -315,6 +316,18 @@ class Settings(BaseSettings):
     uploads_root: str | None = Field(
         None, description="The `local` store's directory; unset: `<SPEEDTIER_DATA_DIR>/storage`."
     )
+    egress_allowed_networks: str = Field(
+        "",
+        description="Comma-separated networks (CIDR, e.g. 10.20.0.0/16,127.0.0.1/32) that every "
+        "outbound call (connectors, provider clients, URL and feed fetchers) may connect "
+        "to although they are private; empty: none.",
+    )
+    rate_limit_backoff_max_seconds: float = Field(
+        900.0,
+        ge=1.0,
+        description="The longest wait, in seconds, of the exponential backoff (with jitter) "
+        "after a provider's repeated rate-limit answers that name no Retry-After.",
+    )
     provider_sync_native_effects: str = Field(
         "",
         validation_alias="PROVIDER_SYNC_NATIVE_EFFECTS",
@@ -324,6 +337,17 @@ class Settings(BaseSettings):
         " complete call is skipped. Shortening the list is the rollback: the removed"
         " effects go back to Rails on the next completion.",
     )
+
+    @field_validator("egress_allowed_networks")
+    @classmethod
+    def _egress_networks_are_networks(cls, value: str) -> str:
+        network_list(value, field="SPEEDTIER_EGRESS_ALLOWED_NETWORKS")
+        return value
+
+    @property
+    def egress_networks(self) -> list[str]:
+        """``egress_allowed_networks`` as a list of CIDR strings."""
+        return network_list(self.egress_allowed_networks)
 
     @field_validator("provider_sync_native_effects")
     @classmethod

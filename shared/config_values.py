@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import re
 
 from pydantic import ValidationError
@@ -68,6 +69,18 @@ def effect_names(value: str) -> tuple[str, ...]:
         if not re.fullmatch(r"[a-z_]+", name):
             raise ValueError(f"PROVIDER_SYNC_NATIVE_EFFECTS: {name!r} is not an effect name")
     return tuple(dict.fromkeys(names))
+
+
+def network_list(value: str, *, field: str = "networks") -> list[str]:
+    """A comma-separated list of networks (CIDR) as strings; a ValueError naming ``field``
+    when one is not a network."""
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    for item in items:
+        try:
+            ipaddress.ip_network(item)
+        except ValueError as exc:
+            raise ValueError(f"{field}: {exc}") from exc
+    return items
 
 
 def with_scheme(url: str | None, schemes: tuple[str, ...]) -> str | None:

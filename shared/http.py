@@ -11,11 +11,17 @@ response                               raised
                                        e.g. Notion's 529 ``service_overload``)
 429 without Retry-After, 5xx           ``Retryable``
 timeout, connection reset, bad JSON    ``Retryable`` (a truncated page is transient)
+a refused address                      ``AddressRefused`` (``Unrecoverable``)
+an absolute URL of another origin      ``Unrecoverable`` (a next link is re-rooted
+                                       nowhere else than the configured base URL)
 401, 403                               ``Unrecoverable`` (invalid credentials)
 404                                    ``NotFound`` (an ``Unrecoverable``; callers may
                                        treat one missing document as a discard)
 other 4xx                              ``Unrecoverable``
 =====================================  ==============================================
+
+Its session is a guarded one (:mod:`shared.egress.session`): every connection, redirect hop
+and pagination link goes to an address the process's guard allows.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from typing import Any
 import requests
 
 from shared.cancel_point import cancel_point
+from shared.egress.addresses import AddressGuard, AddressRefused
+from shared.egress.session import guarded_session, same_origin_url
 from shared.errors import Delay, Retryable, Unrecoverable
 
 DEFAULT_TIMEOUT = 30.0
@@ -73,12 +81,13 @@ def raise_for_status(response: requests.Response, what: str) -> None:
 
 
 class JsonClient:
-    """A ``requests`` session bound to a base URL, default headers and a timeout.
+    """A guarded ``requests`` session bound to a base URL, default headers and a timeout.
 
     Parameters:
       base_url: scheme and host (and an optional path prefix) of the API.
       headers: sent with every request (authorization, API version).
       timeout: seconds for connect and for each read.
+      guard: the addresses it may connect to (the process's guard by default).
     """
 
     def __init__(
@@ -88,15 +97,18 @@ class JsonClient:
         headers: Mapping[str, str] | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         session: requests.Session | None = None,
+        guard: AddressGuard | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        self.session = session or requests.Session()
+        self.session = session or guarded_session(guard)
         self.session.headers.update(headers or {})
 
     def url(self, path: str) -> str:
-        if path.startswith(("http://", "https://")):
-            return path
+        """``path`` under the base URL; an absolute URL (a provider's next link) only when it
+        has the base URL's origin (``Unrecoverable`` otherwise)."""
+        if path.startswith(("http://", "https://", "//")):
+            return same_origin_url(self.base_url, path)
         return f"{self.base_url}/{path.lstrip('/')}"
 
     def request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
@@ -104,10 +116,13 @@ class JsonClient:
         A job an operator cancelled stops here, before the request (``Cancelled``)."""
         cancel_point()
         what = f"{method} {path}"
+        url = self.url(path)
         try:
             response = self.session.request(
-                method, self.url(path), timeout=kwargs.pop("timeout", self.timeout), **kwargs
+                method, url, timeout=kwargs.pop("timeout", self.timeout), **kwargs
             )
+        except AddressRefused as refused:
+            raise AddressRefused(url, refused.host, refused.address, refused.kind) from None
         except (requests.ConnectionError, requests.Timeout) as exc:
             raise Retryable(f"{what}: {type(exc).__name__}: {exc}") from exc
         except requests.RequestException as exc:

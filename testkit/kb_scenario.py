@@ -325,6 +325,7 @@ def settings_values(
     """The settings every process of the scenario runs with (field name -> value)."""
     return {
         "environment": "test",
+        "egress_allowed_networks": "127.0.0.1/32",  # the fakes listen on loopback
         "redis_url": redis_url,
         "database_url": database_url,
         "redis_namespace": namespace,

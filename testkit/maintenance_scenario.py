@@ -188,6 +188,7 @@ def run_day(config: MaintenanceDay, redis_url: str) -> dict[str, Any]:
                 "database_url": database_url,
                 "redis_namespace": namespace,
                 "environment": "test",
+                "egress_allowed_networks": "127.0.0.1/32",  # the fakes listen on loopback
                 "metrics_port": 0,
                 "heartbeat_timeout_seconds": 2.0,
                 "rails_internal_url": rails.base_url,

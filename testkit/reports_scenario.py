@@ -193,6 +193,7 @@ def _settings(
         "database_url": database_url,
         "redis_namespace": namespace,
         "environment": "test",
+        "egress_allowed_networks": "127.0.0.1/32",  # the fakes listen on loopback
         "internal_api_token": "day-token",
         "metrics_port": 0,
         "rails_internal_url": rails.base_url,

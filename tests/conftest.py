@@ -16,4 +16,5 @@ pytest_plugins = [
     "tests.fixtures_db",
     "tests.fixtures_pgvector",
     "tests.fixtures_platform",
+    "tests.fixtures_egress",
 ]

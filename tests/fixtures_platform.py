@@ -15,7 +15,8 @@ parameter              default
 ``**settings``         any ``Settings`` field by name (``provider_urls``, ``windows``,
                        ``api_max_body_bytes``, ``redis_url``/``database_url`` for an outage
                        test...), over ``environment="test"``, ``internal_api_token=TOKEN``
-                       and ``flag_cache_seconds=0`` (a flag a test sets is read at once)
+                       and ``flag_cache_seconds=0`` (a flag a test sets is read at once);
+                       ``egress_allowed_networks="127.0.0.1/32"`` (the fakes' address)
 =====================  ====================================================================
 
 A package or module whose platform differs overrides ``platform`` with one call to
@@ -73,6 +74,7 @@ def make_platform(redis_url: str, database_url: str, namespace: str) -> Iterator
             "environment": "test",
             "internal_api_token": TOKEN,
             "flag_cache_seconds": 0,
+            "egress_allowed_networks": "127.0.0.1/32",  # the fakes' loopback address
             **settings,
         }
         options: dict[str, Any] = {"component": component}

@@ -23,6 +23,7 @@ LIVE = {b"waiting", b"parked", b"delayed", b"active"}
 #: Worker settings: short heartbeats and leases so a killed worker's work returns quickly.
 WORKER_SETTINGS: dict[str, Any] = {
     "environment": "test",
+    "egress_allowed_networks": "127.0.0.1/32",  # the fakes listen on loopback
     "heartbeat_timeout_seconds": 2.0,
     "group_lease_seconds": 3.0,
     "flag_cache_seconds": 0.5,

@@ -19,6 +19,8 @@ from router.ticks import Tick, tick_family
 from shared import runtime_file
 from shared.config import Settings, load_settings, parse_rate
 from shared.db.engine import make_engine, make_session_factory
+from shared.egress.addresses import settings_guard
+from shared.egress.session import set_default_guard
 from shared.errors import NotConfigured
 from shared.flags import Flags
 from shared.observability import ACTOR_THROWS, configure_logging, init_sentry
@@ -165,6 +167,7 @@ def bootstrap(
     if not settings.database_url:
         raise NotConfigured("DATABASE_URL is not set (speedtier up starts an embedded PostgreSQL)")
     configure_logging(settings.log_level, json_lines=settings.json_logs)
+    set_default_guard(settings_guard(settings))  # every outbound call of the process
     verify_redis_persistence(settings)  # refuses volatile Redis in production and staging
     init_sentry(settings.sentry_dsn, environment=settings.environment, component=component)
 

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from dulwich.client import HTTPUnauthorized, get_transport_and_path
 from dulwich.diff_tree import tree_changes
@@ -26,6 +27,7 @@ from dulwich.refs import Ref
 from dulwich.repo import Repo
 
 from services.connectors.nodes import Connection
+from shared.egress.session import default_guard, guarded_pool_manager
 from shared.errors import Retryable, Unrecoverable
 from shared.http import NotFound
 
@@ -33,6 +35,7 @@ HEAD_REF = Ref(b"refs/speedtier/head")
 FETCHED_REF = Ref(b"refs/speedtier/fetched")
 MAX_FILE_BYTES = 1024 * 1024
 SNIFF_BYTES = 8192
+USER_AGENT = "git/speedtier"
 
 
 @contextmanager
@@ -72,6 +75,19 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _check_host(url: str) -> None:
+    """The address check of a network remote, before dulwich reads the URL. ``git://`` and
+    SSH transports open their own socket, so this is their only check; HTTP remotes are
+    checked again when the guarded pool connects."""
+    if "://" in url:
+        parts = urlsplit(url)
+        ports = {"http": 80, "https": 443, "git": 9418}
+        host, port = parts.hostname or "", parts.port or ports.get(parts.scheme, 22)
+    else:  # scp-like user@host:path
+        host, port = url.split("@", 1)[1].split(":", 1)[0], 22
+    default_guard().resolve(host, port, url)
+
+
 def _fetch(conn: Connection, repo: Repo, url: str) -> None:
     """Fetch every branch of ``url`` into ``repo``; pin the wanted branch's head."""
     options: dict[str, Any] = {}
@@ -80,6 +96,10 @@ def _fetch(conn: Connection, repo: Repo, url: str) -> None:
             "username": conn.credentials["username"],
             "password": conn.credentials.get("password"),
         }
+    if url.startswith(("http://", "https://", "git://", "ssh://")) or "@" in url.split("/")[0]:
+        _check_host(url)
+    if url.startswith(("http://", "https://")):
+        options["pool_manager"] = guarded_pool_manager(headers={"User-Agent": USER_AGENT})
     try:
         client, remote = get_transport_and_path(url, **options)
         result = client.fetch(remote, repo)

@@ -13,7 +13,11 @@ Protocol (REST, ``Authorization: Bearer <token>``, ``X-GitHub-Api-Version: 2022-
   pagination); the text is the body, then each comment.
 * rate limits: every answer's ``x-ratelimit-remaining`` / ``x-ratelimit-reset`` is recorded
   on the connection; 403/429 with ``retry-after`` (secondary limit) or with remaining 0
-  (primary limit) is a ``Delay`` until then; another 403 is ``Unrecoverable`` (permissions).
+  (primary limit) is a ``Delay`` until then; a secondary limit without ``retry-after`` (a 429,
+  or a 403 saying so) waits at least a minute, then exponentially longer with jitter while it
+  repeats, up to ``rate_limit_backoff_max_seconds`` (the reference: "wait for at least one
+  minute ... an exponentially increasing amount of time between retries"); another 403 is
+  ``Unrecoverable`` (permissions).
 * webhooks: ``X-Hub-Signature-256`` (HMAC-SHA256 of the raw body), ``X-GitHub-Delivery``;
   ``issues``, ``issue_comment``, ``pull_request`` and pull request review events.
 
@@ -36,6 +40,7 @@ import requests
 from services.connectors.node_http import (
     NodeClient,
     UpdatedCursor,
+    backed_off,
     blocked,
     epoch_header,
     int_header,
@@ -175,8 +180,7 @@ def _client(conn: Connection) -> NodeClient:
         if remaining == 0 and reset_at is not None:
             raise blocked(conn, reset_at, f"github primary limit, {what}")
         if response.status_code == 429 or "secondary rate limit" in response.text.lower():
-            until = datetime.fromtimestamp(datetime.now(UTC).timestamp() + SECONDARY_WAIT, UTC)
-            raise blocked(conn, until, f"github secondary limit, {what}")
+            raise backed_off(conn, SECONDARY_WAIT, f"github secondary limit, {what}")
 
     return NodeClient(base_url, inspect=inspect, headers=headers, timeout=conn.timeout)
 

@@ -12,8 +12,9 @@ Protocol (REST v4 under ``/api/v4``, ``PRIVATE-TOKEN: <token>``):
   (``sort=asc``); system notes ("changed the description") are left out.
 * rate limits: ``RateLimit-Remaining`` / ``RateLimit-Reset`` (epoch seconds) recorded on the
   connection; 429 is a ``Delay`` until ``Retry-After`` (else the reset, else a minute).
-* webhooks: ``X-Gitlab-Token`` equals the secret; delivery ``X-Gitlab-Event-UUID`` (or
-  ``Idempotency-Key``); ``issue``, ``merge_request`` and ``note`` events.
+* webhooks: ``X-Gitlab-Token`` equals the secret; the replay key is ``Idempotency-Key``
+  (kept across retries), ``X-Gitlab-Event-UUID`` only the chain id (shared by recursive
+  webhooks); ``issue``, ``merge_request`` and ``note`` events.
 
 Node ids: ``GitlabProject`` the project id; ``GitlabIssue`` ``<project id>#<iid>``;
 ``GitlabMergeRequest`` ``<project id>!<iid>``.
@@ -21,6 +22,7 @@ Node ids: ``GitlabProject`` the project id; ``GitlabIssue`` ``<project id>#<iid>
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 from collections.abc import Mapping
@@ -233,10 +235,9 @@ def verify(headers: Mapping[str, str], body: bytes, secret: str, now: datetime) 
 def parse(headers: Mapping[str, str], body: bytes) -> WebhookEvent:
     """The issue or merge request an ``issue``, ``merge_request`` or ``note`` delivery
     touched (other events: no refs)."""
-    delivery = header(headers, "X-Gitlab-Event-UUID") or header(headers, "Idempotency-Key")
-    if not delivery:
-        raise MalformedWebhook("gitlab webhook without X-Gitlab-Event-UUID")
-    what = f"gitlab webhook {delivery}"
+    chain = header(headers, "X-Gitlab-Event-UUID") or ""
+    delivery = _delivery_id(headers, body)
+    what = f"gitlab webhook {chain or delivery}"
     payload = webhook_payload(body, what)
     kind, project_id = payload.get("object_kind"), as_object(payload.get("project")).get("id")
     if not isinstance(kind, str) or not _is_id(project_id):
@@ -251,13 +252,25 @@ def parse(headers: Mapping[str, str], body: bytes) -> WebhookEvent:
         merge = attributes["noteable_type"] == "MergeRequest"
         iid = as_object(payload.get("merge_request" if merge else "issue")).get("iid")
     else:
-        return storable_event(WebhookEvent(delivery, [], root=root, kind=kind), what)
+        return storable_event(
+            WebhookEvent(delivery, [], root=root, kind=kind, chain_id=chain), what
+        )
     if not _is_id(iid) or isinstance(iid, str):
         raise MalformedWebhook(f"{what}: no iid")
     ref = (
         NodeRef(MERGE_REQUEST, f"{project}!{iid}") if merge else NodeRef(ISSUE, f"{project}#{iid}")
     )
-    return storable_event(WebhookEvent(delivery, [ref], root=root, kind=kind), what)
+    return storable_event(WebhookEvent(delivery, [ref], root=root, kind=kind, chain_id=chain), what)
+
+
+def _delivery_id(headers: Mapping[str, str], body: bytes) -> str:
+    """The replay key of a delivery: ``Idempotency-Key``, which GitLab keeps across the
+    retries of one event and nothing else; from a GitLab without it (before 17.4), the
+    body's digest (a retry sends the same body). Never ``X-Gitlab-Event-UUID``: recursive
+    webhooks share it, so a second, different event would be dropped as a replay
+    (https://docs.gitlab.com/user/project/integrations/webhooks/#delivery-headers)."""
+    key = header(headers, "Idempotency-Key")
+    return key or "sha256:" + hashlib.sha256(body).hexdigest()
 
 
 def _is_id(value: Any) -> bool:

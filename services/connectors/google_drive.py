@@ -18,16 +18,24 @@ Protocol (Drive API v3 under ``/drive/v3``, ``Authorization: Bearer <access toke
   left out. The watermark is the start page token.
 * incremental walk (``since`` = that token): ``GET /changes?pageToken=`` until a page carries
   ``newStartPageToken`` (the next watermark); removed or trashed files are listed too and
-  ``fetch`` answers None for them.
+  ``fetch`` answers None for them. A token ``changes.list`` rejects (400, 404, 410) raises
+  ``ResyncRequired``: the caller discards it and walks again as a complete walk, as the
+  reference asks (``ChangeList.nextPageToken``: "If the token is rejected for any reason, it
+  should be discarded, and pagination should be restarted from the first page").
 * fetch: ``GET /files/{id}?fields=...``; a Google Doc is ``GET /files/{id}/export?mimeType=
   text/plain`` (``settings.export_format: html``: ``text/html``), a Sheet ``text/csv``, a
   Slides deck ``text/plain``; any other file ``GET /files/{id}?alt=media`` (text types only,
   others keep their name as text). Trashed or 404: None.
 * rate limits: Drive sends no quota headers. Its limit answers are 429 and 403 with reason
-  ``userRateLimitExceeded`` / ``rateLimitExceeded``: a ``Delay`` until ``Retry-After`` when
-  given (a 403 limit without it: ``settings.rate_limit_wait``, default ``DEFAULT_WAIT`` s),
-  recorded on the connection; a 429 without Retry-After is ``Retryable`` (the platform's
-  backoff, as Google asks). 5xx: ``Retryable``; 401/other 403: ``Unrecoverable``.
+  ``userRateLimitExceeded`` / ``rateLimitExceeded`` / ``dailyLimitExceeded`` /
+  ``sharingRateLimitExceeded``: a ``Delay`` until ``Retry-After`` when given; a 403 limit
+  without it waits ``settings.rate_limit_wait`` (default ``DEFAULT_WAIT`` s) the first time,
+  then a truncated exponential backoff with jitter while it repeats (at most
+  ``rate_limit_backoff_max_seconds``), recorded on the connection; a 429 without
+  Retry-After is ``Retryable`` (the platform's backoff, as Google asks). 5xx: ``Retryable``;
+  401: ``Unrecoverable`` (invalid credentials); any other 403 is ``Unrecoverable`` naming
+  its reason (``insufficientFilePermissions``, ``cannotExportFile``...): one file's refusal,
+  not the connection's credentials.
 
 Node ids: ``GoogleDrive`` the drive id (``my-drive``); ``GoogleDriveFile`` ``<drive>/<file id>``.
 """
@@ -36,14 +44,27 @@ from __future__ import annotations
 
 import json
 from contextlib import closing
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
 
 import requests
 
-from services.connectors.node_http import NodeClient, blocked, parse_time, retry_after
-from services.connectors.nodes import Connection, Node, NodeRef, NodeSource, WalkPage
+from services.connectors.node_http import (
+    NodeClient,
+    backed_off,
+    blocked,
+    parse_time,
+    retry_after,
+)
+from services.connectors.nodes import (
+    Connection,
+    Node,
+    NodeRef,
+    NodeSource,
+    ResyncRequired,
+    WalkPage,
+)
 from shared.errors import Retryable, Unrecoverable
 from shared.http import NotFound
 
@@ -67,7 +88,18 @@ TEXT_TYPES = ("text/", "application/json", "application/xml", "application/x-yam
 FILE_FIELDS = "id,name,mimeType,modifiedTime,webViewLink,trashed,parents"
 LIST_FIELDS = f"nextPageToken,files({FILE_FIELDS})"
 CHANGE_FIELDS = f"nextPageToken,newStartPageToken,changes(fileId,removed,time,file({FILE_FIELDS}))"
-RATE_REASONS = ("userRateLimitExceeded", "rateLimitExceeded")
+#: 403 reasons that are limits, not permissions: they wait (a growing backoff), whatever the
+#: file (https://developers.google.com/workspace/drive/api/guides/handle-errors).
+RATE_REASONS = (
+    "userRateLimitExceeded",
+    "rateLimitExceeded",
+    "dailyLimitExceeded",
+    "sharingRateLimitExceeded",
+)
+#: A page token ``changes.list`` rejects: discarded, and the walk starts over ("If the token
+#: is rejected for any reason, it should be discarded, and pagination should be restarted",
+#: https://developers.google.com/workspace/drive/api/reference/rest/v3/changes/list).
+TOKEN_REJECTED = (400, 404, 410)
 
 
 class GoogleDriveSource:
@@ -322,18 +354,36 @@ def _client(conn: Connection) -> NodeClient:
         raise Unrecoverable(f"google_drive connection {conn.connection_id}: no access_token")
 
     def inspect(response: requests.Response, what: str) -> None:
+        if what == "GET /changes" and response.status_code in TOKEN_REJECTED:
+            raise ResyncRequired(
+                f"google_drive: changes.list rejected the page token "
+                f"(HTTP {response.status_code} {_reason(response) or ''}): a complete walk"
+            )
         until = retry_after(response)
         if response.status_code in (429, 503) and until is not None:
             raise blocked(conn, until, f"google_drive, {what}")
-        if response.status_code == 403 and _reason(response) in RATE_REASONS:
+        if response.status_code != 403:
+            return
+        reason = _reason(response)
+        if reason in RATE_REASONS:
+            if until is not None:
+                raise blocked(conn, until, f"google_drive {reason}, {what}")
             wait = float(conn.settings.get("rate_limit_wait") or DEFAULT_WAIT)
-            until = until or datetime.now(UTC) + timedelta(seconds=wait)
-            raise blocked(conn, until, f"google_drive, {what}")
+            raise backed_off(conn, wait, f"google_drive {reason}, {what}")
+        raise Unrecoverable(f"{what}: HTTP 403 {reason or 'forbidden'}: {_message(response)}")
 
     base = (conn.base_url or DEFAULT_BASE_URL).rstrip("/") + "/drive/v3"
     return NodeClient(
         base, inspect=inspect, headers={"Authorization": f"Bearer {token}"}, timeout=conn.timeout
     )
+
+
+def _message(response: requests.Response) -> str:
+    """``error.message`` of a Google error body, shortened."""
+    try:
+        return str(response.json()["error"]["message"])[:200]
+    except (ValueError, KeyError, TypeError):
+        return ""
 
 
 def _reason(response: requests.Response) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 import requests
 
 from services.connectors.nodes import Connection
+from shared.egress.addresses import AddressRefused
 from shared.errors import Delay, Retryable
 from shared.http import JsonClient, raise_for_status, retry_after_seconds
 
@@ -45,10 +46,13 @@ class NodeClient(JsonClient):
 
     def request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         what = f"{method} {path.split('?', 1)[0]}"
+        url = self.url(path)
         try:
             response = self.session.request(
-                method, self.url(path), timeout=kwargs.pop("timeout", self.timeout), **kwargs
+                method, url, timeout=kwargs.pop("timeout", self.timeout), **kwargs
             )
+        except AddressRefused as refused:
+            raise AddressRefused(url, refused.host, refused.address, refused.kind) from None
         except requests.RequestException as exc:
             raise Retryable(f"{what}: {type(exc).__name__}: {exc}") from exc
         self.inspect(response, what)
@@ -86,6 +90,16 @@ def blocked(conn: Connection, until: datetime, what: str) -> Delay:
     """Record that ``conn`` may not call before ``until`` and say so as a ``Delay``."""
     conn.record_quota(None, until)
     return Delay(until.timestamp(), reason=f"rate-limit ({what})")
+
+
+def backed_off(conn: Connection, base: float, what: str) -> Delay:
+    """A ``Delay`` for a rate limit that names no end, growing with the connection's streak
+    of them (:meth:`RateLimitState.repeated_limit`; ``base`` when the connection keeps no
+    state), recorded on the connection like any other block."""
+    state = conn.rate_limits
+    wait = state.repeated_limit(conn, base) if state is not None else base
+    until = datetime.fromtimestamp(datetime.now(UTC).timestamp() + wait, UTC)
+    return blocked(conn, until, what)
 
 
 def parse_time(value: Any) -> datetime | None:

@@ -32,18 +32,49 @@ response's quota headers are recorded there, so the next job of the same connect
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import redis
 
-from shared.errors import SpeedtierError
+from shared.errors import SpeedtierError, Unrecoverable
 
 #: A quota left at or under this many calls blocks the connection's bulk (import and index)
 #: work until its reset; webhook work may spend it (see :class:`RateLimitState`).
 DEFAULT_RESERVE = 0
+#: The longest wait of the backoff after repeated rate limits (``SPEEDTIER_RATE_LIMIT_BACKOFF_
+#: MAX_SECONDS`` in a process).
+DEFAULT_BACKOFF_MAX_SECONDS = 900.0
+
+
+def backoff_seconds(
+    streak: int, base: float, cap: float, rand: Callable[[], float] = random.random
+) -> float:
+    """The wait after the ``streak``-th rate limit in a row: exponential with jitter, never
+    under ``base`` (GitHub: "at least one minute") nor over ``cap``. With ``c = min(cap,
+    base * 2**(n-1))``, the n-th wait is drawn in ``[max(base, c/2), c]`` (the first is
+    ``base``), as both references ask ("wait for an exponentially increasing amount of time",
+    https://docs.github.com/en/rest/using-the-rest-api/rate-limits-for-the-rest-api; "a
+    truncated exponential backoff", https://developers.google.com/workspace/drive/api/guides/
+    limits)."""
+    ceiling = min(cap, base * 2 ** min(max(streak, 1) - 1, 32))
+    floor = min(ceiling, max(base, ceiling / 2))
+    return float(floor + (ceiling - floor) * rand())
+
+
+class ResyncRequired(Unrecoverable):
+    """The provider rejected the change token or delta link an incremental walk started from
+    (Drive's ``changes.list`` 400/404/410, Graph's ``410 Gone`` ``resyncRequired``): the
+    walk must start over as a complete one. ``restart`` is where the provider says that
+    walk begins (Graph's ``Location``, a path under the connection's base), None: the
+    walk's own start. Unhandled, it fails the job as any ``Unrecoverable``."""
+
+    def __init__(self, message: str, restart: str | None = None) -> None:
+        super().__init__(message)
+        self.restart = restart
 
 
 @dataclass(frozen=True)
@@ -101,6 +132,9 @@ class WebhookEvent:
     root node the touched nodes belong to (a repository, a team, a project) when the payload
     names it; ``refs`` are the nodes to index again, ``removed`` those the provider deleted.
     ``kind`` is the provider's event name (``issues``, ``Issue``, ``Merge Request Hook``...).
+    ``chain_id`` names the chain of deliveries an event belongs to when the provider says so
+    (GitLab's ``X-Gitlab-Event-UUID``, shared by recursive webhooks): for logs, never a
+    replay key.
     """
 
     delivery_id: str
@@ -108,6 +142,7 @@ class WebhookEvent:
     root: NodeRef | None = None
     removed: list[NodeRef] = field(default_factory=list)
     kind: str = ""
+    chain_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -262,10 +297,12 @@ class RateLimitState:
         *,
         reserve: int = DEFAULT_RESERVE,
         reserves: Mapping[str, int] | None = None,
+        backoff_max_seconds: float = DEFAULT_BACKOFF_MAX_SECONDS,
     ) -> None:
         self.namespace = namespace
         self.reserve = reserve
         self.reserves = dict(reserves or {})
+        self.backoff_max_seconds = backoff_max_seconds
         self._client = client
         self._record = client.register_script(_RECORD)
 
@@ -296,6 +333,16 @@ class RateLimitState:
         if reset_ms <= int(datetime.now(UTC).timestamp() * 1000):
             return
         self._record(keys=keys, args=[reset_ms])
+
+    def repeated_limit(self, conn: Connection, base: float) -> float:
+        """The seconds to wait after one more rate limit of ``conn`` that names no end (GitHub's
+        secondary limit, Drive's 403 rate limits): :func:`backoff_seconds` of the
+        connection's streak of them, which is forgotten twice that wait after the last."""
+        key = self.key(conn) + ":streak"
+        streak = int(self._client.incr(key))
+        wait = backoff_seconds(streak, base, self.backoff_max_seconds)
+        self._client.expire(key, int(2 * wait + base) + 1)
+        return wait
 
     def blocked_until(
         self, conn: Connection, now: datetime | None = None, *, reserved: bool = False

@@ -9,7 +9,11 @@ Protocol (Graph v1.0 under ``/v1.0``, ``Authorization: Bearer <access token>``):
   incremental walk (``since``) starts from it and lists only what changed. Folders and the
   root are left out; items with the ``deleted`` facet are listed, and ``fetch`` answers None
   for them. Links are followed only on the connection's own Graph host (the token is never
-  sent elsewhere).
+  sent elsewhere). A ``410 Gone`` on a delta link (``resyncRequired`` and its
+  ``resyncChanges*`` variants: the token expired) raises ``ResyncRequired`` carrying the
+  ``Location`` it names, the start of a fresh enumeration: the caller walks the drive again
+  from there, as a complete walk (https://learn.microsoft.com/en-us/onedrive/developer/
+  rest-api/api/driveitem_delta, "Error responses").
 * fetch: ``GET /drives/{drive-id}/items/{item-id}`` (404 or ``deleted``: None) and, for text
   files (``file.mimeType`` text/*, JSON, XML, Markdown, at most ``settings.max_file_bytes``),
   ``GET .../content``, which answers 302 to a pre-authenticated download URL (followed).
@@ -38,7 +42,14 @@ from services.connectors.node_http import (
     parse_time,
     retry_after,
 )
-from services.connectors.nodes import Connection, Node, NodeRef, NodeSource, WalkPage
+from services.connectors.nodes import (
+    Connection,
+    Node,
+    NodeRef,
+    NodeSource,
+    ResyncRequired,
+    WalkPage,
+)
 from shared.errors import Retryable, Unrecoverable
 from shared.http import NotFound
 
@@ -181,6 +192,12 @@ def _client(conn: Connection) -> NodeClient:
             reset = int_header(answer, "RateLimit-Reset")
             if reset is not None:
                 conn.record_quota(remaining, datetime.now(UTC) + timedelta(seconds=reset))
+        if response.status_code == 410 and what.endswith("/delta"):
+            location = response.headers.get("Location")
+            raise ResyncRequired(
+                f"sharepoint: {what}: 410 {_error_code(response)}: the delta starts over",
+                restart=_relative(conn, location) if location else None,
+            )
         until = retry_after(response)
         if response.status_code in (429, 503) and until is not None:
             raise blocked(conn, until, f"sharepoint, {what}")
@@ -191,3 +208,11 @@ def _client(conn: Connection) -> NodeClient:
         headers={"Authorization": f"Bearer {token}"},
         timeout=conn.timeout,
     )
+
+
+def _error_code(response: requests.Response) -> str:
+    """``error.code`` of a Graph error body (``resyncRequired``...)."""
+    try:
+        return str(response.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return ""

@@ -3,7 +3,8 @@
 The walk (the ledger of claimed URLs, depth and page caps, the crawl_url jobs) belongs to
 the knowledge sync (seed 000), and a URL document's pages to ingestion (seed 003); how a
 page is fetched belongs to the web kernel. This connector binds the two: the SSRF guard's
-private-network switch (``crawl_allow_private_networks``), the HTTP timeout, robots.txt,
+private-network switch (``crawl_allow_private_networks``) and allowed networks
+(``egress_allowed_networks``), the HTTP timeout, robots.txt,
 and, given the shared rate windows, the per-host politeness rule (``crawl_host_rate``).
 """
 
@@ -22,6 +23,7 @@ def url_fetcher(settings: Settings, *, windows: RateWindows | None = None) -> Pa
     ``windows`` is given (a crawl); without it, no host window is taken (a URL document,
     whose pages are fetched one after another)."""
     allow_private = settings.crawl_allow_private_networks
+    networks = settings.egress_networks
     timeout = settings.http_timeout_seconds
     host_window = None
     if windows is not None:
@@ -32,6 +34,7 @@ def url_fetcher(settings: Settings, *, windows: RateWindows | None = None) -> Pa
     return page_fetcher(
         allow_private=allow_private,
         timeout=timeout,
-        robots=RobotsCache(allow_private=allow_private, timeout=timeout),
+        robots=RobotsCache(allow_private=allow_private, timeout=timeout, allowed_networks=networks),
+        allowed_networks=networks,
         politeness=host_window,
     )

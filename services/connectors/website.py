@@ -11,7 +11,8 @@ markdown. Pages carry no reliable modification date, so a page's synchronization
 time it was fetched (every walk re-indexes the site; it lives on the slow tier).
 
 Node ids are normalised URLs: ``WebsiteRoot`` and ``WebsitePage``. Settings:
-``urls`` (roots), ``allow_private_networks`` (tests only), the limits above.
+``urls`` (roots) and the limits above; the addresses a site may resolve to are the
+process's egress guard's (``shared.egress``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from services.connectors.nodes import Connection, Node, NodeRef, NodeSource, Wal
 from services.web.fetch import CrawledPage, PageFetch, page_fetcher
 from services.web.robots import Disallowed, RobotsCache
 from services.web.urls import normalize_url
+from shared.egress.addresses import AddressGuard
+from shared.egress.session import default_guard
 from shared.errors import Unrecoverable
 from shared.http import NotFound
 
@@ -99,16 +102,25 @@ SOURCE: NodeSource = WebsiteSource()
 
 
 def _fetcher(conn: Connection) -> PageFetch:
-    allow_private = bool(conn.settings.get("allow_private_networks"))
-    robots = _robots(allow_private, conn.timeout)
-    return page_fetcher(allow_private=allow_private, timeout=conn.timeout, robots=robots)
+    """The page fetcher of the process's egress guard: which addresses a site may resolve to
+    is the operator's to say (``egress_allowed_networks``), never a connection setting's."""
+    guard = default_guard()
+    robots = _robots(guard, conn.timeout)
+    return page_fetcher(
+        allow_private=guard.allow_private,
+        allowed_networks=guard.allowed_networks,
+        timeout=conn.timeout,
+        robots=robots,
+    )
 
 
 @functools.lru_cache(maxsize=8)
-def _robots(allow_private: bool, timeout: float) -> RobotsCache:
+def _robots(guard: AddressGuard, timeout: float) -> RobotsCache:
     """One robots.txt cache per process and configuration (thread-safe, an hour per host),
     so the index jobs of a site do not fetch its robots.txt once per page."""
-    return RobotsCache(allow_private=allow_private, timeout=timeout)
+    return RobotsCache(
+        allow_private=guard.allow_private, allowed_networks=guard.allowed_networks, timeout=timeout
+    )
 
 
 def _crawl(fetch: PageFetch, url: str, *, is_root: bool) -> CrawledPage | None:

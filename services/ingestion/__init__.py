@@ -40,7 +40,11 @@ def register(platform: ServiceContext) -> None:
         connectors=CONNECTORS,
         provider_urls=settings.provider_urls,
         # a namespace of its own: connection ids are not the super sources' ones
-        rate_limits=RateLimitState(platform.broker.client, f"{settings.redis_namespace}:kb"),
+        rate_limits=RateLimitState(
+            platform.broker.client,
+            f"{settings.redis_namespace}:kb",
+            backoff_max_seconds=settings.rate_limit_backoff_max_seconds,
+        ),
         timeout=settings.http_timeout_seconds,
         recrawl_interval_seconds=recrawl,
     )
@@ -54,6 +58,7 @@ def register(platform: ServiceContext) -> None:
         fetch_feed=feed_fetcher(
             allow_private=settings.crawl_allow_private_networks,
             timeout=settings.http_timeout_seconds,
+            allowed_networks=settings.egress_networks,
         ),
         ocr=OcrLimits(
             max_pages=settings.ocr_max_pages, timeout_seconds=settings.ocr_timeout_seconds

@@ -10,8 +10,10 @@ Credentials never come back: a connection shows the names of its credential fiel
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -20,6 +22,7 @@ from services.apikit.schemas import StrictRequest
 from services.ingestion.connector_sync.adapters import KbConnector
 from services.ingestion.schemas import Audience, Name
 from shared.db.models.kb_connectors import KbConnection, KbConnectorBinding
+from shared.egress.session import default_guard
 from shared.errors import ValidationFailed
 from shared.inputs import NUL_FREE, Id
 
@@ -179,6 +182,18 @@ def checked(connector: KbConnector, model: type[BaseModel], values: Any, prefix:
         for item in exc.errors(include_url=False):
             errors.setdefault(field_path((prefix, *item["loc"])), item["msg"])
         raise ValidationFailed(errors) from None
+
+
+def checked_host(connector: KbConnector, settings: Mapping[str, Any], prefix: str) -> None:
+    """Refuse connection ``settings`` whose provider host (``site``...) is an address the
+    egress guard refuses: ValidationFailed naming the field that made the host."""
+    url = connector.default_base_url(settings)
+    reason = default_guard().refusal(urlsplit(url).hostname or "") if url else None
+    if reason is None:
+        return
+    named = [k for k, v in settings.items() if isinstance(v, str) and v and v.lower() in url]
+    field = field_path((prefix, named[0])) if named else prefix
+    raise ValidationFailed({field: f"refused: {reason}"})
 
 
 def checked_item(connector: KbConnector, item_id: str) -> str:

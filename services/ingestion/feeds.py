@@ -43,8 +43,8 @@ from services.web.failures import (
 )
 from services.web.feed_fetch import FeedFetch
 from services.web.html import extract_html
-from services.web.ssrf_guard import AddressRefused, log_refusal
 from shared.db.models.ingestion import KbDocument
+from shared.egress.addresses import AddressRefused, log_refusal
 from shared.errors import Delay, Retryable, Unrecoverable
 
 #: The connector name feed entries are bound to.

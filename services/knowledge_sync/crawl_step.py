@@ -28,7 +28,7 @@ from services.knowledge_sync import crawl_ledger
 from services.knowledge_sync.crawl_ledger import ChildRequest
 from services.web.fetch import CrawledPage
 from services.web.robots import Disallowed
-from services.web.ssrf_guard import AddressRefused, log_refusal
+from shared.egress.addresses import AddressRefused, log_refusal
 from shared.errors import Delay, RecordMissing, Unrecoverable
 
 

@@ -35,7 +35,12 @@ def install(platform: ServiceContext, registry: SourceRegistry) -> None:
     namespace = settings.redis_namespace
     ctx = SuperContext(
         registry=registry,
-        rate_limits=RateLimitState(client, namespace, reserves=registry.webhook_reserves()),
+        rate_limits=RateLimitState(
+            client,
+            namespace,
+            reserves=registry.webhook_reserves(),
+            backoff_max_seconds=settings.rate_limit_backoff_max_seconds,
+        ),
         chunker=Chunker(),
         embedder=embedder_from_settings(settings, windows=RateWindows(client, namespace)),
         client=client,

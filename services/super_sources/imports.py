@@ -15,6 +15,10 @@ page)                               the checkpoint of the last page holds (and r
                                     never exhausts its delays)
 the last page                       the import completes: the walk's ``watermark`` is kept,
                                     and the next import lists only what changed since it
+the provider rejects the            the walk starts over as a complete one (from Graph's
+watermark (``ResyncRequired``)      ``Location`` when given); the index jobs it schedules
+                                    keep what still exists, and a node the provider says is
+                                    gone is removed when its index job fetches it
 ``first_run``                       starts from the beginning with no watermark: everything
 =================================  =========================================================
 """
@@ -27,7 +31,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session, sessionmaker
 
 from router.enqueue import Router
-from services.connectors.nodes import NodeRef
+from services.connectors.nodes import NodeRef, ResyncRequired
 from services.super_sources import store
 from services.super_sources.context import SuperContext
 from services.super_sources.families import index_request
@@ -85,6 +89,16 @@ def import_root(
             page = entry.connector.walk(conn, root, checkpoint, since)
         except Delay as delay:
             raise _with_progress(delay, checkpoint) from None
+        except ResyncRequired as resync:
+            if since is None and checkpoint == resync.restart:
+                raise  # already a complete walk from where the provider says to start
+            log.warning("import %s: %s; a complete walk", root, resync)
+            checkpoint, since = resync.restart, None
+            with session_scope(sessions) as session:
+                state = store.locked_import(session, organization_id, connection_id, root)
+                state.checkpoint, state.since = checkpoint, None
+                session.commit()
+            continue
         requests = [
             index_request(
                 organization_id, conn.source, connection_id, root, ref, page.dates.get(ref)

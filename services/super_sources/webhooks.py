@@ -22,7 +22,10 @@ Redis refuses the job                       503 with Retry-After, and the delive
 The signature is the authentication: the connector compares it in constant time
 (``hmac.compare_digest``). Without ``?connection=`` the payload is read before it is
 verified, only to find the connection whose secret verifies it. The replay guard is one
-``SET NX`` with a TTL on ``<ns>:super:delivery:<source>:<connection>:<delivery id>``.
+``SET NX`` with a TTL on ``<ns>:super:delivery:<source>:<connection>:<delivery id>``; the
+delivery id is what the provider keeps across the retries of one event and nothing else
+(GitLab: ``Idempotency-Key``; its ``X-Gitlab-Event-UUID``, shared by recursive webhooks,
+is only the chain id the accepted delivery's log line names).
 
 The webhook unit runs the entry's processor (it may call the provider) and schedules one
 ``super_index`` job per node it names, as seed 004's ``scheduleNodeIndexations`` does: the
@@ -115,6 +118,8 @@ def receive(
     except (QueueUnavailable, ValidationFailed):
         ctx.client.delete(replay_key)
         raise
+    chain = f" (chain {event.chain_id[:64]})" if event.chain_id else ""
+    log.info("webhook %s/%s: delivery %s accepted%s", source, path, event.delivery_id, chain)
     return Answer(202, {"status": "accepted", "job_id": answer.job_id, "queue": answer.queue})
 
 

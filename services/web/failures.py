@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from services.web.fetch import CrawledPage, PageFetch
 from services.web.robots import Disallowed
-from services.web.ssrf_guard import AddressRefused, log_refusal
+from shared.egress.addresses import AddressRefused, log_refusal
 from shared.errors import Delay, Retryable, SpeedtierError, Unrecoverable
 
 UNREACHABLE = "unreachable or redirecting URL"

@@ -11,7 +11,7 @@ often ``text/html``; the parser decides.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -19,8 +19,8 @@ from services.web.fetch import MAX_PAGE_BYTES
 from services.web.pinned_get import DEFAULT_USER_AGENT
 from services.web.redirects import get_following
 from services.web.response_body import read_body
-from services.web.ssrf_guard import address_guard
 from services.web.urls import require_url
+from shared.egress.addresses import Network, address_guard
 from shared.http import raise_for_status
 
 _ACCEPT = (
@@ -48,6 +48,7 @@ def fetch_feed(
     timeout: float,
     max_bytes: int = MAX_PAGE_BYTES,
     user_agent: str = DEFAULT_USER_AGENT,
+    allowed_networks: Sequence[str | Network] = (),
 ) -> FetchedFeed:
     """GET the feed at ``url``, every hop through the SSRF guard.
 
@@ -55,7 +56,7 @@ def fetch_feed(
       Delay / Retryable / Unrecoverable: as described in the module docstring.
     """
     current = require_url(url)
-    guard = address_guard(allow_private, ())
+    guard = address_guard(allow_private, allowed_networks)
     with get_following(current, guard, timeout=timeout, user_agent=user_agent, accept=_ACCEPT) as (
         final_url,
         response,
@@ -66,6 +67,10 @@ def fetch_feed(
         return FetchedFeed(final_url, body, response.headers.get("Content-Type"))
 
 
-def feed_fetcher(*, allow_private: bool, timeout: float) -> FeedFetch:
+def feed_fetcher(
+    *, allow_private: bool, timeout: float, allowed_networks: Sequence[str | Network] = ()
+) -> FeedFetch:
     """``fetch_feed`` bound to one configuration."""
-    return partial(fetch_feed, allow_private=allow_private, timeout=timeout)
+    return partial(
+        fetch_feed, allow_private=allow_private, timeout=timeout, allowed_networks=allowed_networks
+    )

@@ -2,9 +2,9 @@
 
 :func:`fetch_page` GETs a page and turns it into markdown plus the page's same-host links.
 Every request, redirect hops and robots.txt included, goes through the same SSRF guard
-(:mod:`.ssrf_guard`): the host is resolved once, every address it resolves to must be public
-(unless private networks are allowed), and the connection is made to the checked address
-itself (:mod:`.pinned_get`), so a second DNS answer cannot point the request elsewhere (no
+(:mod:`shared.egress`): the host is resolved once, every address it resolves to must be
+public (unless private networks are allowed), and the connection is made to the checked
+address itself (:mod:`.pinned_get`), so a second DNS answer cannot point the request elsewhere (no
 DNS rebinding between check and connect). The residual risks are a TLS server that is
 reachable at the checked public address but proxies onward, which no client-side check can
 see, and requests the page makes itself, which never happen here: nothing is rendered or
@@ -12,7 +12,7 @@ executed.
 
 Failures speak the error hierarchy (:mod:`shared.http` semantics): 5xx, 429 without
 Retry-After, timeouts and transport errors are ``Retryable``; 429 with Retry-After is a
-``Delay``; a refused address (``ssrf_guard.AddressRefused``, with its own reason), other
+``Delay``; a refused address (``AddressRefused``, with its own reason), other
 4xx, an unsupported content type, a page over the size limit and too many redirects are
 ``Unrecoverable``. A URL robots.txt forbids raises
 :class:`~services.web.robots.Disallowed`, which is not a job failure: the crawl finishes the
@@ -31,8 +31,8 @@ from services.web.politeness import HostPoliteness
 from services.web.redirects import get_following
 from services.web.response_body import charset_of, decode_text, media_type_of, read_body
 from services.web.robots import RobotsCache
-from services.web.ssrf_guard import Network, address_guard
 from services.web.urls import require_url
+from shared.egress.addresses import Network, address_guard
 from shared.errors import Unrecoverable
 from shared.http import raise_for_status
 
@@ -132,6 +132,7 @@ def page_fetcher(
     robots: RobotsCache | None = None,
     politeness: HostPoliteness | None = None,
     user_agent: str = DEFAULT_USER_AGENT,
+    allowed_networks: Sequence[str | Network] = (),
 ) -> PageFetch:
     """``fetch_page`` bound to one configuration: the ``fetch`` a crawl step takes."""
     return partial(
@@ -141,4 +142,5 @@ def page_fetcher(
         robots=robots,
         politeness=politeness,
         user_agent=user_agent,
+        allowed_networks=allowed_networks,
     )

@@ -8,8 +8,8 @@ from contextlib import contextmanager
 import requests
 
 from services.web.pinned_get import pinned_get
-from services.web.ssrf_guard import AddressGuard
 from services.web.urls import normalize_url
+from shared.egress.addresses import AddressGuard
 from shared.errors import Unrecoverable
 
 MAX_REDIRECTS = 5

@@ -4,13 +4,22 @@ Rules are read per RFC 9309 with Protego (a maintained parser): the group of the
 specific matching user agent, then the most specific (longest) matching rule, ``Allow``
 winning a tie; ``*`` and ``$`` wildcards (``Disallow: /`` with ``Allow: /docs/`` allows
 ``/docs/a``). ``urllib.robotparser`` applied the first matching rule and read ``*`` and ``$``
-literally. ``Crawl-delay`` (and ``Request-rate``) become a lower bound on the per-host
-politeness (:meth:`RobotsCache.crawl_delay`, used by ``services.web.fetch``), capped at
+literally.
+
+A group applies when its ``User-agent`` equals the crawler's product token, compared without
+regard to case (RFC 9309, section 2.2.1): ``User-agent: speedtier`` does not apply to
+``speedtier-crawler``. Protego also applies a group whose name starts the token, so
+:func:`parse_robots` renames every group of another product token before Protego reads the
+file; groups naming the same token are combined, and ``*`` applies when none names it.
+
+``Crawl-delay`` (and ``Request-rate``) become a lower bound on the per-host politeness
+(:meth:`RobotsCache.crawl_delay`, used by ``services.web.fetch``), capped at
 :data:`MAX_CRAWL_DELAY_SECONDS`.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -20,8 +29,8 @@ from protego import Protego
 from services.web.pinned_get import DEFAULT_USER_AGENT
 from services.web.redirects import get_following
 from services.web.response_body import read_body
-from services.web.ssrf_guard import Network, address_guard
 from services.web.urls import origin, require_url
+from shared.egress.addresses import Network, address_guard
 from shared.errors import SpeedtierError
 from shared.http import raise_for_status
 
@@ -29,6 +38,24 @@ ROBOTS_MAX_BYTES = 500 * 1024  # RFC 9309: parse at least the first 500 KiB
 #: A longer Crawl-delay is read as this: a site asking for hours between requests would
 #: keep one crawl alive for weeks.
 MAX_CRAWL_DELAY_SECONDS = 60.0
+
+# A user-agent line in the forms Protego reads ("User-agent: x", "useragent x", "user agent: x").
+_USER_AGENT_LINE = re.compile(r"(?im)^([ \t]*user[- ]?agent(?:[ \t]*:[ \t]*|[ \t]+))([^#\s]+)")
+# The name other groups get: no product token can contain "~" (RFC 9309: letters, "_", "-").
+_OTHER_AGENT = "~"
+
+
+def parse_robots(text: str, product_token: str) -> Protego:
+    """The rules of robots.txt ``text`` as they apply to ``product_token``: only groups whose
+    user agent equals the token (case-insensitive) or ``*`` can match it."""
+    token = product_token.lower()
+
+    def rename(match: re.Match[str]) -> str:
+        agent = match.group(2)
+        kept = agent == "*" or agent.lower() == token
+        return match.group(1) + (agent if kept else _OTHER_AGENT)
+
+    return Protego.parse(_USER_AGENT_LINE.sub(rename, text))
 
 
 class Disallowed(SpeedtierError):
@@ -64,7 +91,7 @@ class RobotsCache:
 
     @property
     def agent(self) -> str:
-        """The product token robots.txt groups are matched against (``speedtier``)."""
+        """The product token robots.txt groups are matched against (``speedtier-crawler``)."""
         return self._user_agent.split("/", 1)[0]
 
     def allowed(self, url: str) -> bool:
@@ -125,4 +152,4 @@ class RobotsCache:
                 timeout=self._timeout,
                 truncate=True,
             )
-        return Protego.parse(body.decode("utf-8", errors="replace"))
+        return parse_robots(body.decode("utf-8", errors="replace"), self.agent)

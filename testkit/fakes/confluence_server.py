@@ -37,6 +37,8 @@ class ConfluenceServer(ProtocolServer):
     email / token: the basic-auth credentials requests must carry.
     max_limit: the most results one page returns (Confluence: 250).
     site_url: what ``_links.base`` names (as the real API names the site, not the API host).
+    next_origin: when set, ``_links.next`` is absolute on this origin (``http://host:port``)
+      instead of relative: an answer a client must not follow to another origin.
     """
 
     def __init__(
@@ -46,8 +48,10 @@ class ConfluenceServer(ProtocolServer):
         *,
         max_limit: int = 250,
         site_url: str = "https://acme.atlassian.net",
+        next_origin: str | None = None,
     ) -> None:
         super().__init__()
+        self.next_origin = next_origin
         self.credentials = base64.b64encode(f"{email}:{token}".encode()).decode()
         self.max_limit = max_limit
         self.site_url = site_url
@@ -190,7 +194,7 @@ class ConfluenceServer(ProtocolServer):
         if start + size < len(items):
             query = {k: ",".join(v) for k, v in request.query.items() if k != "cursor"}
             query["cursor"] = base64.urlsafe_b64encode(str(start + size).encode()).decode()
-            links["next"] = f"{request.path}?{urlencode(query)}"
+            links["next"] = f"{self.next_origin or ''}{request.path}?{urlencode(query)}"
             headers["Link"] = f'<{links["next"]}>; rel="next", <{links["base"]}>; rel="base"'
         return Reply(200, {"results": list(items[start : start + size]), "_links": links}, headers)
 

@@ -190,10 +190,11 @@ class GithubServer(ProtocolServer):
         with self._data_lock:
             self.repos[full_name].issues.pop(number, None)
 
-    def secondary_limit(self, *, retry_after: int = 60, times: int = 1) -> None:
-        """The next ``times`` requests answer a secondary rate limit (403 + retry-after)."""
+    def secondary_limit(self, *, retry_after: int | None = 60, times: int = 1) -> None:
+        """The next ``times`` requests answer a secondary rate limit (403 + retry-after;
+        ``retry_after=None``: without the header, as GitHub may answer)."""
         with self._lock:
-            self._secondary.extend([str(retry_after)] * times)
+            self._secondary.extend(["" if retry_after is None else str(retry_after)] * times)
 
     # -- protocol --------------------------------------------------------------------
 
@@ -222,7 +223,8 @@ class GithubServer(ProtocolServer):
                     "documentation_url": DOCS,
                     "status": "403",
                 }
-                return Reply(403, body, {**self._quota_headers(), "retry-after": wait})
+                headers = {**self._quota_headers(), **({"retry-after": wait} if wait else {})}
+                return Reply(403, body, headers)
             if time.time() >= self._window_end:
                 self._used = 0
                 self._window_end = time.time() + self.rate_window

@@ -16,8 +16,9 @@ Checked against GitLab's published reference:
   ``RateLimit-ResetTime``; over the limit: 429, ``Retry-After``, body ``Retry later``)
 * errors: ``{"message": "401 Unauthorized"}``, ``{"message": "404 Project Not Found"}``
 * https://docs.gitlab.com/user/project/integrations/webhooks/ (``X-Gitlab-Token`` is the
-  secret itself, ``X-Gitlab-Event``, ``X-Gitlab-Event-UUID``, ``Idempotency-Key``):
-  :func:`signed_delivery` builds one.
+  secret itself, ``X-Gitlab-Event``; "Delivery headers": ``Idempotency-Key`` "remains
+  consistent across webhook retries", ``X-Gitlab-Event-UUID`` is shared by recursive
+  webhooks, ``X-Gitlab-Webhook-UUID`` unique per webhook): :func:`signed_delivery` builds one.
 
 Authorization: ``PRIVATE-TOKEN: <token>`` or ``Authorization: Bearer <token>``, else 401.
 Failures: :meth:`ProtocolServer.fail` (404, 429, 500, truncated, slow), ``rate_limit=N``
@@ -365,17 +366,27 @@ class GitlabServer(ProtocolServer):
 
 
 def signed_delivery(
-    event: str, payload: dict[str, Any], secret: str, *, delivery_id: str | None = None
+    event: str,
+    payload: dict[str, Any],
+    secret: str,
+    *,
+    delivery_id: str | None = None,
+    chain_id: str | None = None,
 ) -> tuple[dict[str, str], bytes]:
-    """The headers and body GitLab would POST for ``event`` (``Issue Hook``...)."""
+    """The headers and body GitLab would POST for ``event`` (``Issue Hook``...).
+
+    ``delivery_id`` is the ``Idempotency-Key`` (the same on every retry of one event: pass
+    it again for a retry); ``chain_id`` the ``X-Gitlab-Event-UUID``, which GitLab gives
+    every webhook a webhook triggered (recursive webhooks share it); both default to new.
+    """
     ident = delivery_id or str(uuid.uuid4())
     headers = {
         "Content-Type": "application/json",
         "User-Agent": "GitLab/18.0.0",
         "X-Gitlab-Event": event,
         "X-Gitlab-Token": secret,
-        "X-Gitlab-Event-UUID": ident,
-        "X-Gitlab-Webhook-UUID": "hook-1",
+        "X-Gitlab-Event-UUID": chain_id or str(uuid.uuid4()),
+        "X-Gitlab-Webhook-UUID": str(uuid.uuid4()),
         "Idempotency-Key": ident,
     }
     return headers, json.dumps(payload).encode()

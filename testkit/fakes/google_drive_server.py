@@ -26,6 +26,11 @@ Checked against Google's published reference:
   ``userRateLimitExceeded`` / ``rateLimitExceeded``, 429 ``rateLimitExceeded``, 404
   ``notFound``, 401 ``authError``)
 
+* .../reference/rest/v3/changes/list (``ChangeList.nextPageToken``: "If the token is
+  rejected for any reason, it should be discarded, and pagination should be restarted from
+  the first page of results"): :meth:`expire_change_tokens` makes every page token issued so
+  far rejected, with 400, 404 or 410, as a token Drive no longer honours.
+
 google-api-python-client reaches it with its bundled discovery document
 (``build("drive", "v3", static_discovery=True, client_options={"api_endpoint":
 f"{base_url}/drive/v3/"})``). ``fields`` is honoured for the top-level keys only (the SDK and
@@ -111,6 +116,11 @@ class GoogleDriveServer(ProtocolServer):
         self._windows: dict[str, tuple[float, int]] = {}
         self._data_lock = threading.Lock()
         self._counter = 0
+        #: the next requests whose path starts with the key answer 403 with these reasons
+        self._refusals: list[tuple[str, str]] = []
+        #: page tokens below this are rejected with ``_expired_status``
+        self._expired_below = 0
+        self._expired_status = 410
 
     # -- data ----------------------------------------------------------------------------
 
@@ -157,6 +167,18 @@ class GoogleDriveServer(ProtocolServer):
             del self.files[file_id]
             self.changes.append((len(self.changes) + 1, file_id, True))
 
+    def refuse(self, reason: str, *, path: str = "", times: int = 1) -> None:
+        """The next ``times`` requests under ``path`` answer 403 with ``reason``
+        (``dailyLimitExceeded``, ``insufficientFilePermissions``...: the handle-errors guide)."""
+        with self._data_lock:
+            self._refusals.extend([(PREFIX + path, reason)] * times)
+
+    def expire_change_tokens(self, status: int = 410) -> None:
+        """Reject every page token issued so far with ``status`` (400, 404 or 410)."""
+        with self._data_lock:
+            self._expired_below = len(self.changes) + 1
+            self._expired_status = status
+
     # -- protocol ------------------------------------------------------------------------
 
     def authorized(self, request: Request) -> bool:
@@ -183,6 +205,9 @@ class GoogleDriveServer(ProtocolServer):
     def route(self, request: Request) -> Reply:
         if self._over_limit(_caller(request)):
             return self.status_reply(403, "User rate limit exceeded.")
+        refused = self._refused(request.path)
+        if refused is not None:
+            return refused
         path = request.path.removeprefix(PREFIX)
         if request.method != "GET" or path == request.path:
             return self.status_reply(404, "not found")
@@ -214,6 +239,16 @@ class GoogleDriveServer(ProtocolServer):
             if len(parts) == 2:
                 return Reply(200, _fields(file.resource(), request.param("fields")))
         return self.status_reply(404, "not found")
+
+    def _refused(self, path: str) -> Reply | None:
+        with self._data_lock:
+            found = next((n for n, (p, _) in enumerate(self._refusals) if path.startswith(p)), None)
+            if found is None:
+                return None
+            _, reason = self._refusals.pop(found)
+        message = f"The request was refused: {reason}."
+        error = {"domain": "usageLimits", "reason": reason, "message": message}
+        return Reply(403, {"error": {"code": 403, "message": message, "errors": [error]}})
 
     def _over_limit(self, caller: str) -> bool:
         if self.rate_limit is None:
@@ -260,6 +295,20 @@ class GoogleDriveServer(ProtocolServer):
         size = min(int(request.param("pageSize") or 100), 1000)
         drive = request.param("driveId") or MY_DRIVE
         start = int(token)
+        if start < self._expired_below:
+            status = self._expired_status
+            reason = {400: "invalid", 404: "notFound"}.get(status, "deleted")
+            message = f"The page token {token} is no longer valid."
+            return Reply(
+                status,
+                {
+                    "error": {
+                        "code": status,
+                        "message": message,
+                        "errors": [{"domain": "global", "reason": reason, "message": message}],
+                    }
+                },
+            )
         with self._data_lock:
             window = self.changes[start - 1 : start - 1 + size]
             head = len(self.changes) + 1

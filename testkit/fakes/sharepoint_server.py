@@ -13,6 +13,10 @@ Checked against Microsoft's published reference:
   ``parentReference``)
 * https://learn.microsoft.com/en-us/graph/api/driveitem-get-content (``GET /drives/{id}/items/
   {item-id}/content``: ``302 Found`` with ``Location`` a pre-authenticated download URL)
+* https://learn.microsoft.com/en-us/onedrive/developer/rest-api/api/driveitem_delta ("Error
+  responses": a delta token the service no longer honours is ``410 Gone`` with a
+  ``resyncRequired`` error and a ``Location`` header naming the start of a fresh
+  enumeration): :meth:`expire_delta_tokens` makes every token issued so far answer that
 * https://learn.microsoft.com/en-us/graph/errors (``{error: {code, message, innerError}}``;
   ``itemNotFound``, ``InvalidAuthenticationToken``, ``TooManyRequests``) and
   https://learn.microsoft.com/en-us/graph/throttling plus
@@ -93,6 +97,7 @@ class SharepointServer(ProtocolServer):
         self._windows: dict[str, tuple[float, int]] = {}
         self._lock_data = threading.Lock()
         self._counter = 0
+        self._expired_below = 0  # delta tokens below this answer 410 resyncRequired
 
     # -- data ----------------------------------------------------------------------------
 
@@ -128,6 +133,11 @@ class SharepointServer(ProtocolServer):
             self.log.append((len(self.log) + 1, item_id, item.drive, True))
 
     # -- protocol ------------------------------------------------------------------------
+
+    def expire_delta_tokens(self) -> None:
+        """Answer every delta token issued so far with ``410 Gone`` ``resyncRequired``."""
+        with self._lock_data:
+            self._expired_below = len(self.log) + 1
 
     def authorized(self, request: Request) -> bool:
         if request.path.startswith("/download/"):
@@ -225,6 +235,11 @@ class SharepointServer(ProtocolServer):
         top = min(int(request.param("$top") or 200), 999)
         token = request.param("token")
         skip = request.param("$skiptoken")
+        if token and token.isdigit() and int(token) < self._expired_below:
+            fresh = f"{self.base_url}{PREFIX}/drives/{drive}/root/delta?{urlencode({'$top': top})}"
+            reply = self.status_reply(410, "Resync required. Replace any local items.")
+            gone = {"error": {**reply.body["error"], "code": "resyncRequired"}}
+            return Reply(410, gone, {"Location": fresh})
         with self._lock_data:
             head = len(self.log)
             if token == "latest":

@@ -250,6 +250,8 @@ SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS: {{ $c.crawlAllowPrivateNetworks | toStri
 SPEEDTIER_INGESTION_TICK_LIMIT: {{ $c.ingestionTickLimit | int | quote }}
 SPEEDTIER_INGESTION_TENANT_SLICE: {{ $c.ingestionTenantSlice | int | quote }}
 SPEEDTIER_RECRAWL_INTERVAL_SECONDS: {{ $c.recrawlIntervalSeconds | int | quote }}
+SPEEDTIER_EGRESS_ALLOWED_NETWORKS: {{ $c.egressAllowedNetworks | default "" | quote }}
+SPEEDTIER_RATE_LIMIT_BACKOFF_MAX_SECONDS: {{ $c.rateLimitBackoffMaxSeconds | toString | quote }}
 SPEEDTIER_OCR_MAX_PAGES: {{ $c.ocrMaxPages | int | quote }}
 SPEEDTIER_OCR_TIMEOUT_SECONDS: {{ $c.ocrTimeoutSeconds | int | quote }}
 SPEEDTIER_EMBEDDER: {{ $c.embedder | quote }}

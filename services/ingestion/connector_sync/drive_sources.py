@@ -17,6 +17,10 @@ kernel; ``blocked_until`` reads it back before every call.
 
 Item ids are the kernel's node ids: ``<drive>/<file id>`` (Drive: ``my-drive/<id>`` or
 ``<shared drive id>/<id>``; SharePoint: ``<drive id>/<item id>``).
+
+A change token the provider rejects (``ResyncRequired``) turns the pass into a full one from
+its first root; the rejected root starts from Graph's ``Location`` when the answer names
+one (the checkpoint's ``fresh`` map), as the reference asks.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from services.connectors import google_drive, sharepoint
-from services.connectors.nodes import Connection, Node, NodeRef, NodeSource
+from services.connectors.nodes import Connection, Node, NodeRef, NodeSource, ResyncRequired
 from services.ingestion.connector_sync.adapters import (
     HTML,
     MARKDOWN,
@@ -153,7 +157,17 @@ class NodeSourceConnector:
         node_type, node_id = roots[index]
         root = f"{node_type}:{node_id}"
         since_root = None if state["cp"] else marks.get(root)
-        page = self.source.walk(conn, NodeRef(node_type, node_id), state["cp"], since_root)
+        fresh: dict[str, str] = state.get("fresh") or {}
+        checkpoint = state["cp"] or fresh.pop(root, None)
+        try:
+            page = self.source.walk(conn, NodeRef(node_type, node_id), checkpoint, since_root)
+        except ResyncRequired as resync:
+            # The whole pass starts over as a full one; this root from where the provider
+            # says a fresh enumeration begins (Graph's Location), when it says so.
+            restart = {"roots": roots, "i": 0, "cp": None, "wm": {}}
+            if resync.restart:
+                restart["fresh"] = {root: resync.restart}
+            raise ResyncRequired(str(resync), restart=json.dumps(restart)) from None
         items = [ListedItem(ref.node_id, page.dates.get(ref)) for ref in page.refs]
         if page.checkpoint is not None:
             state["cp"] = page.checkpoint
@@ -161,6 +175,10 @@ class NodeSourceConnector:
             if page.watermark:
                 state["wm"][root] = page.watermark
             state.update(i=index + 1, cp=None)
+        if fresh:
+            state["fresh"] = fresh
+        else:
+            state.pop("fresh", None)
         if state["i"] >= len(roots):
             return ListedPage(items, None, watermark=json.dumps(state["wm"]))
         return ListedPage(items, json.dumps(state))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -152,6 +152,21 @@ def open_run(
         )
         session.commit()
     return run
+
+
+def restart_as_full(sessions: sessionmaker[Session], run: Run, checkpoint: str | None) -> Run:
+    """The incremental pass ``run`` turned into a full one from ``checkpoint`` (None: its
+    first page): the provider rejected its change token (``ResyncRequired``). The token is
+    dropped, the pass keeps its start time (items already listed count as listed), and its
+    end removes only what the full listing no longer has."""
+    with session_scope(sessions) as session:
+        binding = locked_binding(session, run)
+        binding.pass_mode = "full"
+        binding.watermark = None
+        binding.checkpoint = checkpoint
+        binding.pass_complete = True
+        session.commit()
+    return replace(run, mode="full", since=None, checkpoint=checkpoint)
 
 
 def locked_binding(session: Session, run: Run) -> KbConnectorBinding:

@@ -24,6 +24,10 @@ recorded quota)                           carries the progress (``st_ckpt``), so
 the last page of a **full** pass whose    items it did not list are removed (``removal =
 every page was complete                   "listing"``); with ``removal = "proof"`` (Notion)
                                           each is removed only if ``confirm_gone`` says so
+the provider rejects the change token     the pass becomes a full one from its first page
+of an incremental pass (Drive 400/404/    (``ResyncRequired``): the token is dropped, every
+410, Graph 410 ``resyncRequired``)        item is listed again, and what the full listing
+                                          no longer has is removed
 a partial page (``complete`` False)       nothing is removed by absence this pass
 one item's fetch refused                  the item is kept as it was and the pass goes
 (``Unrecoverable``: a 403 on that file,   on; the binding's ``last_error`` names it
@@ -47,6 +51,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from router.enqueue import Router
 from router.unit_of_work import UnitOfWork, unit_of_work
+from services.connectors.nodes import ResyncRequired
 from services.ingestion import store
 from services.ingestion.connector_sync.adapters import ListedItem
 from services.ingestion.connector_sync.landing import land_item
@@ -57,6 +62,7 @@ from services.ingestion.connector_sync.run import (
     locked_binding,
     open_run,
     record_success,
+    restart_as_full,
     wait_for_quota,
 )
 from services.ingestion.connector_sync.single_item import sync_item
@@ -105,6 +111,13 @@ def sync_binding(
             page = run.connector.list_page(run.access, checkpoint, run.since)
         except Delay as delay:
             raise _with_progress(delay, run, checkpoint, 0) from None
+        except ResyncRequired as resync:
+            if run.mode == "full":
+                raise
+            log.warning("connector sync of binding %s: %s; a full pass", binding_id, resync)
+            run = restart_as_full(sessions, run, resync.restart)
+            checkpoint = run.checkpoint
+            continue
         _apply(sessions, router, run, page.items, checkpoint, outcome)
         following = page.checkpoint if page.checkpoint is not None else FINISHING
         with session_scope(sessions) as session:

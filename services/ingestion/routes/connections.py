@@ -18,6 +18,7 @@ from services.ingestion.connector_schemas import (
     ConnectionPage,
     ConnectionUpdate,
     checked,
+    checked_host,
 )
 from services.ingestion.inputs import json_body
 from services.ingestion.routes.context import (
@@ -52,6 +53,7 @@ def create_connection() -> ResponseReturnValue:
     connector = parts.connectors[body.provider]
     credentials = checked(connector, connector.credentials_model, body.credentials, "credentials")
     settings = checked(connector, connector.connection_model, body.settings, "settings")
+    checked_host(connector, settings, "settings")
     sealed = parts.credentials.seal(credentials)
     with request_session() as session:
         row = store.create_connection(
@@ -128,6 +130,7 @@ def update_connection(connection_id: int) -> ResponseReturnValue:
             )
         if body.settings is not None:
             settings = checked(connector, connector.connection_model, body.settings, "settings")
+            checked_host(connector, settings, "settings")
         row = store.update_connection(
             session,
             organization_id=organization_id,

@@ -63,6 +63,12 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     "SPEEDTIER_HTTP_TIMEOUT_SECONDS": ("http_timeout_seconds", "7", 7.0),
     "SPEEDTIER_CRAWL_HOST_RATE": ("crawl_host_rate", "3/7", "3/7"),
     "SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS": ("crawl_allow_private_networks", "true", True),
+    "SPEEDTIER_EGRESS_ALLOWED_NETWORKS": (
+        "egress_allowed_networks",
+        "10.20.0.0/16, 127.0.0.1/32",
+        "10.20.0.0/16, 127.0.0.1/32",
+    ),
+    "SPEEDTIER_RATE_LIMIT_BACKOFF_MAX_SECONDS": ("rate_limit_backoff_max_seconds", "120", 120.0),
     "SPEEDTIER_EMBEDDER": ("embedder", "openai", "openai"),
     "SPEEDTIER_EMBEDDING_API_URL": ("embedding_api_url", "http://emb/v1", "http://emb/v1"),
     "SPEEDTIER_EMBEDDING_API_KEY": ("embedding_api_key", "sk-1", "sk-1"),

@@ -141,6 +141,35 @@ def test_listing_follows_next_links_through_spaces_and_pages(
     assert later.param("cursor") and later.param("status") == "current"
 
 
+def test_a_next_link_on_the_sites_own_origin_is_followed(
+    server: ConfluenceServer, config: SourceConfig
+) -> None:
+    server.next_origin = server.base_url  # absolute, but the configured site's own
+    spaces = [server.add_space(f"S{n}", f"Space {n}") for n in range(6)]
+
+    listing = provider.list_source(config)
+
+    assert [s.identifier for s in listing.sections] == [f"space:{s}" for s in spaces]
+
+
+def test_a_next_link_to_another_origin_is_refused_and_never_requested(
+    server: ConfluenceServer, config: SourceConfig
+) -> None:
+    # Given an answer whose _links.next points at another server (the metadata service's
+    # stand-in on another loopback port)
+    elsewhere = ConfluenceServer(EMAIL, TOKEN)
+    with elsewhere:
+        server.next_origin = elsewhere.base_url
+        for n in range(6):
+            server.add_space(f"S{n}", f"Space {n}")
+
+        with pytest.raises(Unrecoverable, match="refused: link to another origin"):
+            provider.list_source(config)
+
+        assert elsewhere.requests == []
+    assert len(server.requests_to(f"{API}/spaces")) == 1
+
+
 def test_space_keys_restrict_the_listing(server: ConfluenceServer, config: SourceConfig) -> None:
     wanted = server.add_space("ENG", "Engineering")
     other = server.add_space("HR", "People")

@@ -247,6 +247,34 @@ def test_secondary_limit_delays_by_retry_after(
     assert connector.SOURCE.walk(conn, NodeRef("GithubRepo", REPO), None).refs
 
 
+def test_a_repeated_secondary_limit_backs_off_exponentially_within_the_bound(
+    server: GithubServer, conn: Connection, redis_client: redis.Redis, namespace: str
+) -> None:
+    # GitHub: without retry-after wait at least a minute, then exponentially longer while
+    # the secondary limit repeats (rate-limits-for-the-rest-api, "Exceeding the rate limit")
+    state = RateLimitState(redis_client, namespace, backoff_max_seconds=200)
+    conn = replace(conn, rate_limits=state)
+    server.populate(REPO, issues=1)
+    server.secondary_limit(retry_after=None, times=4)
+    waits = []
+    for _ in range(4):
+        with pytest.raises(Delay) as caught:
+            connector.SOURCE.walk(conn, NodeRef("GithubRepo", REPO), None)
+        waits.append(caught.value.until - time.time())
+
+    # 60, then drawn in [60, 120], [100, 200], [100, 200]: growing, never over the bound
+    assert 58 < waits[0] <= 60
+    assert 58 < waits[1] <= 120 and 98 < waits[2] <= 200 and 98 < waits[3] <= 200
+    blocked = state.blocked_until(conn)
+    # the connection is blocked to the longest of them (blocks only grow)
+    assert blocked is not None and abs(blocked.timestamp() - time.time() - max(waits)) < 2
+    other = replace(conn, connection_id=conn.connection_id + 1)
+    server.secondary_limit(retry_after=None)
+    with pytest.raises(Delay) as first_of_its_own:
+        connector.SOURCE.walk(other, NodeRef("GithubRepo", REPO), None)
+    assert first_of_its_own.value.until - time.time() <= 60  # streaks are per connection
+
+
 def test_forbidden_without_a_limit_is_unrecoverable(server: GithubServer, conn: Connection) -> None:
     server.populate(REPO, issues=1)
     original = server._route

@@ -3,6 +3,7 @@ failures)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -241,10 +242,32 @@ def test_webhook_parse() -> None:
     assert connector.parse(headers, body).refs == []
     with pytest.raises(MalformedWebhook):
         connector.parse(headers, b"{}")
-    with pytest.raises(MalformedWebhook):
-        connector.parse({}, body)
+    # without Idempotency-Key (a GitLab before 17.4) the body's digest is the replay key
+    assert connector.parse({}, body).delivery_id.startswith("sha256:")
 
 
 def test_a_missing_project_is_not_found(server: GitlabServer, conn: Connection) -> None:
     with pytest.raises(NotFound):
         connector.SOURCE.walk(conn, NodeRef("GitlabProject", "404"), None)
+
+
+def test_the_replay_key_is_the_idempotency_key_and_the_event_uuid_only_the_chain() -> None:
+    first = signed_delivery("Issue Hook", item_payload(7, "issue", 3), "t", chain_id="c-1")
+    second = signed_delivery("Issue Hook", item_payload(7, "issue", 4), "t", chain_id="c-1")
+    retry_headers = {**first[0], "X-Gitlab-Webhook-UUID": "another"}
+
+    one, two = connector.parse(*first), connector.parse(*second)
+    again = connector.parse(retry_headers, first[1])
+
+    assert one.chain_id == two.chain_id == "c-1"
+    assert one.delivery_id != two.delivery_id
+    assert again.delivery_id == one.delivery_id == first[0]["Idempotency-Key"]
+
+
+def test_without_an_idempotency_key_the_body_is_the_replay_key() -> None:
+    headers, body = signed_delivery("Issue Hook", item_payload(7, "issue", 3), "t")
+    del headers["Idempotency-Key"]
+    other = json.dumps(item_payload(7, "issue", 4)).encode()
+
+    assert connector.parse(headers, body).delivery_id == connector.parse(headers, body).delivery_id
+    assert connector.parse(headers, body).delivery_id != connector.parse(headers, other).delivery_id

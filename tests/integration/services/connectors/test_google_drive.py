@@ -243,6 +243,58 @@ def test_user_rate_limit_delays_and_blocks_the_connection(
     assert until is not None and until.timestamp() >= caught.value.until - 1
 
 
+@pytest.mark.parametrize("reason", ["userRateLimitExceeded", "rateLimitExceeded"])
+def test_a_repeated_403_rate_limit_backs_off_exponentially_within_the_bound(
+    server: GoogleDriveServer,
+    conn: Connection,
+    redis_client: redis.Redis,
+    namespace: str,
+    reason: str,
+) -> None:
+    # Drive: "use a truncated exponential backoff" (guides/limits)
+    state = RateLimitState(redis_client, namespace, backoff_max_seconds=100)
+    conn = replace(conn, rate_limits=state)
+    server.populate(MY_DRIVE, files=3)
+    server.refuse(reason, path="/files", times=3)
+    waits = []
+    for _ in range(3):
+        with pytest.raises(Delay) as caught:
+            connector.SOURCE.walk(conn, ROOT, None)
+        waits.append(caught.value.until - time.time())
+
+    # 30 s, then drawn in [30, 60], then [50, 100]: growing, never over the bound
+    wait = connector.DEFAULT_WAIT
+    assert wait - 2 < waits[0] <= wait
+    assert wait - 2 < waits[1] <= 2 * wait and 48 < waits[2] <= 100
+    assert len(connector.SOURCE.walk(conn, ROOT, None).refs) == 3
+
+
+def test_the_daily_limit_delays_instead_of_failing(
+    server: GoogleDriveServer, conn: Connection
+) -> None:
+    server.populate(MY_DRIVE, files=3)
+    server.refuse("dailyLimitExceeded", path="/files")
+
+    with pytest.raises(Delay, match="dailyLimitExceeded"):
+        connector.SOURCE.walk(conn, ROOT, None)
+
+
+@pytest.mark.parametrize(
+    "reason", ["insufficientFilePermissions", "appNotAuthorizedToFile", "cannotExportFile"]
+)
+def test_a_per_file_403_is_reported_as_its_reason_not_as_credentials(
+    server: GoogleDriveServer, conn: Connection, reason: str
+) -> None:
+    file = server.populate(MY_DRIVE, files=1)[0]
+    server.refuse(reason, path=f"/files/{file.id}")
+
+    with pytest.raises(Unrecoverable) as caught:
+        connector.SOURCE.fetch(conn, NodeRef(connector.FILE, f"{MY_DRIVE}/{file.id}"))
+
+    assert f"HTTP 403 {reason}" in str(caught.value)
+    assert "credentials" not in str(caught.value)
+
+
 def test_a_folder_walk_lists_its_subtree_then_only_its_changes(
     server: GoogleDriveServer, conn: Connection
 ) -> None:

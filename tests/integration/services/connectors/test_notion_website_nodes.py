@@ -4,12 +4,15 @@ fetcher behind the node contract, against the Notion fake and a real local websi
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
 
 from services.connectors import notion_nodes, website
 from services.connectors.nodes import Connection, NodeRef, WalkPage
+from shared.egress.addresses import address_guard
+from shared.egress.session import default_guard, set_default_guard
 from shared.errors import Delay, Retryable, Unrecoverable
 from shared.http import NotFound
 from testkit.fakes.notion_server import NotionServer, heading, paragraph
@@ -99,6 +102,17 @@ def test_notion_failures_keep_their_meaning(notion: NotionServer) -> None:
 # -- website -------------------------------------------------------------------------------
 
 
+@contextmanager
+def egress_strict() -> Iterator[None]:
+    """The process's guard as production runs it: no private address at all."""
+    before = default_guard()
+    set_default_guard(address_guard(False))
+    try:
+        yield
+    finally:
+        set_default_guard(before)
+
+
 def site_conn(**settings: object) -> Connection:
     return Connection(
         source="website",
@@ -106,7 +120,7 @@ def site_conn(**settings: object) -> Connection:
         organization_id=3,
         base_url="",
         credentials={},
-        settings={"allow_private_networks": True, **settings},
+        settings=settings,
         timeout=2.0,
     )
 
@@ -142,9 +156,10 @@ def test_website_fetch_and_failures() -> None:
             website.SOURCE.fetch(conn, NodeRef("WebsitePage", site.url("/rate-limited")))
         with pytest.raises(NotFound):
             website.SOURCE.walk(conn, NodeRef("WebsiteRoot", site.url("/missing")), None)
-        with pytest.raises(Unrecoverable):
+        with egress_strict(), pytest.raises(Unrecoverable, match="refused"):
+            # a connection setting cannot open private networks: only the operator's guard
             website.SOURCE.walk(
-                site_conn(allow_private_networks=False),
+                site_conn(allow_private_networks=True),
                 NodeRef("WebsiteRoot", site.url("/page/0")),
                 None,
             )

@@ -125,6 +125,31 @@ def test_bad_connections_are_400_naming_the_field(
     assert tenant.call("GET", "/connections").json["connections"] == []  # type: ignore[index]
 
 
+@pytest.mark.parametrize("site", ["169.254.169.254", "10.0.0.1", "192.168.1.1", "127.0.0.2"])
+def test_a_site_at_a_refused_address_is_400_naming_the_field(
+    tenant: Tenant, platform: Platform, site: str
+) -> None:
+    body = {
+        "provider": "confluence",
+        "name": "C",
+        "credentials": {"email": "a@b.c", "api_token": "t"},
+        "settings": {"site": "acme"},
+    }
+    created = tenant.call("POST", "/connections", body)
+    assert created.status_code == 201, created.json
+
+    refused = tenant.call("POST", "/connections", {**body, "name": "D", "settings": {"site": site}})
+    replaced = tenant.call(
+        "PUT",
+        f"/connections/{created.json['id']}",
+        {"settings": {"site": site}},  # type: ignore[index]
+    )
+
+    for response in (refused, replaced):
+        assert response.status_code == 400, response.json
+        assert response.json["fields"]["settings.site"].startswith("refused: address")  # type: ignore[index]
+
+
 def test_a_taken_name_and_a_connection_in_use_are_409(tenant: Tenant) -> None:
     ident = connect(tenant)
     assert tenant.call("POST", "/connections", DRIVE).status_code == 409

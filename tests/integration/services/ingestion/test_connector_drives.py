@@ -109,6 +109,35 @@ def test_a_full_drive_pass_removes_what_the_listing_no_longer_has(
     assert outcome.removed == 1 and "Doc 0" not in bound.documents()
 
 
+@pytest.mark.parametrize("status", [400, 404, 410])
+def test_a_rejected_change_token_starts_a_full_pass_that_removes_only_what_is_gone(
+    platform: Platform, drive: GoogleDriveServer, status: int
+) -> None:
+    # Given a synced drive of 12 Docs
+    files = drive.populate(MY_DRIVE, files=12)
+    bound = drive_bound(platform, drive)
+    bound.sync()
+    token = bound.binding().watermark
+    # And then an edit, a file trashed without a change the old token could show, and Drive
+    # rejecting every page token issued so far
+    drive.touch(files[3].id, "Doc 3, rewritten.")
+    drive.files[files[0].id].trashed = True
+    drive.expire_change_tokens(status)
+    listed = len(drive.requests_to(FILES))
+    # When the binding syncs: the rejected token is dropped and every file listed again
+    outcome = bound.sync()
+    assert outcome.finished and (outcome.landed, outcome.removed) == (1, 1)
+    assert len(drive.requests_to(FILES)) > listed
+    documents = bound.documents()
+    assert len(documents) == 11 and "Doc 0" not in documents
+    assert documents["Doc 3"].source_bytes == b"# Doc 3\n\nDoc 3, rewritten."
+    assert bound.binding().watermark not in (None, token)
+    # Then the next sync is incremental again, from the new token
+    drive.touch(files[5].id, "Doc 5, rewritten.")
+    listed = len(drive.requests_to(FILES))
+    assert bound.sync().landed == 1 and len(drive.requests_to(FILES)) == listed
+
+
 def test_drive_bad_credentials_fail_the_binding(
     platform: Platform, drive: GoogleDriveServer
 ) -> None:
@@ -202,6 +231,32 @@ def test_sharepoint_delta_full_then_incremental(
     assert (second.landed, second.removed, second.listed) == (1, 1, 2)
     assert len([r for r in graph.requests if "/items/" in r.path]) - fetched == 3
     assert "note-6.txt" not in bound.documents()
+
+
+def test_graph_resync_required_follows_location_into_a_full_pass(
+    platform: Platform, graph: SharepointServer
+) -> None:
+    # Given a synced library of 12 files
+    items = graph.populate("contoso,1,2", "b!lib1", files=12)
+    bound = sharepoint_bound(platform, graph)
+    bound.sync()
+    # And then an edit, a deletion, and Graph answering the stored deltaLink 410 resyncRequired
+    graph.touch(items[2].id, "Note two, edited.")
+    graph.remove(items[6].id)
+    graph.expire_delta_tokens()
+    # When the binding syncs: the fresh enumeration Location names is walked, as a full pass
+    before = len(graph.requests_to("/v1.0/drives/b!lib1/root/delta"))
+    outcome = bound.sync()
+    rejected, fresh = graph.requests_to("/v1.0/drives/b!lib1/root/delta")[before : before + 2]
+    assert outcome.finished and (outcome.landed, outcome.removed) == (1, 1)
+    assert rejected.param("token") and not fresh.param("token")
+    # (the Location keeps the rejected request's $top, 200; a walk of its own would ask 5)
+    assert fresh.param("$top") == "200"
+    documents = bound.documents()
+    assert len(documents) == 11 and "note-6.txt" not in documents
+    # Then the next sync is incremental again
+    graph.touch(items[3].id, "Note three, edited.")
+    assert bound.sync().landed == 1
 
 
 def test_sharepoint_throttling_is_a_delay(platform: Platform, graph: SharepointServer) -> None:

@@ -16,8 +16,8 @@ from services.indexing.chunking import Chunker
 from services.indexing.embedders import HashingEmbedder
 from services.ingestion import feeds, pipeline, store
 from services.web.feed_fetch import FeedFetch, feed_fetcher
-from services.web.ssrf_guard import AddressRefused
 from shared.db.base import utcnow
+from shared.egress.addresses import AddressRefused
 from shared.errors import Delay, Unrecoverable
 from tests.integration.services.ingestion.factories import new_org
 from tests.integration.services.ingestion.test_pipeline import Site

@@ -79,3 +79,57 @@ def test_a_drive_is_imported_then_only_its_changes(
             h.wait_until(lambda: h.state(platform.broker, again.job_id) == "completed")
         assert listed == 0 and len(_incremental(drive, incremental)) == 1
     assert sorted(_dates(platform, org)) == sorted(prefix + f for f in files)
+
+
+@pytest.mark.parametrize("source", ["google_drive", "sharepoint"])
+def test_a_rejected_change_token_makes_the_next_import_a_complete_walk(
+    make_platform: MakePlatform, organization: Callable[[], int], source: str
+) -> None:
+    platform = make_platform()
+    org = organization()
+    drive: GoogleDriveServer | SharepointServer
+    if source == "google_drive":
+        drive = GoogleDriveServer(TOKEN)
+        root, prefix, listing = NodeRef("GoogleDrive", MY_DRIVE), f"{MY_DRIVE}/", "/drive/v3/files"
+    else:
+        drive = SharepointServer(TOKEN)
+        root, prefix = NodeRef("SharepointDrive", "b!docs"), "b!docs/"
+        listing = "/v1.0/drives/b!docs/root/delta"
+    with drive:
+        if isinstance(drive, GoogleDriveServer):
+            files = [f.id for f in drive.populate(MY_DRIVE, files=10)]
+        else:
+            files = [f.id for f in drive.populate("site", "b!docs", files=10)]
+        conn = make_connection(
+            platform,
+            org,
+            source,
+            credentials={"access_token": TOKEN},
+            base_url=drive.base_url,
+            settings={"page_size": 4},
+        )
+        first = platform.router.enqueue(import_request(org, source, conn, root, first_run=True))
+        with workers(platform):
+            h.wait_until(lambda: h.state(platform.broker, first.job_id) == "completed", 60)
+            h.wait_until(lambda: len(_dates(platform, org)) == 10, 60)
+            # When a file is edited and the provider then rejects the stored token
+            before = _dates(platform, org)[prefix + files[4]]
+            drive.touch(files[4], "edited")
+            if isinstance(drive, GoogleDriveServer):
+                drive.expire_change_tokens(410)
+            else:
+                drive.expire_delta_tokens()
+            walked = len(drive.requests_to(listing))
+            again = platform.router.enqueue(import_request(org, source, conn, root))
+            # Then the import completes as a complete walk and the edit is indexed
+            h.wait_until(lambda: h.state(platform.broker, again.job_id) == "completed", 60)
+            h.wait_until(lambda: _dates(platform, org)[prefix + files[4]] > before, 60)
+        walk = drive.requests_to(listing)[walked:]
+        if isinstance(drive, GoogleDriveServer):
+            assert len(walk) == 3  # files.list again: 10 files, 4 a page
+        else:  # the rejected deltaLink, then the Location's fresh enumeration ($top kept)
+            assert [(r.param("token") is None, r.param("$top")) for r in walk] == [
+                (False, None),
+                (True, "200"),
+            ]
+        assert len(_dates(platform, org)) == 10

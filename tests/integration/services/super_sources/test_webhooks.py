@@ -291,6 +291,37 @@ def test_a_gitlab_delivery_is_verified_with_x_gitlab_token(
     assert production.broker.queue_depths(["super_webhook.fast"])["super_webhook.fast"][0] == 1
 
 
+def test_gitlab_replays_are_told_by_idempotency_key_not_by_the_event_uuid(
+    make_platform: MakePlatform, organization: Callable[[], int]
+) -> None:
+    """GitLab keeps ``Idempotency-Key`` across the retries of one event, and gives every
+    webhook triggered by another the same ``X-Gitlab-Event-UUID``
+    (https://docs.gitlab.com/user/project/integrations/webhooks/#delivery-headers)."""
+    from services.app.api import create_app
+    from testkit.fakes.gitlab_server import item_payload, signed_delivery
+
+    production = make_platform()
+    client = create_app(production).test_client()
+    conn = make_connection(production, organization(), "gitlab", webhook_secret=SECRET)
+
+    def post(iid: int, key: str, chain: str) -> tuple[int, str]:
+        payload = item_payload(42, "issue", iid)
+        headers, body = signed_delivery(
+            "Issue Hook", payload, SECRET, delivery_id=key, chain_id=chain
+        )
+        answer = client.post(
+            f"/webhooks/gitlab/events?connection={conn}", data=body, headers=headers
+        )
+        return answer.status_code, answer.get_json()["status"]
+
+    # Two different events of one recursive chain: both are work
+    assert post(3, "key-1", "chain-1") == (202, "accepted")
+    assert post(4, "key-2", "chain-1") == (202, "accepted")
+    # A retry of the first (same Idempotency-Key): a duplicate
+    assert post(3, "key-1", "chain-1") == (200, "duplicate")
+    assert production.broker.queue_depths(["super_webhook.fast"])["super_webhook.fast"][0] == 2
+
+
 @pytest.mark.parametrize(
     "payload",
     [

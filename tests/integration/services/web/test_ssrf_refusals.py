@@ -26,7 +26,7 @@ from services.web.urls import normalize_url
 from shared.db.models import KnowledgeBaseCrawlTask, KnowledgeBaseSource, Organization
 from tests.integration.services.ingestion.factories import new_org
 
-GUARD_LOGGER = "services.web.ssrf_guard"
+GUARD_LOGGER = "shared.egress.addresses"
 #: The guard as production runs it: no private networks (the test site's loopback aside).
 guarded: Callable[[str], CrawledPage] = partial(
     fetch_page, allow_private=False, timeout=5, allowed_networks=["127.0.0.1/32"]

@@ -16,8 +16,8 @@ import redis
 from services.web.fetch import CrawledPage, fetch_page, page_fetcher
 from services.web.politeness import HostPoliteness
 from services.web.robots import MAX_CRAWL_DELAY_SECONDS, Disallowed, RobotsCache
-from services.web.ssrf_guard import is_public_address
 from services.web.urls import normalize_url
+from shared.egress.addresses import is_public_address
 from shared.errors import Delay, Retryable, Unrecoverable
 from shared.http import NotFound
 from testkit.fakes.website import NAV_MARKER, SCRIPT_MARKER, STYLE_MARKER, FakeWebsite
@@ -177,10 +177,18 @@ def test_robots_rules_follow_rfc_9309(path: str, allowed: bool) -> None:
 
 
 def test_the_crawlers_own_group_wins_over_the_star_group() -> None:
-    rules = "User-agent: *\nDisallow: /\n\nUser-agent: speedtier\nAllow: /\nDisallow: /x\n"
+    rules = "User-agent: *\nDisallow: /\n\nUser-agent: speedtier-crawler\nAllow: /\nDisallow: /x\n"
     with FakeWebsite(robots=rules) as site:
         robots = RobotsCache(allow_private=True, timeout=5.0)
         assert robots.allowed(site.url("/page/1")) and not robots.allowed(site.url("/x/1"))
+
+
+def test_a_group_of_a_shorter_product_token_does_not_apply_to_the_crawler() -> None:
+    rules = "User-agent: *\nAllow: /\n\nUser-agent: speedtier\nDisallow: /\n"
+    with FakeWebsite(robots=rules) as site:
+        robots = RobotsCache(allow_private=True, timeout=5.0)
+        assert robots.agent == "speedtier-crawler"
+        assert robots.allowed(site.url("/page/1"))
 
 
 def test_crawl_delay_is_a_lower_bound_on_the_host_window(

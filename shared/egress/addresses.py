@@ -1,4 +1,4 @@
-"""The SSRF guard every crawler request goes through: which addresses may be connected to.
+"""The SSRF guard every outbound call goes through: which addresses may be connected to.
 
 A host is resolved once and every address it resolves to must be public: private, loopback,
 link-local, multicast, reserved, unspecified and other non-global addresses are refused,
@@ -16,8 +16,12 @@ import logging
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from shared.errors import Retryable, Unrecoverable
+
+if TYPE_CHECKING:
+    from shared.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +123,22 @@ class AddressGuard:
             return True
         return any(address in network for network in self.allowed_networks)
 
+    def refusal(self, host: str) -> str | None:
+        """Why a connection to ``host`` would be refused, when that is known without asking
+        DNS (an address in any spelling, ``localhost``); None for a name, which is checked
+        when a connection is opened. For a setting checked when it is saved."""
+        name = host.strip("[]").lower().rstrip(".")
+        flags = 0 if name == "localhost" or name.endswith(".localhost") else socket.AI_NUMERICHOST
+        try:
+            infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM, flags=flags)
+        except (OSError, UnicodeError):
+            return None
+        for info in infos:
+            address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
+            if not self.permits(address):
+                return f"address {address} is {non_public_kind(address)}"
+        return None
+
     def resolve(self, host: str, port: int, url: str = "") -> list[str]:
         """The addresses of ``host`` (the host of ``url``) to connect to, in resolver order.
 
@@ -153,3 +173,9 @@ def address_guard(
     """The guard of a fetcher's settings (``allowed_networks`` as strings or networks)."""
     networks = tuple(ipaddress.ip_network(n) for n in allowed_networks)
     return AddressGuard(allow_private, networks)
+
+
+def settings_guard(settings: Settings) -> AddressGuard:
+    """The guard of a process's settings: every address with
+    ``crawl_allow_private_networks``, otherwise public ones and ``egress_allowed_networks``."""
+    return address_guard(settings.crawl_allow_private_networks, settings.egress_networks)
