@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import ipaddress
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from dulwich.refs import Ref
 from dulwich.repo import Repo
 
 from services.connectors.nodes import Connection
+from shared.egress.addresses import AddressRefused
 from shared.egress.session import default_guard, guarded_pool_manager
 from shared.errors import Retryable, Unrecoverable
 from shared.http import NotFound
@@ -88,6 +90,14 @@ def _check_host(url: str) -> None:
     default_guard().resolve(host, port, url)
 
 
+def _check_local(url: str) -> None:
+    """A local path or ``file://`` remote reads the worker's own disk: the same trust as its
+    loopback address, so it is refused unless the egress guard allows loopback (a tenant's
+    setting must not read another tenant's mirror or any repository on the host)."""
+    if not default_guard().permits(ipaddress.ip_address("127.0.0.1")):
+        raise AddressRefused(url, "localhost", "127.0.0.1", "a local repository")
+
+
 def _fetch(conn: Connection, repo: Repo, url: str) -> None:
     """Fetch every branch of ``url`` into ``repo``; pin the wanted branch's head."""
     options: dict[str, Any] = {}
@@ -98,6 +108,8 @@ def _fetch(conn: Connection, repo: Repo, url: str) -> None:
         }
     if url.startswith(("http://", "https://", "git://", "ssh://")) or "@" in url.split("/")[0]:
         _check_host(url)
+    else:
+        _check_local(url)
     if url.startswith(("http://", "https://")):
         options["pool_manager"] = guarded_pool_manager(headers={"User-Agent": USER_AGENT})
     try:

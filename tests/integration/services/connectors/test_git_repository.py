@@ -206,3 +206,28 @@ def test_fetches_and_walks_share_the_mirror_across_threads(tmp_path: Path, origi
         thread.join(timeout=60)
     assert errors == []
     assert len(texts) == 160 and all(t.startswith("# Page") for t in texts)
+
+
+@pytest.mark.parametrize("form", ["path", "file"])
+def test_a_local_repository_is_refused_where_loopback_is(
+    tmp_path: Path, origin: Path, form: str
+) -> None:
+    # Given the production guard (no private network allowed, loopback included)
+    from shared.egress.addresses import AddressRefused, address_guard
+    from shared.egress.session import default_guard, set_default_guard
+
+    url = str(origin) if form == "path" else origin.as_uri()
+    conn = connection(tmp_path, repositories=[url])
+    before = default_guard()
+    set_default_guard(address_guard(False, []))
+    try:
+        # When a tenant's settings name a repository on the worker's own disk
+        with pytest.raises(AddressRefused) as refused:
+            connector.SOURCE.walk(conn, NodeRef(connector.REPOSITORY, url), None, None)
+    finally:
+        set_default_guard(before)
+    # Then nothing is read, and the refusal says why
+    assert "local repository" in str(refused.value)
+    # And where loopback is allowed (the tests' guard), the same repository is read
+    refs, _, _ = walk_all(conn, NodeRef(connector.REPOSITORY, url))
+    assert refs
