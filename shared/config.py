@@ -22,6 +22,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from shared.errors import NotConfigured
+from shared.secret_strength import GENERATE, weakness
 
 TIER_NAMES = ("fast", "slow", "maintenance")
 ENV_PREFIX = "SPEEDTIER_"
@@ -43,8 +44,14 @@ class Settings(BaseSettings):
         env_prefix=ENV_PREFIX, extra="ignore", populate_by_name=True, frozen=True
     )
 
+    # Unset means production: an open API, a weak token or a missing credentials key is then
+    # refused (:func:`refusals`); development and test are chosen explicitly.
     environment: Literal["development", "test", "staging", "production"] = Field(
-        "development", validation_alias="SPEEDTIER_ENV"
+        "production",
+        validation_alias="SPEEDTIER_ENV",
+        description="development | test | staging | production (unset: production). "
+        "Outside development and test the internal API needs a strong INTERNAL_API_TOKEN and "
+        "the credentials key is required.",
     )
     redis_url: str | None = Field(None, validation_alias="REDIS_URL")
     # A tier's own Redis (its queues, job records, groups, dead letters); unset: REDIS_URL,
@@ -53,7 +60,27 @@ class Settings(BaseSettings):
     slow_redis_url: str | None = None
     maintenance_redis_url: str | None = None
     database_url: str | None = Field(None, validation_alias="DATABASE_URL")
-    internal_api_token: SecretStr | None = Field(None, validation_alias="INTERNAL_API_TOKEN")
+    internal_api_token: SecretStr | None = Field(
+        None,
+        validation_alias="INTERNAL_API_TOKEN",
+        description="The internal API's bearer token and the dashboard's sign-in; in "
+        "production and staging at least 32 characters and about 96 bits of entropy.",
+    )
+    # Failed authentications (wrong token, unknown API key, bad sign-in) per source address:
+    # past the limit every credential from that address is answered 429 until the window ends.
+    auth_failure_rate: str = Field(
+        "20/60",
+        description="Failed authentications allowed per source address, LIMIT/SECONDS; "
+        "past it, 429 with Retry-After until the window ends.",
+    )
+    # Proxies in front of the API whose X-Forwarded-For is trusted for the source address.
+    trusted_proxy_hops: int = Field(
+        0,
+        ge=0,
+        le=10,
+        description="Reverse proxies in front of the API (an ingress: 1) whose "
+        "X-Forwarded-For names the source address; 0: the TCP peer is the source.",
+    )
     sentry_dsn: str | None = Field(None, validation_alias="SENTRY_DSN")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         "INFO", validation_alias="LOG_LEVEL"
@@ -89,7 +116,16 @@ class Settings(BaseSettings):
     provider_urls: dict[str, str] = Field(default_factory=dict)
     http_timeout_seconds: float = Field(30.0, gt=0)
     crawl_host_rate: str = "1/1"
-    crawl_allow_private_networks: bool = False
+    crawl_allow_private_networks: bool = Field(
+        False,
+        description="Let the crawler and connectors reach loopback, private and link-local "
+        "addresses (the SSRF guard off); needs SPEEDTIER_CRAWL_PRIVATE_NETWORKS_ACKNOWLEDGED.",
+    )
+    crawl_private_networks_acknowledged: bool = Field(
+        False,
+        description="The second, explicit consent CRAWL_ALLOW_PRIVATE_NETWORKS needs; every "
+        "process then logs a WARNING at start.",
+    )
 
     embedder: Literal["hashing", "openai", "local"] = "hashing"
     embedding_api_url: str = "https://api.openai.com/v1"
@@ -107,7 +143,7 @@ class Settings(BaseSettings):
     # no page is started after this many seconds on one document.
     ocr_max_pages: int = Field(20, ge=0, le=1000)
     ocr_timeout_seconds: float = Field(120.0, gt=0)
-    # Knowledge-base connector credentials at rest (services.ingestion.credentials): Fernet
+    # Knowledge-base connector credentials at rest (shared.credentials): Fernet
     # keys, comma-separated; the first encrypts, all decrypt (rotation). Unset: connections
     # cannot be stored and connector syncs fail naming the variable.
     connector_credentials_key: SecretStr | None = None
@@ -173,6 +209,12 @@ class Settings(BaseSettings):
         parse_rate(value, field="SPEEDTIER_CRAWL_HOST_RATE")
         return value
 
+    @field_validator("auth_failure_rate")
+    @classmethod
+    def _auth_failure_rate_is_a_rate(cls, value: str) -> str:
+        parse_rate(value, field="SPEEDTIER_AUTH_FAILURE_RATE")
+        return value
+
     @field_validator("embedding_rate")
     @classmethod
     def _embedding_rate_is_a_rate(cls, value: str | None) -> str | None:
@@ -210,6 +252,11 @@ class Settings(BaseSettings):
         first, then each tier's own in ``TIER_NAMES`` order."""
         urls = [self.redis_url, *(self.tier_redis_url(tier) for tier in TIER_NAMES)]
         return list(dict.fromkeys(url for url in urls if url))
+
+    @property
+    def is_production_like(self) -> bool:
+        """Production or staging: weak settings are refused (:func:`refusals`)."""
+        return self.environment in ("production", "staging")
 
     @property
     def is_development(self) -> bool:
@@ -286,11 +333,56 @@ def load_settings(**overrides: object) -> Settings:
       InvalidSettings: a value cannot be used; the message names each such variable.
     """
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        settings = Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         raise InvalidSettings(_invalid(exc)) from None
     except SettingsError as exc:  # a variable holding JSON (a dict or list field) that is not
         raise InvalidSettings(_unparsable(str(exc))) from None
+    refused = refusals(settings)
+    if refused:
+        raise InvalidSettings(
+            f"refusing to start in SPEEDTIER_ENV={settings.environment}: " + refused[0]
+        )
+    return settings
+
+
+def refusals(settings: Settings) -> list[str]:
+    """The weak settings this deployment will not start with, one line each naming its
+    variable (the first is what :func:`load_settings` reports).
+
+    ==========================================  ============================================
+    refused                                     where
+    ==========================================  ============================================
+    ``INTERNAL_API_TOKEN`` shorter than 32      production and staging (its absence is the
+    characters or under ~96 bits of entropy     API's own refusal: workers do not need it)
+    no ``SPEEDTIER_CONNECTOR_CREDENTIALS_KEY``  production and staging
+    ``SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS``  every environment, unless
+    without its acknowledgement                 ``..._PRIVATE_NETWORKS_ACKNOWLEDGED=true``
+    ==========================================  ============================================
+    """
+    found: list[str] = []
+    if settings.is_production_like:
+        token = (
+            settings.internal_api_token.get_secret_value().strip()
+            if settings.internal_api_token
+            else ""
+        )
+        weak = weakness(token) if token else None  # unset: the API's own refusal
+        if weak is not None:
+            found.append(f"INTERNAL_API_TOKEN is too weak ({weak}); generate one with {GENERATE}")
+        if settings.connector_credentials_key is None:
+            found.append(
+                "SPEEDTIER_CONNECTOR_CREDENTIALS_KEY is not set; stored credentials are "
+                "encrypted with it (generate one with "
+                "python -c 'from cryptography.fernet import Fernet; "
+                "print(Fernet.generate_key().decode())')"
+            )
+    if settings.crawl_allow_private_networks and not settings.crawl_private_networks_acknowledged:
+        found.append(
+            "SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS=true turns the SSRF guard off and needs "
+            "SPEEDTIER_CRAWL_PRIVATE_NETWORKS_ACKNOWLEDGED=true as well"
+        )
+    return found
 
 
 def _invalid(error: ValidationError) -> str:

@@ -14,8 +14,10 @@ parameter              default
 ``component``          ``"speedtier"`` (the name in logs and Sentry)
 ``**settings``         any ``Settings`` field by name (``provider_urls``, ``windows``,
                        ``api_max_body_bytes``, ``redis_url``/``database_url`` for an outage
-                       test...), over ``environment="test"``, ``internal_api_token=TOKEN``
-                       and ``flag_cache_seconds=0`` (a flag a test sets is read at once)
+                       test...), over ``environment="test"``, ``internal_api_token=TOKEN``,
+                       ``connector_credentials_key=CREDENTIALS_KEY`` (stored credentials are
+                       sealed; ``None`` for a keyless platform) and ``flag_cache_seconds=0``
+                       (a flag a test sets is read at once)
 =====================  ====================================================================
 
 A package or module whose platform differs overrides ``platform`` with one call to
@@ -38,7 +40,10 @@ from shared.config import load_settings
 from tiers.families import Family
 from tiers.policies import RetryPolicy
 
-TOKEN = "secret"
+#: Strong enough for production's floor (``shared.secret_strength``): some tests run production.
+TOKEN = "suite-internal-token-7Hq2Xv9Lm4Rt8Wz1Kc6Nb3Pd5"
+#: The suite's credentials key (a Fernet key made for it, no secret of any deployment).
+CREDENTIALS_KEY = "Q2W6a9lVtrG7s3wKpZ0tqg1yUe8Hn5mXc4bJd2fRkLo="
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -72,6 +77,7 @@ def make_platform(redis_url: str, database_url: str, namespace: str) -> Iterator
             "redis_namespace": namespace,
             "environment": "test",
             "internal_api_token": TOKEN,
+            "connector_credentials_key": CREDENTIALS_KEY,
             "flag_cache_seconds": 0,
             **settings,
         }

@@ -15,6 +15,9 @@ no token configured    development and test only (the app refuses to start elsew
                        dashboard is open, like ``/internal``, and the page says so
 =====================  =====================================================================
 
+Failed sign-ins, wrong bearer tokens and forged or expired cookies count against the
+source address (``services.apikit.auth_throttle``): past the limit, 429 with Retry-After.
+
 CSRF: every state-changing form carries ``csrf_token``, an HMAC of the session cookie; a
 POST whose token does not match gets 403.
 """
@@ -102,6 +105,12 @@ def operator_of(req: Request, token: str | None) -> Operator | None:
         return Operator(read_session(token, value), "cookie", value)
     except BadSession:
         return None
+
+
+def presents_credential(req: Request) -> bool:
+    """Whether ``req`` offers a bearer token or a session cookie (what a failed sign-in
+    counts and what a throttled address is refused)."""
+    return bearer_credential() is not None or bool(req.cookies.get(COOKIE))
 
 
 def csrf_ok(operator: Operator, token: str | None) -> bool:

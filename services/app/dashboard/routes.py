@@ -14,6 +14,7 @@ from flask.typing import ResponseReturnValue
 from sqlalchemy.exc import OperationalError
 
 from services.apikit.auth import token_matches
+from services.apikit.auth_throttle import count_failure, throttled
 from services.apikit.context import current_platform
 from services.app.api import api_token
 from services.app.bootstrap import Platform
@@ -70,8 +71,14 @@ def problem(status: int, title: str, detail: str) -> ResponseReturnValue:
 def require_operator() -> ResponseReturnValue | None:
     if request.endpoint in PUBLIC_ENDPOINTS:
         return None
-    operator = auth.operator_of(request, _token())
+    token = _token()
+    presented = token is not None and auth.presents_credential(request)
+    if presented and (refused := throttled()) is not None:
+        return refused
+    operator = auth.operator_of(request, token)
     if operator is None:
+        if presented:
+            count_failure()
         if request.method == "GET":
             return redirect(url_for("dashboard.login", next=request.full_path.rstrip("?")))
         return problem(401, "Not signed in", "Sign in at /dashboard/login first.")
@@ -140,8 +147,12 @@ def login() -> ResponseReturnValue:
         return redirect(target)
     if request.method == "GET":
         return page("login.html", next=target, error="")
+    if (refused := throttled()) is not None:
+        return refused
     name = auth.clean_name(request.form.get("name", ""))
     presented = request.form.get("token", "")
+    if name and not token_matches(presented, token):
+        count_failure()
     if not name or not token_matches(presented, token):
         error = "Give your name." if not name else "That token is not this deployment's."
         return page("login.html", 401, next=target, error=error)

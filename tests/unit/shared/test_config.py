@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,13 +15,15 @@ from shared.config import ENV_PREFIX, Settings, environment_variables, load_sett
 from tests import REPO
 
 README = REPO / "README.md"
+#: The production settings page: its settings table documents the variables it adds.
+PRODUCTION_SETTINGS = REPO / "docs" / "deploy" / "production-settings.md"
 #: A Fernet key (url-safe base64 of 32 bytes), for the connector credentials' sample.
 KEY = "gX3J0PZkFvAQ6oKkzSTPmOKx5Nft6xqCUVFL5nEXDVI="
 
 #: variable -> (field, value as set in the environment, value the field then holds); each
 #: value differs from the field's default.
 SAMPLES: dict[str, tuple[str, str, Any]] = {
-    "SPEEDTIER_ENV": ("environment", "staging", "staging"),
+    "SPEEDTIER_ENV": ("environment", "test", "test"),
     "REDIS_URL": ("redis_url", "redis://cache:6380/3", "redis://cache:6380/3"),
     "SPEEDTIER_FAST_REDIS_URL": ("fast_redis_url", "redis://fast:6379/0", "redis://fast:6379/0"),
     "SPEEDTIER_SLOW_REDIS_URL": ("slow_redis_url", "redis://slow:6379/1", "redis://slow:6379/1"),
@@ -61,6 +64,13 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     "SPEEDTIER_HTTP_TIMEOUT_SECONDS": ("http_timeout_seconds", "7", 7.0),
     "SPEEDTIER_CRAWL_HOST_RATE": ("crawl_host_rate", "3/7", "3/7"),
     "SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS": ("crawl_allow_private_networks", "true", True),
+    "SPEEDTIER_CRAWL_PRIVATE_NETWORKS_ACKNOWLEDGED": (
+        "crawl_private_networks_acknowledged",
+        "true",
+        True,
+    ),
+    "SPEEDTIER_AUTH_FAILURE_RATE": ("auth_failure_rate", "5/30", "5/30"),
+    "SPEEDTIER_TRUSTED_PROXY_HOPS": ("trusted_proxy_hops", "1", 1),
     "SPEEDTIER_EMBEDDER": ("embedder", "openai", "openai"),
     "SPEEDTIER_EMBEDDING_API_URL": ("embedding_api_url", "http://emb/v1", "http://emb/v1"),
     "SPEEDTIER_EMBEDDING_API_KEY": ("embedding_api_key", "sk-1", "sk-1"),
@@ -109,9 +119,16 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
 }
 
 
-def documented_variables() -> list[str]:
-    """The variables of the README's configuration table; ``A_X / _Y`` names ``A_Y`` too."""
-    section = README.read_text().split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+#: A variable whose sample cannot be set alone -> what it needs beside it.
+COMPANIONS = {
+    "SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS": {"SPEEDTIER_CRAWL_PRIVATE_NETWORKS_ACKNOWLEDGED"}
+}
+
+
+def documented_variables(page: Path = README, heading: str = "Configuration") -> list[str]:
+    """The variables of a page's settings table (the README's configuration table by
+    default); ``A_X / _Y`` names ``A_Y`` too."""
+    section = page.read_text().split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
     names: list[str] = []
     for row in re.findall(r"^\| (.+?) \|", section, flags=re.M):
         previous = ""
@@ -125,11 +142,13 @@ def documented_variables() -> list[str]:
 
 @pytest.fixture
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    """No speedtier variable from the machine running the tests (CI sets REDIS_URL...)."""
+    """No speedtier variable from the machine running the tests (CI sets REDIS_URL...), and
+    SPEEDTIER_ENV=development (unset means production, which refuses a missing key)."""
     known = {name.upper() for name in SAMPLES}
     for name in list(os.environ):
         if name.upper() in known or name.upper().startswith(ENV_PREFIX):
             monkeypatch.delenv(name)
+    monkeypatch.setenv("SPEEDTIER_ENV", "development")
     return monkeypatch
 
 
@@ -137,10 +156,12 @@ def _plain(value: Any) -> Any:
     return value.get_secret_value() if isinstance(value, SecretStr) else value
 
 
-def test_the_readme_documents_every_setting_once() -> None:
+def test_the_documentation_documents_every_setting_once() -> None:
+    # The README's table, plus the production settings page's for the variables it adds.
     documented = documented_variables()
+    added = set(documented_variables(PRODUCTION_SETTINGS, "Settings")) - set(documented)
     assert len(documented) == len(set(documented))
-    assert set(documented) == set(SAMPLES) == set(environment_variables().values())
+    assert set(documented) | added == set(SAMPLES) == set(environment_variables().values())
 
 
 @pytest.mark.parametrize("variable", sorted(SAMPLES))
@@ -151,6 +172,8 @@ def test_a_documented_variable_lands_in_its_field(
     field, raw, expected = SAMPLES[variable]
     defaults = load_settings()
     clean_environment.setenv(variable, raw)
+    for companion in COMPANIONS.get(variable, ()):
+        clean_environment.setenv(companion, SAMPLES[companion][1])
     # When the settings are read
     settings = load_settings()
     # Then its field holds the value and no other field moved
@@ -160,7 +183,7 @@ def test_a_documented_variable_lands_in_its_field(
         for name in Settings.model_fields
         if _plain(getattr(settings, name)) != _plain(getattr(defaults, name))
     }
-    assert changed == {field}
+    assert changed == {field} | {SAMPLES[c][0] for c in COMPANIONS.get(variable, ())}
     assert environment_variables()[field] == variable
 
 
@@ -173,7 +196,12 @@ def test_an_unprefixed_field_name_is_not_a_variable(clean_environment: pytest.Mo
 
 
 def test_fields_can_still_be_given_by_name(clean_environment: pytest.MonkeyPatch) -> None:
-    settings = load_settings(environment="production", redis_url="redis://r", flag_overrides={})
+    settings = load_settings(
+        environment="production",
+        redis_url="redis://r",
+        flag_overrides={},
+        connector_credentials_key=KEY,
+    )
     assert (settings.environment, settings.redis_url) == ("production", "redis://r")
 
 
