@@ -107,6 +107,7 @@ def create_app(
     app = Flask(__name__, static_folder=None)
     app.request_class = ApiRequest
     app.url_map.converters["id"] = IdConverter
+    app.url_map.converters["job_id"] = jobs_routes.JobIdConverter
     app.config["MAX_CONTENT_LENGTH"] = settings.api_max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     if settings.trusted_proxy_hops:  # the source address failed authentication is counted by
