@@ -89,6 +89,7 @@ def test_generated_tokens_pass() -> None:
     generated += ["".join(rng.choice(alphabet) for _ in range(32)) for _ in range(200)]
     for token in generated:
         assert weakness(token) is None, (token, estimated_entropy_bits(token))
+    for token in generated[:3]:
         settings = load_settings(internal_api_token=token, connector_credentials_key=KEY)
         assert api_token(settings) == token
 
