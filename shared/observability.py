@@ -93,12 +93,12 @@ def escape_controls(text: str) -> str:
 
 
 class EscapedText(logging.Formatter):
-    """:data:`TEXT_FORMAT` lines in which the message and the job fields are escaped
+    """:data:`TEXT_FORMAT` lines (or ``fmt``'s) in which the message and the job fields are escaped
     (:func:`escape_controls`), so one record is one line; a traceback follows on lines of its
     own, each indented, so none of them reads as a record either."""
 
-    def __init__(self) -> None:
-        super().__init__(TEXT_FORMAT)
+    def __init__(self, fmt: str = TEXT_FORMAT, datefmt: str | None = None) -> None:
+        super().__init__(fmt, datefmt)
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         return escape_controls(super().formatMessage(record))

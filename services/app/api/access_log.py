@@ -12,6 +12,9 @@ every other value (request line,         control characters escaped
 referer, user agent, headers)            (``shared.observability.escape_controls``)
 =======================================  =================================================
 
+gunicorn's error log (a refused request line, a worker's traceback) is escaped the same way
+(``shared.observability.EscapedText`` in gunicorn's own line format).
+
 gunicorn's parser already refuses CR, LF and NUL in header values, but lets other control
 characters through (an escape sequence in a ``User-Agent`` would reach the terminal that
 tails the log).
@@ -23,7 +26,7 @@ from typing import Any
 
 from gunicorn.glogging import Logger
 
-from shared.observability import escape_controls
+from shared.observability import EscapedText, escape_controls
 
 #: gunicorn's default line without ``%(u)s``; no atom of it names a credential.
 ACCESS_LOG_FORMAT = '%(h)s - %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" %(M)sms'
@@ -45,7 +48,13 @@ SECRET_ATOMS = frozenset(
 
 
 class AccessLog(Logger):  # type: ignore[misc]
-    """gunicorn's logger whose access atoms carry no credential and no control character."""
+    """gunicorn's logger whose access atoms carry no credential and no control character,
+    and whose error log lines are escaped."""
+
+    def setup(self, cfg: Any) -> None:
+        super().setup(cfg)
+        for handler in self.error_log.handlers:
+            handler.setFormatter(EscapedText(self.error_fmt, self.datefmt))
 
     def atoms(self, resp: Any, req: Any, environ: Any, request_time: Any) -> dict[str, Any]:
         found: dict[str, Any] = super().atoms(resp, req, environ, request_time)
