@@ -1,6 +1,7 @@
 """One typed settings object, read from the environment.
 
-Every field is documented in the README's configuration table. A field is read from
+Every field is documented in the README's configuration table (the production rules and
+their settings in ``docs/deploy/production-settings.md``). A field is read from
 ``SPEEDTIER_<FIELD>`` (``env_prefix``); only the names that do not follow that rule carry an
 explicit alias: the conventional unprefixed ones (``REDIS_URL``, ``DATABASE_URL``,
 ``INTERNAL_API_TOKEN``, ``SENTRY_DSN``, ``LOG_LEVEL``, Rails' ``RAILS_INTERNAL_URL`` and
