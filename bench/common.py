@@ -29,6 +29,9 @@ from dramatiq.middleware import Middleware
 
 #: Benchmarks use their own Redis database; every run uses a fresh key namespace in it.
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
+#: The benchmarks' credentials key (made for them, no deployment's secret): stored
+#: connection credentials are sealed with it.
+BENCH_CREDENTIALS_KEY = "n4VhQ0m3cYb8KxT2pW7sZ1eR6uJ9aL5dG3fH8kM0qXo="
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 LOG_DIR = RESULTS_DIR / "logs"
 _LOG_LINE = re.compile(r"^\S+ \S+ (?P<level>[A-Z]+) (?P<logger>\S+): (?P<message>.*)$")

@@ -330,6 +330,7 @@ def _product(options: argparse.Namespace) -> dict[str, Any]:
     from services.super_sources import store
     from services.super_sources.families import import_request
     from shared.config import load_settings
+    from shared.credentials import CredentialBox
     from shared.db.engine import session_scope
     from testkit.kb_scenario import (
         create_database,
@@ -352,6 +353,7 @@ def _product(options: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {}
     try:
         values = _values(redis_url, database_url, namespace)
+        box = CredentialBox.from_setting(values["connector_credentials_key"])
         platform = bootstrap(load_settings(**values), component="bench")
         roots = []
         for org in range(1, options.orgs + 1):
@@ -371,6 +373,7 @@ def _product(options: argparse.Namespace) -> dict[str, Any]:
                     session,
                     8000 + org,
                     "google_drive",
+                    box=box,
                     credentials={"access_token": f"d{org}"},
                     base_url=drive.base_url,
                     settings={"rate_limit_wait": options.window},
@@ -379,6 +382,7 @@ def _product(options: argparse.Namespace) -> dict[str, Any]:
                     session,
                     8000 + org,
                     "sharepoint",
+                    box=box,
                     credentials={"access_token": f"g{org}"},
                     base_url=graph.base_url,
                 )

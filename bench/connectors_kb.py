@@ -108,9 +108,9 @@ def _wait(platform: Any, expected: int, versions: int, deadline: float) -> bool:
 def run_kb(options: argparse.Namespace) -> dict[str, Any]:
     from services.app.bootstrap import bootstrap
     from services.ingestion import store
-    from services.ingestion.credentials import CredentialBox
     from services.ingestion.families import sync_request
     from shared.config import load_settings
+    from shared.credentials import CredentialBox
     from shared.db.engine import session_scope
 
     redis_url = options.redis_url or REDIS_URL

@@ -35,6 +35,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from cryptography.fernet import Fernet
+
 from bench.common import (
     REDIS_URL,
     connect,
@@ -51,7 +53,8 @@ from bench.common import (
 from bench.http_load import PATH, run_load, wrk_available
 
 NAME = "enqueue_api"
-TOKEN = "bench-enqueue-api-token"
+#: Strong enough for production's floor (``shared.secret_strength``).
+TOKEN = "bench-enqueue-api-x7Qm2Rv9Lk4Tz8Wc1Hn6Jp3Yb5Ds0Fg"
 WORKERS, THREADS = 2, 4
 CURVE = {1: (1, 4, 8, 16, 32, 64), 100: (1, 4, 8)}
 QUICK_CURVE = {1: (1, 8, 32), 100: (4,)}
@@ -104,6 +107,7 @@ def api_server(
         **os.environ,
         "SPEEDTIER_ENV": "production",
         "INTERNAL_API_TOKEN": TOKEN,
+        "SPEEDTIER_CONNECTOR_CREDENTIALS_KEY": Fernet.generate_key().decode(),
         "REDIS_URL": redis_url,
         "DATABASE_URL": database_url,
         "SPEEDTIER_REDIS_NAMESPACE": namespace,

@@ -30,6 +30,8 @@ import os
 import time
 from typing import Any
 
+from cryptography.fernet import Fernet
+
 from bench.common import (
     REDIS_URL,
     WorkerPool,
@@ -190,6 +192,7 @@ def speedtier_worker_idle(tier: str, redis_url: str, database_url: str) -> dict[
         "DATABASE_URL": database_url,
         "SPEEDTIER_REDIS_NAMESPACE": namespace,
         "SPEEDTIER_ALLOW_VOLATILE_REDIS": "true",
+        "SPEEDTIER_CONNECTOR_CREDENTIALS_KEY": Fernet.generate_key().decode(),
         "SPEEDTIER_METRICS_PORT": "0",
         "LOG_LEVEL": "INFO",
     }

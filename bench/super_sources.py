@@ -66,9 +66,12 @@ def _options(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _values(redis_url: str, database_url: str, namespace: str) -> dict[str, Any]:
+    from bench.common import BENCH_CREDENTIALS_KEY
+
     return {
         "environment": "test",
         "egress_allowed_networks": "127.0.0.1/32",  # the fakes listen on loopback
+        "connector_credentials_key": BENCH_CREDENTIALS_KEY,
         "redis_url": redis_url,
         "database_url": database_url,
         "redis_namespace": namespace,
@@ -202,6 +205,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
     from services.super_sources import store
     from services.super_sources.families import import_request
     from shared.config import load_settings
+    from shared.credentials import CredentialBox
     from shared.db.engine import session_scope
     from testkit.fakes import git_repository
     from testkit.fakes.github_server import GithubServer
@@ -239,6 +243,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
             site_pages = _crawl_count(site_root, site_settings) if options.website else 0
             site.page_seconds = options.website_page_seconds
             values = _values(redis_url, database_url, namespace)
+            box = CredentialBox.from_setting(values["connector_credentials_key"])
             platform = bootstrap(load_settings(**values), component="bench")
             api = ApiThread(create_app(platform))
             roots, targets = [], []
@@ -256,6 +261,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                         session,
                         org,
                         "github",
+                        box=box,
                         credentials={"token": TOKEN},
                         base_url=github_url,
                         webhook_secret=SECRET,
@@ -264,6 +270,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                         session,
                         org,
                         "linear",
+                        box=box,
                         credentials={"api_key": API_KEY},
                         base_url=linear_url,
                         webhook_secret=SECRET,
@@ -285,7 +292,11 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                     git_repository.populate(origin, files=options.git)
                     with session_scope(platform.sessions) as session:
                         git = store.create_connection(
-                            session, org, "git", settings={"cache_dir": str(log_dir / "cache")}
+                            session,
+                            org,
+                            "git",
+                            box=box,
+                            settings={"cache_dir": str(log_dir / "cache")},
                         )
                         session.commit()
                         git_id = git.id
@@ -301,7 +312,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
                 if options.website:
                     with session_scope(platform.sessions) as session:
                         web = store.create_connection(
-                            session, org, "website", settings=site_settings
+                            session, org, "website", box=box, settings=site_settings
                         )
                         session.commit()
                         web_id = web.id

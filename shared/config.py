@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
+from shared.config_refusals import refusals as refusals
 from shared.config_values import (
     DATABASE_SCHEMES,
     REDIS_SCHEMES,
@@ -45,9 +46,11 @@ class Settings(BaseSettings):
     )
 
     environment: Literal["development", "test", "staging", "production"] = Field(
-        "development",
+        "production",
         validation_alias="SPEEDTIER_ENV",
-        description="Staging and production need INTERNAL_API_TOKEN and Redis with AOF.",
+        description="development | test | staging | production (unset: production). Outside "
+        "development and test the internal API needs a strong INTERNAL_API_TOKEN, the "
+        "credentials key is required and Redis must keep its data (AOF, noeviction).",
     )
     redis_url: str | None = Field(
         None,
@@ -74,7 +77,20 @@ class Settings(BaseSettings):
     internal_api_token: SecretStr | None = Field(
         None,
         validation_alias="INTERNAL_API_TOKEN",
-        description="Bearer token Rails sends to `/internal/*`; also the dashboard's secret.",
+        description="Bearer token Rails sends to `/internal/*`; also the dashboard's secret. "
+        "In production and staging at least 32 characters and about 96 bits of entropy.",
+    )
+    auth_failure_rate: str = Field(
+        "20/60",
+        description="Failed authentications allowed per source address, LIMIT/SECONDS; "
+        "past it, 429 with Retry-After until the window ends.",
+    )
+    trusted_proxy_hops: int = Field(
+        0,
+        ge=0,
+        le=10,
+        description="Reverse proxies in front of the API (an ingress: 1) whose "
+        "X-Forwarded-For names the source address; 0: the TCP peer is the source.",
     )
     sentry_dsn: str | None = Field(
         None,
@@ -180,8 +196,13 @@ class Settings(BaseSettings):
     )
     crawl_allow_private_networks: bool = Field(
         False,
-        description="Let the URL crawler reach private, loopback and link-local addresses "
-        "(tests and the demo only).",
+        description="Let the crawler and connectors reach loopback, private and link-local "
+        "addresses (the SSRF guard off); needs SPEEDTIER_CRAWL_PRIVATE_NETWORKS_ACKNOWLEDGED.",
+    )
+    crawl_private_networks_acknowledged: bool = Field(
+        False,
+        description="The second, explicit consent CRAWL_ALLOW_PRIVATE_NETWORKS needs; every "
+        "process then logs a WARNING at start.",
     )
 
     embedder: Literal["hashing", "openai", "local"] = Field(
@@ -383,6 +404,12 @@ class Settings(BaseSettings):
             parse_rate(value, field="SPEEDTIER_EMBEDDING_RATE")
         return value
 
+    @field_validator("auth_failure_rate")
+    @classmethod
+    def _auth_failure_rate_is_a_rate(cls, value: str) -> str:
+        parse_rate(value, field="SPEEDTIER_AUTH_FAILURE_RATE")
+        return value
+
     @field_validator("connector_credentials_key")
     @classmethod
     def _credentials_keys_are_fernet_keys(cls, value: SecretStr | None) -> SecretStr | None:
@@ -415,6 +442,11 @@ class Settings(BaseSettings):
         return list(dict.fromkeys(url for url in urls if url))
 
     @property
+    def is_production_like(self) -> bool:
+        """Production or staging: weak settings are refused (``shared.config_refusals``)."""
+        return self.environment in ("production", "staging")
+
+    @property
     def is_development(self) -> bool:
         return self.environment in ("development", "test")
 
@@ -441,8 +473,14 @@ def load_settings(**overrides: object) -> Settings:
       InvalidSettings: a value cannot be used; the message names each such variable.
     """
     try:
-        return Settings(**overrides)  # type: ignore[arg-type]
+        settings = Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         raise InvalidSettings(invalid_message(exc, environment_variables())) from None
     except SettingsError as exc:  # a variable holding JSON (a dict or list field) that is not
         raise InvalidSettings(unparsable_message(str(exc), environment_variables())) from None
+    refused = refusals(settings)
+    if refused:
+        raise InvalidSettings(
+            f"refusing to start in SPEEDTIER_ENV={settings.environment}: " + refused[0]
+        )
+    return settings

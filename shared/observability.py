@@ -74,12 +74,52 @@ class JsonLines(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+#: Control characters (C0, DEL, C1, Unicode's line and paragraph separators) as readable
+#: escapes: a value that reaches a log line (a request path, a provider's answer) cannot
+#: start a line of its own or drive a terminal. The backslash itself is doubled, so an
+#: escape cannot be faked either.
+_CONTROLS = (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)
+_ESCAPES = {code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" for code in _CONTROLS} | {
+    ord("\\"): "\\\\",
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+}
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with backslashes doubled and every control character escaped."""
+    return text.translate(_ESCAPES)
+
+
+class EscapedText(logging.Formatter):
+    """:data:`TEXT_FORMAT` lines (or ``fmt``'s) in which the message and the job fields are escaped
+    (:func:`escape_controls`), so one record is one line; a traceback follows on lines of its
+    own, each indented, so none of them reads as a record either."""
+
+    def __init__(self, fmt: str = TEXT_FORMAT, datefmt: str | None = None) -> None:
+        super().__init__(fmt, datefmt)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escape_controls(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return _indented(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return _indented(super().formatStack(stack_info))
+
+
+def _indented(text: str) -> str:
+    return "\n".join("    " + escape_controls(line) for line in text.splitlines())
+
+
 def log_handler(*, json_lines: bool, stream: IO[str] | None = None) -> logging.Handler:
     """A stream handler (stderr by default) writing JSON lines or readable lines, with the
     job context filter."""
     handler = logging.StreamHandler(stream)
     handler.addFilter(JobContext())
-    handler.setFormatter(JsonLines() if json_lines else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonLines() if json_lines else EscapedText())
     return handler
 
 

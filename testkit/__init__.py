@@ -17,3 +17,10 @@ Test-only code: no production package (shared, tiers, router, services) may impo
 It runs from a checkout, where the repository root is on the path (pytest's rootdir,
 ``python -m bench``, and the ``PYTHONPATH`` the scenario gives its worker processes).
 """
+
+import os
+
+# An unset SPEEDTIER_ENV means production, which refuses a short token, a missing credentials
+# key and volatile Redis: test and benchmark code and the processes they start run as test unless a
+# scenario says otherwise.
+os.environ.setdefault("SPEEDTIER_ENV", "test")

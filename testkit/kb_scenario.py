@@ -334,6 +334,7 @@ def settings_values(
         "provider_urls": {"notion": notion_url},
         "windows": dict(config.windows),
         "crawl_allow_private_networks": True,
+        "crawl_private_networks_acknowledged": True,
         "http_timeout_seconds": 15.0,
         "worker_poll_ms": config.poll_ms,
         "worker_drain_seconds": 5,

@@ -6,7 +6,13 @@ health check): under pytest-xdist on a shared 2-core machine they measure the ma
 the code; what a property test asserts is unchanged.
 """
 
+import os
+
 from hypothesis import HealthCheck, settings
+
+# An unset SPEEDTIER_ENV means production (a strong token and the credentials key required):
+# the suite, and every process it starts, runs as test unless a test says otherwise.
+os.environ.setdefault("SPEEDTIER_ENV", "test")
 
 settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("suite")

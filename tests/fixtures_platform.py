@@ -14,8 +14,10 @@ parameter              default
 ``component``          ``"speedtier"`` (the name in logs and Sentry)
 ``**settings``         any ``Settings`` field by name (``provider_urls``, ``windows``,
                        ``api_max_body_bytes``, ``redis_url``/``database_url`` for an outage
-                       test...), over ``environment="test"``, ``internal_api_token=TOKEN``
-                       and ``flag_cache_seconds=0`` (a flag a test sets is read at once);
+                       test...), over ``environment="test"``, ``internal_api_token=TOKEN``,
+                       ``connector_credentials_key=CREDENTIALS_KEY`` (stored credentials are
+                       sealed; ``None`` for a keyless platform), ``flag_cache_seconds=0``
+                       (a flag a test sets is read at once) and
                        ``egress_allowed_networks="127.0.0.1/32"`` (the fakes' address)
 =====================  ====================================================================
 
@@ -39,7 +41,10 @@ from shared.config import load_settings
 from tiers.families import Family
 from tiers.policies import RetryPolicy
 
-TOKEN = "secret"
+#: Strong enough for production's floor (``shared.secret_strength``): some tests run production.
+TOKEN = "suite-internal-token-7Hq2Xv9Lm4Rt8Wz1Kc6Nb3Pd5"
+#: The suite's credentials key (a Fernet key made for it, no secret of any deployment).
+CREDENTIALS_KEY = "Q2W6a9lVtrG7s3wKpZ0tqg1yUe8Hn5mXc4bJd2fRkLo="
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -73,6 +78,7 @@ def make_platform(redis_url: str, database_url: str, namespace: str) -> Iterator
             "redis_namespace": namespace,
             "environment": "test",
             "internal_api_token": TOKEN,
+            "connector_credentials_key": CREDENTIALS_KEY,
             "flag_cache_seconds": 0,
             "egress_allowed_networks": "127.0.0.1/32",  # the fakes' loopback address
             **settings,

@@ -57,6 +57,15 @@ class RateWindows:
         reply = int(self._script(keys=[key], args=[rule.limit, period_ms, now_ms]))
         return None if reply == 0 else reply / 1000.0
 
+    def used(self, key: str, rule: WindowRule, now: float | None = None) -> tuple[int, float]:
+        """How many starts the current window of ``key`` has counted (:meth:`acquire`'s
+        window; at most ``rule.limit``), and the epoch seconds at which it ends."""
+        now_ms = int((time.time() if now is None else now) * 1000)
+        period_ms = max(1, int(rule.period_seconds * 1000))
+        index = now_ms // period_ms
+        value = self._client.get(f"{key}:{index}")
+        return (int(value) if value is not None else 0), (index + 1) * period_ms / 1000.0
+
     def reserve(
         self,
         key: str,

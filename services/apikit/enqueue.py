@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union, cast
 
@@ -98,6 +98,9 @@ class EnqueueContract:
 
     body_name: str
     kinds: frozenset[str] | None = None
+    #: (kind, parameters model) pairs this route narrows a kind's parameters to (a subclass
+    #: of the family's model), so its document says what it accepts.
+    params: tuple[tuple[str, type[BaseModel]], ...] = ()
 
     def body_model(self) -> type[BaseModel]:
         """The body model of the current app's registered (and accepted) kinds."""
@@ -114,8 +117,11 @@ class EnqueueContract:
 
     def _build_body_model(self, registry: Registry) -> type[BaseModel]:
         families = sorted(registry, key=lambda family: family.kind)
+        narrowed = dict(self.params)
         items = tuple(
-            request_model(family.kind, family.params_model(), family.tenant_scoped)
+            request_model(
+                family.kind, narrowed.get(family.kind, family.params_model()), family.tenant_scoped
+            )
             for family in families
             if self.kinds is None or family.kind in self.kinds
         )
@@ -225,12 +231,15 @@ def enqueue_blueprint(
     kinds: Collection[str],
     summary: str,
     prepare: Prepare | None = None,
+    params: Mapping[str, type[BaseModel]] | None = None,
 ) -> Blueprint:
     """A blueprint with one route, ``POST <url_prefix>/enqueue``, accepting ``kinds``
-    (completed by ``prepare`` before routing, when given)."""
+    (completed by ``prepare`` before routing, when given), with ``params`` narrowing a kind's
+    parameters on this route."""
     blueprint = Blueprint(name, __name__, url_prefix=url_prefix)
     body_name = "".join(part.capitalize() for part in _words(name)) + "EnqueueBody"
-    contract = EnqueueContract(body_name, frozenset(kinds))
+    narrowed = tuple(sorted((params or {}).items()))
+    contract = EnqueueContract(body_name, frozenset(kinds), narrowed)
 
     @blueprint.post("/enqueue")
     @describe_enqueue(summary, contract)

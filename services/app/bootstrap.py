@@ -4,6 +4,7 @@ flags, database, and every service's families, ticks and routes."""
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -17,7 +18,7 @@ from router.enqueue import Router
 from router.registry import Registry
 from router.ticks import Tick, tick_family
 from shared import runtime_file
-from shared.config import Settings, load_settings, parse_rate
+from shared.config import InvalidSettings, Settings, load_settings, parse_rate, refusals
 from shared.db.engine import make_engine, make_session_factory
 from shared.egress.addresses import settings_guard
 from shared.egress.session import set_default_guard
@@ -36,6 +37,8 @@ from tiers.tier_brokers import TierBrokers
 
 if TYPE_CHECKING:
     from flask import Blueprint
+
+log = logging.getLogger(__name__)
 
 #: Service packages, each exposing ``register(platform: ServiceContext)``.
 SERVICE_MODULES: tuple[str, ...] = (
@@ -142,6 +145,16 @@ def rollouts(settings: Settings) -> PostHogRollouts | None:
     )
 
 
+def warn_if_private_networks(settings: Settings) -> None:
+    """Say at every start that the SSRF guard is off (``crawl_allow_private_networks``)."""
+    if settings.crawl_allow_private_networks:
+        log.warning(
+            "SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS=true (acknowledged): the crawler and the "
+            "connectors may reach loopback, private and link-local addresses, cloud metadata "
+            "included; the SSRF guard is OFF in this process"
+        )
+
+
 def bootstrap(
     settings: Settings | None = None,
     *,
@@ -166,8 +179,14 @@ def bootstrap(
         raise NotConfigured("REDIS_URL is not set (speedtier up starts an embedded Redis)")
     if not settings.database_url:
         raise NotConfigured("DATABASE_URL is not set (speedtier up starts an embedded PostgreSQL)")
+    refused = refusals(settings)  # settings built without load_settings are held to it too
+    if refused:
+        raise InvalidSettings(
+            f"refusing to start in SPEEDTIER_ENV={settings.environment}: {refused[0]}"
+        )
     configure_logging(settings.log_level, json_lines=settings.json_logs)
     set_default_guard(settings_guard(settings))  # every outbound call of the process
+    warn_if_private_networks(settings)
     verify_redis_persistence(settings)  # refuses volatile Redis in production and staging
     init_sentry(settings.sentry_dsn, environment=settings.environment, component=component)
 

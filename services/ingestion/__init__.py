@@ -22,11 +22,11 @@ def register(platform: ServiceContext) -> None:
     from services.ingestion.actors import IngestionContext, build_handlers
     from services.ingestion.connector_sync.registry import CONNECTORS
     from services.ingestion.connector_sync.sync import SyncContext
-    from services.ingestion.credentials import CredentialBox
     from services.ingestion.families import families
     from services.ingestion.ticks import SweepBounds, ingestion_refresh_tick, ingestion_sweep_tick
     from services.ingestion.vector_cache import configure as configure_vector_cache
     from services.web.feed_fetch import feed_fetcher
+    from shared.credentials import CredentialBox
     from tiers.rate_window import RateWindows
 
     settings = platform.settings

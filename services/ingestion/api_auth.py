@@ -7,7 +7,9 @@ whole public path space (``/knowledge-bases...``, ``/search``) before routing is
 so a path that matches no route, a wrong method or a malformed id answers 401 without a key,
 and reveals nothing about the routes. Keys are stored as SHA-256 only
 (:func:`services.ingestion.store.organization_for_key`). ``/internal`` routes of the same
-blueprint are left to the internal bearer token (:mod:`services.apikit.auth`).
+blueprint are left to the internal bearer token (:mod:`services.apikit.auth`). An address
+that presented too many unknown keys is answered 429 before its key is looked up
+(``services.apikit.auth_throttle``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from flask import Blueprint, Response, g, request
 
 from services.apikit.auth import bearer_credential, is_protected
 from services.apikit.auth import unauthorized as bearer_unauthorized
+from services.apikit.auth_throttle import count_failure, throttled
 from services.apikit.context import current_platform
 from services.apikit.openapi import document_api_key_auth
 from services.ingestion import store
@@ -44,10 +47,14 @@ def authenticate() -> Response | None:
     key = bearer_credential()
     if key is None:
         return unauthorized("missing API key", credential_given=False)
+    refused = throttled()
+    if refused is not None:
+        return refused
     with session_scope(current_platform().sessions) as session:
         organization_id = store.organization_for_key(session, key)
     if organization_id is None:
         log.info("rejected an unknown or revoked API key for %s %s", request.method, request.path)
+        count_failure()
         return unauthorized("unknown or revoked API key")
     setattr(g, _ORGANIZATION, organization_id)
     return None

@@ -9,7 +9,6 @@ import click
 
 from router.context import LoadContext
 from services.ingestion import store
-from services.ingestion.credentials import CredentialBox
 from services.ingestion.families import sync_request
 from services.ingestion.tenant_index import (
     create_tenant_index,
@@ -18,6 +17,7 @@ from services.ingestion.tenant_index import (
     tenant_indexes,
 )
 from shared.cli_types import RECORD_ID
+from shared.credentials import CredentialBox
 from shared.db.engine import session_scope
 from shared.errors import RecordMissing
 

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from services.apikit.errors import field_path
 from services.apikit.schemas import StrictRequest
@@ -48,7 +48,36 @@ Credentials = Annotated[
 ]
 
 
+def _fields_per_provider(schema: dict[str, Any]) -> None:
+    """The document's ``oneOf``: each provider's credential fields and connection settings,
+    from its adapter (what :func:`checked` validates them with)."""
+    from services.ingestion.connector_sync.registry import CONNECTORS
+
+    def flat(model: type[BaseModel]) -> dict[str, Any]:
+        found = model.model_json_schema()
+        found.pop("title", None)
+        return found
+
+    branches = []
+    for name, connector in sorted(CONNECTORS.items()):
+        settings = flat(connector.connection_model)
+        branch: dict[str, Any] = {
+            "title": name,
+            "properties": {
+                "provider": {"const": name},
+                "credentials": flat(connector.credentials_model),
+                "settings": settings,
+            },
+        }
+        if settings.get("required"):
+            branch["required"] = ["settings"]
+        branches.append(branch)
+    schema["oneOf"] = branches
+
+
 class ConnectionCreate(StrictRequest):
+    model_config = ConfigDict(json_schema_extra=_fields_per_provider)
+
     provider: Provider
     name: Name
     credentials: Credentials

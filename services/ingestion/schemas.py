@@ -8,11 +8,12 @@ lengths as sent then trimmed, ``5.0`` is an integer).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
 from services.apikit.schemas import StrictRequest
 from services.web.urls import normalize_url
@@ -107,6 +108,30 @@ class DocumentJsonCreate(StrictRequest):
     (default: the file name) and ``audience`` (comma-separated or repeated).
     """
 
+    # The rules across fields (checked_document_json), in the document too.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {
+                    "title": "a text document",
+                    "required": ["text", "name"],
+                    "properties": {
+                        "text": {"not": {"type": "null"}},
+                        "name": {"not": {"type": "null"}},
+                        "url": {"type": "null"},
+                        "connector": {"type": "null"},
+                    },
+                    "not": {"required": ["crawl_depth"]},
+                },
+                {
+                    "title": "a URL document",
+                    "required": ["url"],
+                    "properties": {"url": {"not": {"type": "null"}}, "text": {"type": "null"}},
+                },
+            ]
+        }
+    )
+
     name: Name | None = None
     text: Annotated[str, Field(min_length=1), NUL_FREE] | None = None
     url: (
@@ -137,7 +162,7 @@ class FileUploadForm(FileUploadFields):
     """``multipart/form-data``: a ``file`` part, ``name`` (default: the file's name) and
     ``audience`` (repeated, or comma-separated)."""
 
-    file: bytes = Field(description="The document's bytes (at most 10 MB).")
+    file: bytes = Field(min_length=1, description="The document's bytes (1 byte to 10 MB).")
 
 
 class DocumentOut(BaseModel):
@@ -278,11 +303,25 @@ class SearchResults(BaseModel):
 # -- usage ---------------------------------------------------------------------------------
 
 
+#: What an RFC 3339 date-time (the document's ``format: date-time``) starts with: a number
+#: (``until=0.5``) is not read as seconds since 1970.
+_DATE_TIME_START = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+
+
+def _date_time_text(value: object) -> object:
+    if isinstance(value, str) and not _DATE_TIME_START.match(value):
+        raise ValueError("must be an ISO 8601 date-time with a zone, e.g. 2026-12-01T00:00:00Z")
+    return value
+
+
+DateTimeText = Annotated[AwareDatetime, BeforeValidator(_date_time_text)]
+
+
 class UsageQuery(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    since: AwareDatetime | None = Field(None, description="From this time (ISO 8601, with zone).")
-    until: AwareDatetime | None = Field(None, description="Before this time (ISO 8601).")
+    since: DateTimeText | None = Field(None, description="From this time (ISO 8601, with zone).")
+    until: DateTimeText | None = Field(None, description="Before this time (ISO 8601, with zone).")
 
 
 class UsageRow(BaseModel):

@@ -9,25 +9,19 @@ the day it means), ``send_email``, ``queue_backfill`` and ``source`` (``admin`` 
 
 from __future__ import annotations
 
+from typing import Literal
+
 from flask import Blueprint
 
-from router.requests import JobRequest
 from services.apikit.enqueue import enqueue_blueprint
-from services.reports.families import KIND
-from shared.errors import ValidationFailed
-
-ROUTE_SOURCES = ("admin", "backfill")
+from services.reports.families import KIND, ReportParams
 
 
-def _explicit_sources(requests: list[JobRequest]) -> list[JobRequest]:
-    errors = {
-        f"requests[{index}].source": f"must be one of {', '.join(ROUTE_SOURCES)}"
-        for index, request in enumerate(requests)
-        if request.params.get("source") not in ROUTE_SOURCES
-    }
-    if errors:
-        raise ValidationFailed(errors)
-    return requests
+class RouteReportParams(ReportParams):
+    """A report Rails asks for: ``source`` is ``admin`` or ``backfill`` (``cron`` belongs to
+    the ticks), in the route's document as in its validation."""
+
+    source: Literal["admin", "backfill"]
 
 
 def blueprint() -> Blueprint:
@@ -36,5 +30,5 @@ def blueprint() -> Blueprint:
         "/internal/daily_agent_evaluation_reports",
         (KIND,),
         "Enqueue daily agent evaluation reports (Rails' Api2DailyAgentEvaluationReportEnqueuer)",
-        prepare=_explicit_sources,
+        params={KIND: RouteReportParams},
     )

@@ -28,9 +28,11 @@ def install(platform: ServiceContext, registry: SourceRegistry) -> None:
     from services.super_sources.actors import build_handlers
     from services.super_sources.context import SuperContext
     from services.super_sources.families import families
+    from shared.credentials import CredentialBox
     from tiers.rate_window import RateWindows
 
     settings = platform.settings
+    key = settings.connector_credentials_key
     client = platform.broker.client
     namespace = settings.redis_namespace
     ctx = SuperContext(
@@ -46,6 +48,7 @@ def install(platform: ServiceContext, registry: SourceRegistry) -> None:
         client=client,
         namespace=namespace,
         provider_urls=settings.provider_urls,
+        box=CredentialBox.from_setting(key.get_secret_value() if key else None),
         timeout=settings.http_timeout_seconds,
     )
     for family in families(build_handlers(platform.sessions, platform.router, ctx)):

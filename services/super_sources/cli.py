@@ -1,4 +1,5 @@
-"""``speedtier super``: the six queues' status, and a re-drive of one root's import."""
+"""``speedtier super``: the six queues' status, a re-drive of one root's import, and the
+sealing of connections' plain secrets."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import click
 from router.context import LoadContext
 from services.connectors.nodes import NodeRef
 from services.super_sources import store
+from services.super_sources.connection_secrets import seal_plain
 from services.super_sources.families import import_request
 from services.super_sources.queue_status import counters, queue_status
 from services.super_sources.sources import default_registry
 from shared import audit
 from shared.cli_types import RECORD_ID
+from shared.credentials import CredentialBox, CredentialsKeyMissing
 from shared.db.engine import session_scope
 
 
@@ -72,6 +75,24 @@ def import_command(
     )
     audit.record(platform.sessions, audit.cli_operator(), "redrive", answer.job_id, answer.outcome)
     click.echo(f"{answer.job_id}: {answer.outcome} on {answer.queue}")
+
+
+@super_group.command("seal-credentials")
+@click.pass_obj
+def seal_credentials(load: LoadContext) -> None:
+    """Seal every connection's plain credentials and webhook secret with
+    SPEEDTIER_CONNECTOR_CREDENTIALS_KEY (rows a peer wrote plain; the migration sealed the
+    rest)."""
+    platform = load()
+    key = platform.settings.connector_credentials_key
+    box = CredentialBox.from_setting(key.get_secret_value() if key else None)
+    with session_scope(platform.sessions) as session:
+        try:
+            sealed = seal_plain(store.plain_secret_connections(session), box)
+        except CredentialsKeyMissing as exc:
+            raise click.ClickException(str(exc)) from None
+        session.commit()
+    click.echo(f"sealed {sealed} connection(s)")
 
 
 def register(main: click.Group) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import redis
@@ -13,8 +13,10 @@ import redis
 from services.connectors.nodes import Connection, RateLimitState
 from services.indexing.chunking import Chunker
 from services.indexing.embedders import Embedder
+from services.super_sources.connection_secrets import credentials_of
 from services.super_sources.registry import SourceEntry, SourceRegistry
 from shared import metrics
+from shared.credentials import CredentialBox
 from shared.db.models.super_sources import SuperSourceConnection
 from shared.errors import Delay, Unrecoverable
 
@@ -45,6 +47,8 @@ class SuperContext:
     client: redis.Redis
     namespace: str
     provider_urls: Mapping[str, str]
+    #: Opens connections' sealed credentials and webhook secrets.
+    box: CredentialBox = field(default_factory=CredentialBox)
     timeout: float = 30.0
 
     def entry(self, source: str) -> SourceEntry:
@@ -62,7 +66,7 @@ class SuperContext:
             connection_id=row.id,
             organization_id=row.organization_id,
             base_url=row.base_url or self.provider_urls.get(row.source) or entry.default_base_url,
-            credentials=dict(row.credentials or {}),
+            credentials=credentials_of(row, self.box),
             settings=dict(row.settings or {}),
             timeout=self.timeout,
             rate_limits=self.rate_limits,

@@ -3,7 +3,8 @@ knowledge documents their text is searchable as.
 
 Every statement on tenant data filters on the organization, except
 :func:`connection_for_webhook`: a public webhook names its connection, not its
-organization, and the connection's organization is what scopes everything after it.
+organization, and the connection's organization is what scopes everything after it; and
+:func:`plain_secret_connections`, the operator's sealing of every tenant's plain secrets.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from services.connectors.nodes import NodeRef
+from services.super_sources.connection_secrets import seal_into
+from shared.credentials import CredentialBox
 from shared.db.models.ingestion import KbChunk, KbDocument, KnowledgeBase
 from shared.db.models.super_sources import (
     SuperSourceConnection,
@@ -55,13 +58,19 @@ def create_connection(
     organization_id: int,
     source: str,
     *,
+    box: CredentialBox,
     credentials: dict[str, Any] | None = None,
     settings: dict[str, Any] | None = None,
     base_url: str | None = None,
     webhook_key: str | None = None,
     webhook_secret: str | None = None,
 ) -> SuperSourceConnection:
-    """A connection with its own knowledge base (``super:<source>``), flushed."""
+    """A connection with its own knowledge base (``super:<source>``), flushed; its
+    credentials and webhook secret sealed with ``box``.
+
+    Raises:
+      CredentialsKeyMissing: a secret to store and no key configured.
+    """
     base = KnowledgeBase(organization_id=organization_id, name=f"super:{source}")
     session.add(base)
     session.flush()
@@ -70,14 +79,23 @@ def create_connection(
         source=source,
         knowledge_base_id=base.id,
         base_url=base_url,
-        credentials=credentials or {},
         settings=settings or {},
         webhook_key=webhook_key,
-        webhook_secret=webhook_secret,
     )
+    seal_into(row, box, credentials=credentials, webhook_secret=webhook_secret)
     session.add(row)
     session.flush()
     return row
+
+
+def plain_secret_connections(session: Session) -> Sequence[SuperSourceConnection]:
+    """Every organization's connections that still hold a plain secret, locked."""
+    plain = or_(
+        SuperSourceConnection.credentials != text("'{}'::jsonb"),
+        SuperSourceConnection.webhook_secret.is_not(None),
+    )
+    statement = select(SuperSourceConnection).where(plain).with_for_update()
+    return session.execute(statement).scalars().all()
 
 
 # -- import checkpoints -------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from router.enqueue import Router
 from router.requests import JobRequest
 from services.connectors.nodes import MalformedWebhook, NodeRef, WebhookEvent
 from services.super_sources import store
+from services.super_sources.connection_secrets import has_webhook_secret, webhook_secret_of
 from services.super_sources.context import SuperContext
 from services.super_sources.families import index_request
 from services.super_sources.registry import WebhookSpec, index_touched
@@ -100,9 +101,10 @@ def receive(
     key = None if connection_id is not None else _root_key(hook, headers, body)
     with session_scope(sessions) as session:
         row = store.connection_for_webhook(session, source, connection_id, key)
-        if row is None or not row.webhook_secret:
+        if row is None or not has_webhook_secret(row):
             return Answer(404, {"error": "no connection takes this webhook"})
-        organization_id, conn_id, secret = row.organization_id, row.id, row.webhook_secret
+        organization_id, conn_id = row.organization_id, row.id
+        secret = webhook_secret_of(row, ctx.box) or ""
     if not hook.verify(headers, body, secret, now or datetime.now(UTC)):
         log.warning("webhook %s/%s: signature refused (connection %s)", source, path, conn_id)
         return Answer(401, {"error": "signature does not verify"})

@@ -34,7 +34,7 @@ from services.app.scheduler import TickScheduler
 from services.rails import delivery_claims
 from tests import REPO
 from tests import platform_harness as h
-from tests.fixtures_platform import TOKEN, MakePlatform
+from tests.fixtures_platform import CREDENTIALS_KEY, TOKEN, MakePlatform
 
 pytestmark = pytest.mark.slow
 
@@ -384,6 +384,7 @@ def test_a_live_speedtier_api_serves_it(
         "SPEEDTIER_ENV": "production",
         "SPEEDTIER_ALLOW_VOLATILE_REDIS": "1",  # the test Redis runs without AOF
         "INTERNAL_API_TOKEN": TOKEN,
+        "SPEEDTIER_CONNECTOR_CREDENTIALS_KEY": CREDENTIALS_KEY,
     }
     command = [sys.executable, "-m", "services.app.cli", "api", "--port", str(port)]
     process = subprocess.Popen(

@@ -38,14 +38,17 @@ def free_port() -> int:
 
 def base_env(data_dir: Path, **extra: str) -> dict[str, str]:
     """The environment of a command run from a checkout whose data directory is ``data_dir``:
-    no Redis or PostgreSQL configured, nothing of the test run's own settings."""
+    no Redis or PostgreSQL configured, nothing of the test run's own settings, and
+    ``SPEEDTIER_ENV=development`` as a developer beside ``speedtier up`` sets it (unset means
+    production)."""
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith("SPEEDTIER_")
         and k not in ("REDIS_URL", "DATABASE_URL", "INTERNAL_API_TOKEN")
     }
-    return env | {"SPEEDTIER_DATA_DIR": str(data_dir), "PYTHONUNBUFFERED": "1", **extra}
+    local = {"SPEEDTIER_DATA_DIR": str(data_dir), "SPEEDTIER_ENV": "development"}
+    return env | local | {"PYTHONUNBUFFERED": "1", **extra}
 
 
 def speedtier(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -247,6 +247,9 @@ SPEEDTIER_PROVIDER_URLS: {{ $c.providerUrls | default dict | toJson | quote }}
 SPEEDTIER_HTTP_TIMEOUT_SECONDS: {{ $c.httpTimeoutSeconds | toString | quote }}
 SPEEDTIER_CRAWL_HOST_RATE: {{ $c.crawlHostRate | quote }}
 SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS: {{ $c.crawlAllowPrivateNetworks | toString | quote }}
+SPEEDTIER_CRAWL_PRIVATE_NETWORKS_ACKNOWLEDGED: {{ $c.crawlPrivateNetworksAcknowledged | default false | toString | quote }}
+SPEEDTIER_AUTH_FAILURE_RATE: {{ $c.authFailureRate | default "20/60" | quote }}
+SPEEDTIER_TRUSTED_PROXY_HOPS: {{ $c.trustedProxyHops | default 0 | int | quote }}
 SPEEDTIER_INGESTION_TICK_LIMIT: {{ $c.ingestionTickLimit | int | quote }}
 SPEEDTIER_INGESTION_TENANT_SLICE: {{ $c.ingestionTenantSlice | int | quote }}
 SPEEDTIER_RECRAWL_INTERVAL_SECONDS: {{ $c.recrawlIntervalSeconds | int | quote }}

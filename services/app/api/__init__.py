@@ -6,8 +6,10 @@ OpenAPI document) plus every blueprint a service registered with
 
 Authentication: every ``/internal`` route needs ``Authorization: Bearer
 <INTERNAL_API_TOKEN>``. Outside development and test the app refuses to start without the
-token. In development or test without a token the ``/internal`` routes are open and a
-warning says so at start-up; with a token set they require it in every environment.
+token (and ``shared.config`` refuses a weak one there). In development or test without a token the
+``/internal`` routes are open and a warning says so at start-up; with a token set they
+require it in every environment. An unset ``SPEEDTIER_ENV`` means production. Failed
+authentication is rate-limited per source address (``services.apikit.auth_throttle``).
 """
 
 from __future__ import annotations
@@ -15,16 +17,20 @@ from __future__ import annotations
 import logging
 
 from flask import Flask
+from werkzeug.middleware.proxy_fix import ProxyFix
 
 from services.apikit.auth import install_bearer_auth
+from services.apikit.auth_throttle import AuthThrottle, install_auth_throttle
 from services.apikit.context import attach_platform
 from services.apikit.errors import register_error_handlers
 from services.apikit.request import ApiRequest
 from services.apikit.validation import IdConverter
 from services.app.api import jobs_routes, metrics_route, openapi_document, probes
 from services.app.bootstrap import Platform, bootstrap
-from shared.config import Settings, load_settings
+from shared.config import Settings, load_settings, parse_rate
 from shared.errors import SpeedtierError
+from tiers.policies import WindowRule
+from tiers.rate_window import RateWindows
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +74,14 @@ def warn_if_open(settings: Settings) -> None:
         )
 
 
+def auth_throttle(platform: Platform) -> AuthThrottle:
+    """Failed authentications per source address (``SPEEDTIER_AUTH_FAILURE_RATE``), counted
+    on the control Redis."""
+    settings = platform.settings
+    windows = RateWindows(platform.broker.client, settings.redis_namespace)
+    return AuthThrottle(windows, WindowRule(*parse_rate(settings.auth_failure_rate)))
+
+
 def create_app(
     platform: Platform | None = None, settings: Settings | None = None, *, warn_open: bool = True
 ) -> Flask:
@@ -93,9 +107,13 @@ def create_app(
     app = Flask(__name__, static_folder=None)
     app.request_class = ApiRequest
     app.url_map.converters["id"] = IdConverter
+    app.url_map.converters["job_id"] = jobs_routes.JobIdConverter
     app.config["MAX_CONTENT_LENGTH"] = settings.api_max_body_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
+    if settings.trusted_proxy_hops:  # the source address failed authentication is counted by
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=settings.trusted_proxy_hops)  # type: ignore[method-assign]
     attach_platform(app, platform)
+    install_auth_throttle(app, auth_throttle(platform))
     install_bearer_auth(app, token)
     register_error_handlers(app)
     for blueprint in (*PLATFORM_BLUEPRINTS, *platform.blueprints()):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from flask import Blueprint, jsonify, request
 from flask.typing import ResponseReturnValue
+from werkzeug.routing import BaseConverter
 
 from services.apikit.context import current_platform
 from services.apikit.enqueue import EnqueueContract, describe_enqueue, enqueue_requests
@@ -14,6 +17,19 @@ from services.apikit.validation import parse_fields
 from services.app.api.schemas import JobQuery, JobRecord
 
 blueprint = Blueprint("jobs", __name__, url_prefix="/internal/jobs")
+
+
+class JobIdConverter(BaseConverter):
+    """``<job_id:...>``: any one path segment but ``enqueue``, so ``/internal/jobs/enqueue``
+    is the enqueue route alone (its ``Allow`` lists POST, not the lookup's GET) and no job id
+    is ever that word (none of the deterministic id formats is)."""
+
+    regex = r"(?!enqueue$)[^/]+"
+    #: The path parameter's schema in the OpenAPI document.
+    json_schema: dict[str, Any] = {"type": "string", "minLength": 1, "not": {"const": "enqueue"}}
+    description = "The job's id (its deterministic id, e.g. kb-document-sync-42)."
+
+
 ANY_KIND = EnqueueContract("EnqueueBody")
 
 
@@ -23,7 +39,7 @@ def enqueue() -> ResponseReturnValue:
     return enqueue_requests(ANY_KIND)
 
 
-@blueprint.get("/<job_id>")
+@blueprint.get("/<job_id:job_id>")
 @describe(
     "A job's record",
     description="Finished jobs are kept for their family's retention (24 h by default).",
@@ -31,6 +47,7 @@ def enqueue() -> ResponseReturnValue:
     responses={
         200: ("The job's current record.", JobRecord),
         404: ("No such job, or one of another organization.", ErrorBody),
+        405: ("`enqueue`: the enqueue route's path, which takes POST only.", ErrorBody),
         503: ("Redis is unreachable.", ErrorBody),
     },
 )

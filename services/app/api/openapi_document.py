@@ -4,8 +4,9 @@ The document walks ``app.url_map``, so every registered route appears (an undesc
 its name only), with what its view declared through :func:`services.apikit.openapi.describe`.
 Path parameters take their schema from their converter (``<id:...>`` is an integer from 1),
 and the answers every route of a kind can give are added to its own: 400 and 413 with a body
-or query, 401 behind a credential, 404 with an id in the path, 503 when it needs Redis or
-PostgreSQL.
+or query, 401 and 429 (failed authentications past the limit) behind a credential, 404 with
+an id in the path, 503 when it needs Redis or PostgreSQL, and 414 on every route (gunicorn's
+refusal of an over-long request line).
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ from services.apikit.schemas import ErrorBody, InvalidRequestBody
 Mode = Literal["validation", "serialization"]
 
 _CACHE_KEY = "speedtier.openapi"
+THROTTLED = (
+    "Too many failed authentications from this address (SPEEDTIER_AUTH_FAILURE_RATE); the "
+    "credential was not checked. Retry after Retry-After."
+)
 _IGNORED_METHODS = frozenset({"HEAD", "OPTIONS"})
 _ARGUMENT = re.compile(r"<(?:[^<>:]+:)?([^<>]+)>")
 
@@ -59,10 +64,14 @@ class _Operation:
             implied[413] = ("The body is over the size limit.", ErrorBody)
         if is_protected(self.path):
             implied[401] = ("Missing or wrong bearer token.", ErrorBody)
+            implied[429] = (THROTTLED, ErrorBody)
         elif needs_api_key(self.rule.endpoint, self.path):
             implied[401] = ("Missing, unknown or revoked API key.", ErrorBody)
+            implied[429] = (THROTTLED, ErrorBody)
         if self.has_ids():
             implied[404] = ("Nothing of that id in the organization, or not an id.", ErrorBody)
+        # gunicorn refuses an over-long request line before any route (JsonErrorsWorker).
+        implied[414] = ("The request line is over the server's limit.", ErrorBody)
         if doc.needs_services:
             implied[503] = (
                 "Redis or PostgreSQL is unreachable; retry after Retry-After.",

@@ -10,6 +10,7 @@ from flask import Flask
 from gunicorn.app.base import BaseApplication
 
 from services.app.api import MissingToken, api_token, create_app, warn_if_open
+from services.app.api.access_log import ACCESS_LOG_FORMAT, AccessLog
 from services.app.api.gunicorn_worker import WORKER_CLASS
 from shared import metrics
 from shared.config import load_settings
@@ -57,6 +58,8 @@ def server_options(
         # A line per request on stdout; it costs about 0.08 ms of CPU per request (a bare
         # route under gunicorn: 0.38 ms with it, 0.30 ms without), hence --no-access-log.
         "accesslog": "-" if access_log else None,
+        "access_log_format": ACCESS_LOG_FORMAT,  # no credential, escaped (access_log)
+        "logger_class": AccessLog,
         "errorlog": "-",
         "loglevel": log_level.lower(),
         "proc_name": "speedtier-api",

@@ -87,7 +87,9 @@ def up(
     if no_embedded and force_embedded:
         raise click.UsageError("--embedded and --no-embedded exclude each other")
     _configure_logging()
-    settings = load_settings()
+    # The local all-in-one: it runs as development, like every child it starts (an unset
+    # SPEEDTIER_ENV means production, which `up`'s embedded, volatile Redis is not).
+    settings = load_settings(environment="development")
     mode: Mode = "external" if no_embedded else "embedded" if force_embedded else "auto"
     code = run_up(
         settings,
@@ -224,6 +226,7 @@ def process_specs(
         env["SPEEDTIER_REDIS_NAMESPACE"] = redis_namespace
     if allow_private_crawl:
         env["SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS"] = "true"
+        env["SPEEDTIER_CRAWL_PRIVATE_NETWORKS_ACKNOWLEDGED"] = "true"
     cli = [sys.executable, "-m", "services.app.cli"]
     specs = [
         ProcessSpec("api", [*cli, "api", "--host", host, "--port", str(port)], env),

@@ -15,15 +15,18 @@ no token configured    development and test only (the app refuses to start elsew
                        dashboard is open, like ``/internal``, and the page says so
 =====================  =====================================================================
 
+Failed sign-ins, wrong bearer tokens and forged or expired cookies count against the
+source address (``services.apikit.auth_throttle``): past the limit, 429 with Retry-After.
+
 CSRF: every state-changing form carries ``csrf_token``, an HMAC of the session cookie; a
 POST whose token does not match gets 403.
 
 Sign-out revokes the session on the server: the cookie's signature is kept in Redis
 (``<ns>:dashboard:revoked:<sha256>``) until the session would have expired, so a copy of the
-cookie is refused after sign-out. Failed sign-ins are counted per client address
-(``<ns>:dashboard:signin-failures:<address>``): after :data:`SIGNIN_FAILURES` within
-:data:`SIGNIN_WINDOW_SECONDS`, the form answers 429 until the window ends, even to the right
-token.
+cookie is refused after sign-out. Failed sign-ins, wrong bearer tokens and forged or expired
+cookies count against the source address like every failed authentication
+(``services.apikit.auth_throttle``, ``SPEEDTIER_AUTH_FAILURE_RATE``): past the limit, 429 with
+Retry-After, even to the right token.
 """
 
 from __future__ import annotations
@@ -39,7 +42,6 @@ from flask import Request, Response, request
 
 from services.apikit.auth import bearer_credential, token_matches
 from shared.errors import SpeedtierError
-from tiers.redis_retry import REDIS_DOWN
 
 if TYPE_CHECKING:
     from services.app.bootstrap import Platform
@@ -48,8 +50,6 @@ log = logging.getLogger(__name__)
 
 COOKIE = "speedtier_operator"
 #: Failed sign-ins allowed from one address per window, and the window (seconds).
-SIGNIN_FAILURES = 5
-SIGNIN_WINDOW_SECONDS = 300
 SESSION_SECONDS = 12 * 3600
 OPEN_OPERATOR = "anonymous (no token configured)"
 
@@ -116,35 +116,6 @@ def revoke(platform: Platform, value: str) -> None:
     platform.broker.client.set(_revoked_key(platform, value), 1, ex=SESSION_SECONDS)
 
 
-def _failures_key(platform: Platform, address: str) -> str:
-    return f"{platform.settings.redis_namespace}:dashboard:signin-failures:{address}"
-
-
-def signin_blocked(platform: Platform, address: str) -> int:
-    """Seconds until ``address`` may try signing in again (0: it may now). With Redis
-    unreachable the count cannot be read and the form stays open (every page then answers
-    503 anyway; the token is the real gate)."""
-    key = _failures_key(platform, address)
-    try:
-        failures = platform.broker.client.get(key)
-        if failures is None or int(failures) < SIGNIN_FAILURES:
-            return 0
-        return max(1, int(platform.broker.client.ttl(key)))
-    except REDIS_DOWN as exc:
-        log.warning("sign-in limit unreadable (%s): not applied", exc)
-        return 0
-
-
-def signin_failed(platform: Platform, address: str) -> None:
-    key = _failures_key(platform, address)
-    client = platform.broker.client
-    try:
-        if client.incr(key) == 1:
-            client.expire(key, SIGNIN_WINDOW_SECONDS)
-    except REDIS_DOWN as exc:
-        log.warning("failed sign-in from %s not counted (%s)", address, exc)
-
-
 def operator_of(req: Request, token: str | None, platform: Platform) -> Operator | None:
     """The operator making ``req``, or None when it is not signed in (or signed out)."""
     if token is None:
@@ -162,6 +133,12 @@ def operator_of(req: Request, token: str | None, platform: Platform) -> Operator
     if platform.broker.client.exists(_revoked_key(platform, value)):
         return None
     return Operator(name, "cookie", value)
+
+
+def presents_credential(req: Request) -> bool:
+    """Whether ``req`` offers a bearer token or a session cookie (what a failed sign-in
+    counts and what a throttled address is refused)."""
+    return bearer_credential() is not None or bool(req.cookies.get(COOKIE))
 
 
 def csrf_ok(operator: Operator, token: str | None) -> bool:

@@ -1,4 +1,5 @@
-"""Sign-in and sign-out (``auth`` holds the session, the revocation and the sign-in limit)."""
+"""Sign-in and sign-out (``auth`` holds the session and its revocation; failed sign-ins count
+against the source address like every failed authentication: ``services.apikit.auth_throttle``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from flask import Response, make_response, redirect, request, url_for
 from flask.typing import ResponseReturnValue
 
 from services.apikit.auth import token_matches
+from services.apikit.auth_throttle import count_failure, throttled
 from services.app.dashboard import auth
 from services.app.dashboard.web import blueprint, operator, page, platform, token
 
@@ -24,16 +26,16 @@ def login() -> ResponseReturnValue:
         return redirect(target)
     if request.method == "GET":
         return page("login.html", next=target, error="")
-    address = request.remote_addr or "unknown"
-    wait = auth.signin_blocked(platform(), address)
-    if wait:
+    if (throttle := throttled()) is not None:
+        wait = throttle.headers["Retry-After"]
         error = f"Too many failed sign-ins from this address; try again in {wait} s."
         refused = make_response(page("login.html", 429, next=target, error=error))
-        refused.headers["Retry-After"] = str(wait)
+        refused.headers["Retry-After"] = wait
         return refused
     name = auth.clean_name(request.form.get("name", ""))
     if not name or not token_matches(request.form.get("token", ""), secret):
-        auth.signin_failed(platform(), address)
+        if name:
+            count_failure()
         error = "Give your name." if not name else "That token is not this deployment's."
         return page("login.html", 401, next=target, error=error)
     response = cast(Response, redirect(target))

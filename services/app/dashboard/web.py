@@ -30,6 +30,7 @@ from flask import Blueprint, Response, g, redirect, render_template, request, ur
 from flask.typing import ResponseReturnValue
 from sqlalchemy.exc import OperationalError
 
+from services.apikit.auth_throttle import count_failure, throttled
 from services.apikit.context import current_platform
 from services.app.api import api_token
 from services.app.bootstrap import Platform
@@ -101,8 +102,13 @@ def done_url(endpoint: str, message: str, **values: Any) -> str:
 def require_operator() -> ResponseReturnValue | None:
     if request.endpoint in PUBLIC_ENDPOINTS:
         return None
+    presented = token() is not None and auth.presents_credential(request)
+    if presented and (refused := throttled()) is not None:
+        return refused
     who = auth.operator_of(request, token(), platform())
     if who is None:
+        if presented:
+            count_failure()
         if request.method == "GET":
             return redirect(url_for("dashboard.login", next=request.full_path.rstrip("?")))
         return problem(401, "Not signed in", "Sign in at /dashboard/login first.")

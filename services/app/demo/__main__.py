@@ -25,7 +25,7 @@ from shared.config import load_settings
 )
 def main(api_url: str | None) -> None:
     """Ingest the sample knowledge base through the API, then search it."""
-    settings = load_settings()
+    settings = load_settings(environment="development")  # a local client of a local system
     host = "127.0.0.1" if settings.api_host in ("0.0.0.0", "::") else settings.api_host
     token = settings.internal_api_token
     try:

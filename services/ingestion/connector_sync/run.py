@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from services.connectors.nodes import RateLimitState
 from services.ingestion import store
 from services.ingestion.connector_sync.adapters import ConnectorAccess, KbConnector
-from services.ingestion.credentials import CredentialBox
 from services.ingestion.url_sources import next_refresh_time, refresh_interval_seconds
+from shared.credentials import CredentialBox
 from shared.db.engine import session_scope
 from shared.db.models.kb_connectors import KbConnection, KbConnectorBinding
 from shared.errors import Delay, Unrecoverable

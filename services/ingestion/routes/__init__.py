@@ -24,7 +24,6 @@ from services.indexing.index_writer import DocumentChunker
 from services.ingestion.api_auth import require_api_key
 from services.ingestion.connector_sync.adapters import KbConnector
 from services.ingestion.connector_sync.registry import CONNECTORS
-from services.ingestion.credentials import CredentialBox
 from services.ingestion.routes import (
     api_keys,
     bindings,
@@ -46,6 +45,7 @@ from services.ingestion.routes.context import (
 )
 from services.ingestion.routes.documents import UPLOAD_BODY_LIMIT, allow_uploads
 from services.ingestion.routes.errors import register_error_handlers
+from shared.credentials import CredentialBox
 
 __all__ = ["NAME", "PUBLIC_PATHS", "UPLOAD_BODY_LIMIT", "blueprint"]
 

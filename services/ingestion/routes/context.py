@@ -21,7 +21,7 @@ from services.apikit.schemas import ErrorBody
 from services.indexing.embedders import Embedder
 from services.indexing.index_writer import DocumentChunker
 from services.ingestion.connector_sync.adapters import KbConnector
-from services.ingestion.credentials import CredentialBox
+from shared.credentials import CredentialBox
 from shared.db.engine import session_scope
 from shared.errors import QueueUnavailable
 

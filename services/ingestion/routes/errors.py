@@ -14,7 +14,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from services.apikit.errors import RETRY_AFTER_SECONDS, error_response, unavailable
 from services.ingestion import store
-from services.ingestion.credentials import CredentialsKeyMissing
+from shared.credentials import CredentialsKeyMissing
 from shared.db.models.ingestion import MAX_SOURCE_BYTES
 from shared.errors import Delay, RecordMissing, Retryable
 

@@ -1,7 +1,7 @@
 """Connections (an organization's encrypted credentials for a provider) and bindings (a base,
 or one document, bound to a connection), scoped to their organization like the rest.
 
-Credentials arrive here already sealed (``services.ingestion.credentials``); this module
+Credentials arrive here already sealed (``shared.credentials``); this module
 stores the token and the credential *names*, and reads the token back only for a sync
 (:func:`sealed_credentials`).
 """

@@ -4,7 +4,7 @@ has landed as documents; all in ``api2``.
 
 * ``kb_connections``: one organization's credentials for one provider (Notion, Confluence,
   Google Drive, SharePoint, Zendesk), **encrypted** (Fernet, key from
-  ``SPEEDTIER_CONNECTOR_CREDENTIALS_KEY``: ``services.ingestion.credentials``); only the
+  ``SPEEDTIER_CONNECTOR_CREDENTIALS_KEY``: ``shared.credentials``); only the
   names of the credential fields are readable without the key. ``settings`` holds what is
   not secret and belongs to the account (a Confluence site, a Zendesk subdomain).
 * ``kb_connector_bindings``: a knowledge base bound to a connection with the provider

@@ -1,12 +1,15 @@
 """Super sources (seed 004): connections, import checkpoints and indexed nodes, in ``api2``.
 
 * ``super_source_connections``: one organization's connection to a source (GitHub, Linear,
-  ...), with the knowledge base its nodes are indexed into. ``credentials`` is stored
-  **plain** (JSONB): the deployment's PostgreSQL encryption at rest is what protects it
-  (the connections come from Rails, which keeps the encrypted original); nothing here
-  logs or returns it. ``webhook_key`` is what a provider's webhook names the connection by
-  (a repository's full name, a Linear organization id) and ``webhook_secret`` the secret
-  its signature is made with.
+  ...), with the knowledge base its nodes are indexed into. Its secrets are sealed with the
+  same key ring as knowledge-base connections (``SPEEDTIER_CONNECTOR_CREDENTIALS_KEY``,
+  ``shared.credentials``): ``sealed_credentials`` (a Fernet token of the credentials' JSON
+  object) and ``sealed_webhook_secret`` (a Fernet token of the secret a provider's webhook
+  signature is made with). The plain ``credentials`` (JSONB) and ``webhook_secret`` columns
+  stay readable for a row a peer wrote plain (a previous release during a rolling deploy,
+  Rails); ``speedtier super seal-credentials`` seals them. ``webhook_key`` is what a
+  provider's webhook names the connection by (a repository's full name, a Linear
+  organization id).
 * ``super_source_imports``: one root's walk (the seed's ``progress``): the connector's
   opaque checkpoint after the last page whose index jobs were enqueued, so a killed import
   resumes there; ``since`` is the walk's start (the previous complete walk's
@@ -30,6 +33,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -85,6 +89,8 @@ class SuperSourceConnection(Api2Base):
     )
     webhook_key: Mapped[str | None] = mapped_column(Text)
     webhook_secret: Mapped[str | None] = mapped_column(Text)
+    sealed_credentials: Mapped[bytes | None] = mapped_column(LargeBinary)
+    sealed_webhook_secret: Mapped[bytes | None] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = _created_at()
     updated_at: Mapped[datetime] = _updated_at()
 

@@ -17,15 +17,21 @@ from pathlib import Path
 import pytest
 import redis
 
-from shared.config import load_settings
+from shared.config import Settings, load_settings
 from shared.redis_persistence import WARNED_ENV, VolatileRedis, verify_redis_persistence
 from tests import REPO
+from tests.fixtures_platform import CREDENTIALS_KEY, TOKEN
 
 StartRedis = Callable[..., str]
 
 pytestmark = pytest.mark.skipif(
     shutil.which("redis-server") is None, reason="needs redis-server on PATH"
 )
+
+
+def settings_of(**values: object) -> Settings:
+    """Settings as production reads them (which requires a credentials key)."""
+    return load_settings(connector_credentials_key=CREDENTIALS_KEY, **values)
 
 
 def free_port() -> int:
@@ -83,7 +89,7 @@ def test_production_and_staging_refuse_a_redis_without_aof(
     start_redis: StartRedis, environment: str
 ) -> None:
     url = start_redis("--appendonly", "no")
-    settings = load_settings(redis_url=url, environment=environment)
+    settings = settings_of(redis_url=url, environment=environment)
 
     with pytest.raises(VolatileRedis) as refused:
         verify_redis_persistence(settings)
@@ -98,7 +104,7 @@ def test_a_tier_redis_without_aof_is_refused_too(start_redis: StartRedis) -> Non
     # Given a durable control Redis and a slow tier on a Redis of its own without AOF
     control = start_redis("--appendonly", "yes", "--appendfsync", "everysec")
     slow = start_redis("--appendonly", "no")
-    settings = load_settings(redis_url=control, slow_redis_url=slow, environment="production")
+    settings = settings_of(redis_url=control, slow_redis_url=slow, environment="production")
 
     # Then production refuses, naming the tier's Redis
     with pytest.raises(VolatileRedis) as refused:
@@ -111,7 +117,7 @@ def test_the_override_starts_with_a_warning(
     start_redis: StartRedis, caplog: pytest.LogCaptureFixture
 ) -> None:
     url = start_redis("--appendonly", "no")
-    settings = load_settings(redis_url=url, environment="production", allow_volatile_redis=True)
+    settings = settings_of(redis_url=url, environment="production", allow_volatile_redis=True)
 
     found = verify_redis_persistence(settings)
 
@@ -125,7 +131,7 @@ def test_aof_with_a_bounded_fsync_passes_silently(
 ) -> None:
     url = start_redis("--appendonly", "yes", "--appendfsync", fsync)
 
-    found = verify_redis_persistence(load_settings(redis_url=url, environment="production"))
+    found = verify_redis_persistence(settings_of(redis_url=url, environment="production"))
 
     assert found is not None and (found.appendonly, found.appendfsync) == (True, fsync)
     assert warnings_of(caplog) == []
@@ -136,14 +142,14 @@ def test_aof_left_to_the_os_starts_with_a_warning(
 ) -> None:
     url = start_redis("--appendonly", "yes", "--appendfsync", "no")
 
-    verify_redis_persistence(load_settings(redis_url=url, environment="production"))
+    verify_redis_persistence(settings_of(redis_url=url, environment="production"))
 
     assert any("appendfsync=no" in w for w in warnings_of(caplog))
 
 
 def test_development_warns_once(start_redis: StartRedis, caplog: pytest.LogCaptureFixture) -> None:
     url = start_redis("--appendonly", "no")
-    settings = load_settings(redis_url=url, environment="development")
+    settings = settings_of(redis_url=url, environment="development")
 
     verify_redis_persistence(settings)
     verify_redis_persistence(settings.model_copy(update={"environment": "test"}))
@@ -156,7 +162,7 @@ def test_development_warns_once_per_redis(
     start_redis: StartRedis, caplog: pytest.LogCaptureFixture
 ) -> None:
     control, fast = start_redis("--appendonly", "no"), start_redis("--appendonly", "no")
-    settings = load_settings(redis_url=control, fast_redis_url=fast, environment="development")
+    settings = settings_of(redis_url=control, fast_redis_url=fast, environment="development")
 
     verify_redis_persistence(settings)
     verify_redis_persistence(settings)
@@ -170,7 +176,7 @@ def test_a_redis_with_config_disabled_cannot_be_verified_and_starts(
     # Given a Redis that refuses CONFIG, as managed services do, and has AOF off
     url = start_redis("--appendonly", "no", "--rename-command", "CONFIG", "")
 
-    found = verify_redis_persistence(load_settings(redis_url=url, environment="production"))
+    found = verify_redis_persistence(settings_of(redis_url=url, environment="production"))
 
     # Then production starts, saying it cannot verify (and what INFO said)
     assert found is not None and found.unverifiable is not None
@@ -183,7 +189,7 @@ def test_an_unreachable_redis_is_not_verified_and_does_not_stop_the_start(
 ) -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"
 
-    assert verify_redis_persistence(load_settings(redis_url=url, environment="production")) is None
+    assert verify_redis_persistence(settings_of(redis_url=url, environment="production")) is None
     assert any("could not check Redis persistence" in w for w in warnings_of(caplog))
 
 
@@ -211,7 +217,8 @@ def command_env(redis_url: str, database_url: str, tmp_path: Path, **extra: str)
         "REDIS_URL": redis_url,
         "DATABASE_URL": database_url,
         "SPEEDTIER_DATA_DIR": str(tmp_path / "data"),
-        "INTERNAL_API_TOKEN": "t0ken",
+        "INTERNAL_API_TOKEN": TOKEN,
+        "SPEEDTIER_CONNECTOR_CREDENTIALS_KEY": CREDENTIALS_KEY,
         "PYTHONUNBUFFERED": "1",
         **extra,
     }

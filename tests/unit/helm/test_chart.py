@@ -46,7 +46,8 @@ SECRETS = {
     "secrets": {
         "redisUrl": "redis://:pw@redis-master:6379/0",
         "databaseUrl": "postgresql+psycopg://speedtier:pw@postgres:5432/speedtier",
-        "internalApiToken": "t0ken",
+        "internalApiToken": "chart-test-token-Vq8Lr3Nx6Tw1Kz4Hb9Md2Pj7",
+        "connectorCredentialsKey": "gX3J0PZkFvAQ6oKkzSTPmOKx5Nft6xqCUVFL5nEXDVI=",
         "sentryDsn": "",
     }
 }
@@ -536,7 +537,6 @@ def test_config_map_and_secret_cover_every_setting() -> None:
         "SPEEDTIER_UPLOADS_ENDPOINT_URL",
         "SPEEDTIER_UPLOADS_REGION",
         "SPEEDTIER_UPLOADS_ROOT",
-        "SPEEDTIER_CONNECTOR_CREDENTIALS_KEY",
         # every tier on REDIS_URL here ("tier-redis" sets them: test_a_tier_can_have_its_own_redis)
         "SPEEDTIER_FAST_REDIS_URL",
         "SPEEDTIER_SLOW_REDIS_URL",
@@ -576,7 +576,7 @@ def test_config_map_loads_into_settings(monkeypatch: pytest.MonkeyPatch) -> None
     assert (settings.tier_processes("fast"), settings.tier_threads("fast")) == (2, 8)
     assert settings.redis_url == SECRETS["secrets"]["redisUrl"]
     assert settings.internal_api_token is not None
-    assert settings.internal_api_token.get_secret_value() == "t0ken"
+    assert settings.internal_api_token.get_secret_value() == SECRETS["secrets"]["internalApiToken"]
 
 
 def test_secret_is_created_from_values_without_empty_keys() -> None:
@@ -585,7 +585,8 @@ def test_secret_is_created_from_values_without_empty_keys() -> None:
     assert decoded == {
         "REDIS_URL": SECRETS["secrets"]["redisUrl"],
         "DATABASE_URL": SECRETS["secrets"]["databaseUrl"],
-        "INTERNAL_API_TOKEN": "t0ken",
+        "INTERNAL_API_TOKEN": SECRETS["secrets"]["internalApiToken"],
+        "SPEEDTIER_CONNECTOR_CREDENTIALS_KEY": SECRETS["secrets"]["connectorCredentialsKey"],
     }
 
 

@@ -20,7 +20,7 @@ KEY = "gX3J0PZkFvAQ6oKkzSTPmOKx5Nft6xqCUVFL5nEXDVI="
 #: variable -> (field, value as set in the environment, value the field then holds); each
 #: value differs from the field's default.
 SAMPLES: dict[str, tuple[str, str, Any]] = {
-    "SPEEDTIER_ENV": ("environment", "staging", "staging"),
+    "SPEEDTIER_ENV": ("environment", "test", "test"),
     "REDIS_URL": ("redis_url", "redis://cache:6380/3", "redis://cache:6380/3"),
     "SPEEDTIER_FAST_REDIS_URL": ("fast_redis_url", "redis://fast:6379/0", "redis://fast:6379/0"),
     "SPEEDTIER_SLOW_REDIS_URL": ("slow_redis_url", "redis://slow:6379/1", "redis://slow:6379/1"),
@@ -69,6 +69,13 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
         "10.20.0.0/16, 127.0.0.1/32",
     ),
     "SPEEDTIER_RATE_LIMIT_BACKOFF_MAX_SECONDS": ("rate_limit_backoff_max_seconds", "120", 120.0),
+    "SPEEDTIER_CRAWL_PRIVATE_NETWORKS_ACKNOWLEDGED": (
+        "crawl_private_networks_acknowledged",
+        "true",
+        True,
+    ),
+    "SPEEDTIER_AUTH_FAILURE_RATE": ("auth_failure_rate", "5/30", "5/30"),
+    "SPEEDTIER_TRUSTED_PROXY_HOPS": ("trusted_proxy_hops", "1", 1),
     "SPEEDTIER_EMBEDDER": ("embedder", "openai", "openai"),
     "SPEEDTIER_EMBEDDING_API_URL": ("embedding_api_url", "http://emb/v1", "http://emb/v1"),
     "SPEEDTIER_EMBEDDING_API_KEY": ("embedding_api_key", "sk-1", "sk-1"),
@@ -122,6 +129,12 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
 }
 
 
+#: A variable whose sample cannot be set alone -> what it needs beside it.
+COMPANIONS = {
+    "SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS": {"SPEEDTIER_CRAWL_PRIVATE_NETWORKS_ACKNOWLEDGED"}
+}
+
+
 def documented_variables() -> list[str]:
     """The variables of the settings reference's table (its first column)."""
     return re.findall(r"^\| `([A-Z_]+)` \|", REFERENCE.read_text(), flags=re.M)
@@ -129,11 +142,13 @@ def documented_variables() -> list[str]:
 
 @pytest.fixture
 def clean_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    """No speedtier variable from the machine running the tests (CI sets REDIS_URL...)."""
+    """No speedtier variable from the machine running the tests (CI sets REDIS_URL...), and
+    SPEEDTIER_ENV=development (unset means production, which refuses a missing key)."""
     known = {name.upper() for name in SAMPLES}
     for name in list(os.environ):
         if name.upper() in known or name.upper().startswith(ENV_PREFIX):
             monkeypatch.delenv(name)
+    monkeypatch.setenv("SPEEDTIER_ENV", "development")
     return monkeypatch
 
 
@@ -155,6 +170,8 @@ def test_a_documented_variable_lands_in_its_field(
     field, raw, expected = SAMPLES[variable]
     defaults = load_settings()
     clean_environment.setenv(variable, raw)
+    for companion in COMPANIONS.get(variable, ()):
+        clean_environment.setenv(companion, SAMPLES[companion][1])
     # When the settings are read
     settings = load_settings()
     # Then its field holds the value and no other field moved
@@ -164,7 +181,7 @@ def test_a_documented_variable_lands_in_its_field(
         for name in Settings.model_fields
         if _plain(getattr(settings, name)) != _plain(getattr(defaults, name))
     }
-    assert changed == {field}
+    assert changed == {field} | {SAMPLES[c][0] for c in COMPANIONS.get(variable, ())}
     assert environment_variables()[field] == variable
 
 
@@ -177,7 +194,12 @@ def test_an_unprefixed_field_name_is_not_a_variable(clean_environment: pytest.Mo
 
 
 def test_fields_can_still_be_given_by_name(clean_environment: pytest.MonkeyPatch) -> None:
-    settings = load_settings(environment="production", redis_url="redis://r", flag_overrides={})
+    settings = load_settings(
+        environment="production",
+        redis_url="redis://r",
+        flag_overrides={},
+        connector_credentials_key=KEY,
+    )
     assert (settings.environment, settings.redis_url) == ("production", "redis://r")
 
 

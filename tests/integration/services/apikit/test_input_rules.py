@@ -243,7 +243,7 @@ def test_path_ids_are_documented_as_the_routes_read_them(client: FlaskClient) ->
         for operation in operations.values():
             for parameter in operation.get("parameters", []):
                 if parameter["in"] == "path" and parameter["name"] in STRING_PATH_PARAMETERS:
-                    assert parameter["schema"] == {"type": "string"}, (path, parameter)
+                    assert parameter["schema"]["type"] == "string", (path, parameter)
                 elif parameter["in"] == "path":
                     assert parameter["schema"] == {
                         "type": "integer",
@@ -252,10 +252,39 @@ def test_path_ids_are_documented_as_the_routes_read_them(client: FlaskClient) ->
                     }, (path, parameter)
                     assert "404" in operation["responses"], path
     job = document["paths"]["/internal/jobs/{job_id}"]["get"]["parameters"]
-    assert job[0]["schema"] == {"type": "string"}
+    assert job[0]["schema"] == {"type": "string", "minLength": 1, "not": {"const": "enqueue"}}
 
 
 # -- 4. the document and the validators agree ---------------------------------------------
+
+
+def test_a_number_is_not_a_date_time(tenant: Tenant) -> None:
+    # `format: date-time` in the document: 0.5 is not read as half a second after 1970
+    for bad in ("0.5", "1700000000", "2026-12-01"):
+        assert_refused(tenant.call("GET", f"/usage?until={bad}"), "until", "ISO 8601")
+    assert tenant.call("GET", "/usage?until=2026-12-01T00:00:00Z").status_code == 200
+
+
+def test_the_enqueue_path_allows_only_its_post(client: FlaskClient) -> None:
+    answer = client.options("/internal/jobs/enqueue", headers=INTERNAL)
+    assert set(answer.headers["Allow"].replace(" ", "").split(",")) == {"POST", "OPTIONS"}
+    assert client.get("/internal/jobs/enqueue", headers=INTERNAL).status_code == 405
+    assert client.get("/internal/jobs/no-such-job", headers=INTERNAL).status_code == 404
+
+
+def test_the_reports_route_documents_the_sources_it_takes(client: FlaskClient) -> None:
+    document = client.get("/internal/openapi.json", headers=INTERNAL).json
+    assert document is not None
+    # the reports route's own request schema names Rails' two sources (the ticks' cron is
+    # taken by /internal/jobs/enqueue only)
+    assert '"enum": ["admin", "backfill"]' in json.dumps(document["components"]["schemas"])
+    body = {"kind": "daily_agent_evaluation_report", "organization_id": 1, "date": "2026-12-01"}
+    answer = client.post(
+        "/internal/daily_agent_evaluation_reports/enqueue",
+        json={"requests": [{**body, "source": "cron"}]},
+        headers=INTERNAL,
+    )
+    assert_refused(answer, "requests[0].source", "'admin' or 'backfill'")
 
 
 def test_a_whole_number_is_an_integer_and_a_string_never_is(
@@ -357,7 +386,10 @@ def test_every_documented_request_schema_states_the_rules_the_validators_apply(
         if schema.get("type") == "string" and "const" not in schema and "enum" not in schema:
             # A URI, a date or a file is parsed as such (NUL makes it invalid: 400).
             free_text = schema.get("format") not in ("uri", "binary", "date", "date-time")
-            assert not free_text or schema.get("pattern", "").startswith("^[^\\x00]*"), where
+            pattern = schema.get("pattern", "")
+            # NUL refused outright, or only listed characters allowed (a host name's)
+            listed = pattern.startswith("^[") and not pattern.startswith("^[^")
+            assert not free_text or pattern.startswith("^[^\\x00]*") or listed, where
         for key, value in schema.items():
             if key not in ("$ref", "discriminator"):
                 walk(value, f"{where}.{key}")

@@ -18,7 +18,7 @@ from services.ingestion import ingestion_job, store
 from services.ingestion.connector_sync.job import run_sync
 from services.ingestion.connector_sync.registry import CONNECTORS
 from services.ingestion.connector_sync.sync import SyncContext, SyncOutcome
-from services.ingestion.credentials import CredentialBox
+from shared.credentials import CredentialBox
 from shared.db.base import utcnow
 from shared.db.models import KbDocument
 from tests.integration.services.ingestion.factories import new_org

@@ -499,7 +499,10 @@ def test_every_public_route_needs_a_live_key(
         store.revoke_api_key(session, organization_id=tenant.organization_id, key_id=revoked["id"])
         session.commit()
 
-    for method, path in routes:
+    # Each route's wrong keys from an address of its own: the failed-authentication limit
+    # per address (test_auth_throttle) stays out of the way.
+    for number, (method, path) in enumerate(routes):
+        client.environ_base["REMOTE_ADDR"] = f"192.0.2.{number + 1}"
         for headers, reason in (
             ({}, "missing API key"),
             ({"Authorization": "Bearer stk_wrong"}, "unknown or revoked API key"),

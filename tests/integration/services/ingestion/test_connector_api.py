@@ -14,7 +14,7 @@ from flask.testing import FlaskClient
 from sqlalchemy import select
 
 from services.app.bootstrap import Platform
-from services.ingestion.credentials import CredentialBox
+from shared.credentials import CredentialBox
 from shared.db.models import KbConnection
 from tests.fixtures_platform import AUTH, MakePlatform
 from tests.integration.services.ingestion.factories import Tenant, new_tenant
@@ -181,7 +181,7 @@ def test_without_a_key_credentials_are_refused_with_503(
 ) -> None:
     from services.app.api import create_app
 
-    keyless = create_app(make_platform()).test_client()
+    keyless = create_app(make_platform(connector_credentials_key=None)).test_client()
     tenant = new_tenant(keyless, AUTH)
     response = tenant.call("POST", "/connections", DRIVE)
     assert response.status_code == 503

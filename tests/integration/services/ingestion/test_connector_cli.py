@@ -11,7 +11,7 @@ from sqlalchemy import select
 from services.app.bootstrap import Platform
 from services.app.cli import main
 from services.ingestion import store
-from services.ingestion.credentials import CredentialBox, CredentialsUnreadable
+from shared.credentials import CredentialBox, CredentialsUnreadable
 from shared.db.models import KbConnection
 from tests.fixtures_platform import MakePlatform
 from tests.integration.services.ingestion.factories import new_org

@@ -30,9 +30,9 @@ from services.ingestion.connector_sync.adapters import (
 )
 from services.ingestion.connector_sync.job import run_sync
 from services.ingestion.connector_sync.sync import SyncContext, SyncOutcome, sync_binding
-from services.ingestion.credentials import CredentialBox
 from services.ingestion.families import SYNC_KIND
 from services.ingestion.ticks import SweepBounds, connector_sync_requests
+from shared.credentials import CredentialBox
 from shared.db.base import utcnow
 from shared.db.models import KbDocument, KbDocumentVersion
 from shared.errors import Delay, RecordMissing, Retryable, Unrecoverable

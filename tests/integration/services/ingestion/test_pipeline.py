@@ -846,6 +846,7 @@ def ingestion_platform(make_platform: MakePlatform, **settings: Any) -> Platform
         services=["services.ingestion"],
         retries={"ingestion": RetryPolicy(max_attempts=3, base_seconds=0.2)},
         crawl_allow_private_networks=True,
+        crawl_private_networks_acknowledged=True,
         http_timeout_seconds=5,
         **settings,
     )

@@ -78,6 +78,7 @@ def knowledge_sync_settings(
     return {
         "provider_urls": dict(provider_urls or {}),
         "crawl_allow_private_networks": True,
+        "crawl_private_networks_acknowledged": True,
         "windows": dict(WIDE_WINDOWS if windows is None else windows),
         "http_timeout_seconds": 5,
     }

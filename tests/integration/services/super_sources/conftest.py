@@ -14,6 +14,7 @@ import redis
 
 from services.app.bootstrap import Platform
 from services.super_sources import store
+from shared.credentials import CredentialBox
 from shared.db.engine import session_scope
 from tests.fixtures_platform import MakePlatform
 from tests.integration.services.super_sources import tracker
@@ -36,9 +37,16 @@ def organization() -> Callable[[], int]:
     return lambda: random.randint(10**9, 2 * 10**9)
 
 
+def credential_box(platform: Platform) -> CredentialBox:
+    """The platform's own key ring (``SPEEDTIER_CONNECTOR_CREDENTIALS_KEY``)."""
+    key = platform.settings.connector_credentials_key
+    return CredentialBox.from_setting(key.get_secret_value() if key else None)
+
+
 def make_connection(platform: Platform, organization_id: int, source: str, **fields: Any) -> int:
     with session_scope(platform.sessions) as session:
-        row = store.create_connection(session, organization_id, source, **fields)
+        box = credential_box(platform)
+        row = store.create_connection(session, organization_id, source, box=box, **fields)
         session.commit()
         return row.id
 

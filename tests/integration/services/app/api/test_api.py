@@ -31,7 +31,7 @@ from services.app.cli import main
 from shared.config import load_settings
 from tests import REPO
 from tests import platform_harness as h
-from tests.fixtures_platform import AUTH, TOKEN, MakePlatform
+from tests.fixtures_platform import AUTH, CREDENTIALS_KEY, TOKEN, MakePlatform
 
 MAX_BODY = 4096
 
@@ -92,7 +92,11 @@ def internal_routes(app: Flask) -> list[tuple[str, str]]:
 # -- authentication ------------------------------------------------------------------------
 
 
-def test_every_internal_route_needs_the_token(app: Flask, client: FlaskClient) -> None:
+def test_every_internal_route_needs_the_token(make_platform: MakePlatform) -> None:
+    # Four wrong credentials a route, all from the test client's address: a limit that
+    # leaves them all answered (test_auth_throttle checks the limit itself).
+    app = create_app(api_platform(make_platform, auth_failure_rate="1000/60"))
+    client = app.test_client()
     routes = internal_routes(app)
     assert ("POST", "/internal/jobs/enqueue") in routes
     assert ("POST", "/internal/plain_service/enqueue") in routes
@@ -125,7 +129,10 @@ def test_refuses_to_start_in_production_without_a_token(
     monkeypatch.delenv("INTERNAL_API_TOKEN", raising=False)
     for environment in ("production", "staging"):
         settings = load_settings(
-            redis_url=redis_url, database_url=database_url, environment=environment
+            redis_url=redis_url,
+            database_url=database_url,
+            environment=environment,
+            connector_credentials_key=CREDENTIALS_KEY,
         )
         with pytest.raises(MissingToken, match="INTERNAL_API_TOKEN"):
             create_app(settings=settings)
@@ -134,7 +141,13 @@ def test_refuses_to_start_in_production_without_a_token(
             create_app(settings=blank)
 
     result = CliRunner().invoke(
-        main, ["api"], env={"SPEEDTIER_ENV": "production", "INTERNAL_API_TOKEN": ""}
+        main,
+        ["api"],
+        env={
+            "SPEEDTIER_ENV": "production",
+            "INTERNAL_API_TOKEN": "",
+            "SPEEDTIER_CONNECTOR_CREDENTIALS_KEY": CREDENTIALS_KEY,
+        },
     )
     assert result.exit_code == 1
     assert "INTERNAL_API_TOKEN is not set" in result.output
@@ -521,6 +534,7 @@ def test_speedtier_api_serves_with_gunicorn(
         "SPEEDTIER_ENV": "production",
         "SPEEDTIER_ALLOW_VOLATILE_REDIS": "1",  # the test Redis runs without AOF
         "INTERNAL_API_TOKEN": TOKEN,
+        "SPEEDTIER_CONNECTOR_CREDENTIALS_KEY": CREDENTIALS_KEY,
     }
     command = [
         sys.executable,

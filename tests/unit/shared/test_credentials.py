@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from cryptography.fernet import Fernet
 
-from services.ingestion.credentials import (
+from shared.config import load_settings
+from shared.credentials import (
     CredentialBox,
     CredentialsKeyMissing,
     CredentialsUnreadable,
 )
-from shared.config import load_settings
 from tests.fresh_process import printed_by
 
 SECRET = {"api_token": "secret_notion_123", "email": "ops@example.com"}
@@ -90,7 +90,7 @@ def test_cryptography_is_loaded_only_when_credentials_are_first_sealed_or_opened
     key = Fernet.generate_key().decode()
     script = (
         "import sys\n"
-        "from services.ingestion.credentials import CredentialBox\n"
+        "from shared.credentials import CredentialBox\n"
         f"box = CredentialBox.from_setting({key!r})\n"
         "print('cryptography.fernet' in sys.modules)\n"
         "token = box.seal({'api_token': 'x'})\n"

@@ -1,4 +1,8 @@
-"""Connector credentials at rest: Fernet tokens under a key from the environment.
+"""Stored credentials at rest: Fernet tokens under a key from the environment.
+
+One key ring seals every credential the platform stores: knowledge-base connections
+(``api2.kb_connections``) and super-source connections' credentials and webhook secrets
+(``api2.super_source_connections``).
 
 ``SPEEDTIER_CONNECTOR_CREDENTIALS_KEY`` holds one or more Fernet keys (url-safe base64 of
 32 bytes, ``Fernet.generate_key()``), comma-separated. The first key encrypts; every key
@@ -30,7 +34,7 @@ import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from shared.config import parse_fernet_keys
 from shared.errors import Unrecoverable
@@ -76,11 +80,25 @@ class CredentialBox:
 
     def seal(self, credentials: Mapping[str, str]) -> bytes:
         """The credentials as a token under the first key. Raises CredentialsKeyMissing."""
-        plain = json.dumps(dict(credentials), sort_keys=True, separators=(",", ":")).encode()
-        return self._fernet().encrypt(plain)
+        return self.seal_value(dict(credentials))
 
     def open(self, token: bytes) -> dict[str, str]:
         """The credentials a token holds.
+
+        Raises:
+          CredentialsKeyMissing: no key is configured.
+          CredentialsUnreadable: no configured key opens the token.
+        """
+        value = self.open_value(token)
+        return {str(k): str(v) for k, v in value.items()}
+
+    def seal_value(self, value: object) -> bytes:
+        """Any JSON value as a token under the first key. Raises CredentialsKeyMissing."""
+        plain = json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+        return self._fernet().encrypt(plain)
+
+    def open_value(self, token: bytes) -> Any:
+        """The JSON value a token holds (:meth:`seal_value`).
 
         Raises:
           CredentialsKeyMissing: no key is configured.
@@ -96,8 +114,7 @@ class CredentialBox:
                 "connection credentials unreadable (encrypted under a key no longer "
                 f"configured in {SETTING}): store them again"
             ) from None
-        value = json.loads(plain)
-        return {str(k): str(v) for k, v in value.items()}
+        return json.loads(plain)
 
     def rotate(self, token: bytes) -> bytes:
         """The token re-encrypted under the first key (unchanged content)."""
