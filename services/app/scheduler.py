@@ -97,6 +97,21 @@ def latest_fire_time(cron: str, now: datetime, grace_seconds: float) -> datetime
     return latest
 
 
+#: How far back :func:`previous_fire_time` looks, widening: a minute, an hour, a day, a week, a
+#: year (each step a few trigger evaluations for a schedule that fires within it).
+_LOOKBACKS = (120.0, 3600.0, 86_400.0, 8 * 86_400.0, 366 * 86_400.0)
+
+
+def previous_fire_time(cron: str, now: datetime) -> datetime | None:
+    """The most recent fire time of ``cron`` at or before ``now``, however old (up to a
+    year), found in a few evaluations whatever the schedule."""
+    for lookback in _LOOKBACKS:
+        fire = latest_fire_time(cron, now, lookback)
+        if fire is not None:
+            return fire
+    return None
+
+
 def next_fire_time(cron: str, now: datetime) -> datetime | None:
     """The first fire time of ``cron`` at or after ``now``."""
     fire: datetime | None = cron_trigger(cron).get_next_fire_time(None, now)
