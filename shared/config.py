@@ -118,6 +118,18 @@ class Settings(BaseSettings):
     api_max_body_bytes: int = Field(1_048_576, ge=1024)
     scheduler_misfire_grace_seconds: int = Field(300, ge=1)
     scheduler_lock_seconds: float = Field(30.0, gt=0)
+    sentry_checkin_margin_minutes: int = Field(
+        5,
+        ge=1,
+        description="Sentry cron monitors: minutes after a tick's fire time before Sentry "
+        "reports a missed check-in (the monitor's checkin_margin).",
+    )
+    sentry_max_runtime_minutes: int = Field(
+        30,
+        ge=1,
+        description="Sentry cron monitors: minutes from the scheduler's in_progress check-in "
+        "to the tick job's ok before Sentry reports a timeout (the monitor's max_runtime).",
+    )
 
     # Rails' /internal/* endpoints (seed 001): unset URL -> the families that call Rails fail
     # their jobs as unrecoverable with a message naming the variable.

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from router.context import ServiceContext
 from router.enqueue import Router
 from router.registry import Registry
+from router.tick_monitors import MonitorSettings
 from router.ticks import Tick, tick_family
 from shared import runtime_file
 from shared.config import Settings, load_settings, parse_rate
@@ -91,7 +92,14 @@ class Platform:
 
     def add_tick(self, tick: Tick) -> None:
         self.ticks.append(tick)
-        self.add_family(tick_family(tick))
+        self.add_family(tick_family(tick, self.monitor_settings))
+
+    @property
+    def monitor_settings(self) -> MonitorSettings:
+        """The ticks' Sentry cron monitor settings."""
+        return MonitorSettings(
+            self.settings.sentry_checkin_margin_minutes, self.settings.sentry_max_runtime_minutes
+        )
 
     def add_routes(self, build: Callable[[], Iterable[Blueprint]]) -> None:
         self.route_builders.append(build)

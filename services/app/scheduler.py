@@ -49,6 +49,7 @@ from redis.retry import Retry
 
 from router.enqueue import Enqueued
 from router.requests import JobRequest
+from router.tick_monitors import check_in
 from router.ticks import Tick
 from services.app.bootstrap import Platform
 from shared import heartbeat, metrics
@@ -302,7 +303,10 @@ class TickScheduler:
             )
             self.record_emission(tick, slot, f"skipped: paused by {tick.pause_flag}")
             TICKS.labels(tick.name, "paused").inc()
+            # Fired on time; no job will close the check-in, so close it here.
+            check_in(tick, slot, "ok", self.platform.monitor_settings)
             return None
+        check_in(tick, slot, "in_progress", self.platform.monitor_settings)
         answer = enqueue_tick(self.platform, tick, slot)
         log.info("scheduler: %s slot %s %s (%s)", tick.name, slot, answer.outcome, answer.job_id)
         self.record_emission(tick, slot, answer.outcome)
