@@ -118,6 +118,12 @@ class Settings(BaseSettings):
     api_max_body_bytes: int = Field(1_048_576, ge=1024)
     scheduler_misfire_grace_seconds: int = Field(300, ge=1)
     scheduler_lock_seconds: float = Field(30.0, gt=0)
+    otlp_endpoint: str | None = Field(
+        None,
+        validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT",
+        description="OpenTelemetry collector base URL (OTLP over HTTP, spans posted to "
+        "<endpoint>/v1/traces); unset: no tracing at all.",
+    )
     sentry_checkin_margin_minutes: int = Field(
         5,
         ge=1,

@@ -25,9 +25,11 @@ from shared.flags import Flags
 from shared.observability import ACTOR_THROWS, configure_logging, init_sentry
 from shared.redis_persistence import verify_redis_persistence
 from shared.rollouts import PostHogRollouts
+from shared.tracing import configure_tracing
 from tiers.broker import TierBroker
 from tiers.families import Family
 from tiers.middleware.group_slots import GroupSlots
+from tiers.middleware.tracing import JobTracing
 from tiers.policies import WindowRule
 from tiers.stack import build_tier_brokers
 from tiers.table import TIERS
@@ -175,6 +177,7 @@ def bootstrap(
     configure_logging(settings.log_level, json_lines=settings.json_logs)
     verify_redis_persistence(settings)  # refuses volatile Redis in production and staging
     init_sentry(settings.sentry_dsn, environment=settings.environment, component=component)
+    tracing_on = configure_tracing(settings.otlp_endpoint, component=component)
 
     registry = Registry()
     families = registry.by_name()
@@ -192,6 +195,9 @@ def bootstrap(
         **broker_options,
     )
 
+    if tracing_on:
+        for broker in brokers.every():
+            broker.add_middleware(JobTracing())
     platform = Platform(
         settings=settings,
         registry=registry,
