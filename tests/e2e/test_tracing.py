@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 from typing import Any
 
 import pytest
+import requests
 
+from testkit.fakes.otlp_receiver import otlp_receiver
 from tests import REPO
 from tests.fresh_process import printed_by
+from tests.platform_harness import wait_until
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
@@ -101,3 +106,73 @@ def test_without_an_endpoint_nothing_is_loaded_or_installed() -> None:
         "print(any(m.startswith('opentelemetry.sdk') for m in sys.modules))\n"
     )
     assert printed_by(script) == ["False", "False", "False"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_api_process_exports_over_otlp_http(
+    redis_url: str, database_url: str, namespace: str
+) -> None:
+    """The real ``speedtier api`` with OTEL_EXPORTER_OTLP_ENDPOINT set posts its spans to a
+    local OTLP/HTTP receiver: the request's server span in the caller's trace, and the
+    enqueue's producer span under it."""
+    with otlp_receiver() as (endpoint, inbox):
+        port = free_port()
+        env = {
+            **os.environ,
+            "REDIS_URL": redis_url,
+            "DATABASE_URL": database_url,
+            "SPEEDTIER_REDIS_NAMESPACE": namespace,
+            "SPEEDTIER_ENV": "test",
+            "INTERNAL_API_TOKEN": TOKEN,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+        }
+        command = [
+            sys.executable, "-m", "services.app.cli", "api",
+            "--host", "127.0.0.1", "--port", str(port), "--workers", "1", "--threads", "2",
+        ]  # fmt: skip
+        api = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        try:
+            url = f"http://127.0.0.1:{port}"
+            wait_until(lambda: answers(f"{url}/healthz"), timeout=30)
+            answer = requests.post(
+                f"{url}/internal/jobs/enqueue",
+                json={
+                    "requests": [
+                        {"kind": "tick:group-slot-reaper", "organization_id": None, "slot": "o-1"}
+                    ]
+                },
+                headers={"Authorization": f"Bearer {TOKEN}", "traceparent": TRACEPARENT},
+                timeout=10,
+            )
+            assert answer.status_code == 202, answer.text
+            wait_until(lambda: any(s.kind == SERVER for s in inbox.received()), timeout=20)
+        finally:
+            api.send_signal(signal.SIGTERM)
+            api.communicate(timeout=40)
+        received = [s for s in inbox.received() if s.trace_id == TRACE_ID]
+    (server,) = [s for s in received if s.kind == SERVER]
+    assert server.parent_span_id == CALLER_SPAN
+    assert (server.service, server.component) == ("speedtier", "api")
+    (enqueue,) = [s for s in received if s.kind == PRODUCER]
+    assert enqueue.name == "enqueue group_slot_reaper_tick"
+    assert enqueue.parent_span_id == server.span_id
+
+
+SERVER, PRODUCER = 2, 4  # opentelemetry.proto.trace.v1.Span.SpanKind
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.ConnectionError:
+        return False
