@@ -16,11 +16,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import helm_python as helm
+import kubernetes_validate
 import pytest
 import yaml
 
 from tests import REPO
-from tests.unit.helm.test_chart import Manifest, of_kind, render
+from tests.unit.helm.test_chart import CHART, KUBE_VERSION, NAMESPACE, Manifest, of_kind, render
 
 HERE = Path(__file__).resolve().parent
 UNIT_TESTS = HERE / "alerts_test.yaml"
@@ -77,6 +79,20 @@ def test_monitoring_objects_are_off_by_default() -> None:
     assert not kinds & {"PodMonitor", "PrometheusRule"}
     names = [m["metadata"]["name"] for m in of_kind(render({}), "ConfigMap")]
     assert not [name for name in names if name.endswith("-dashboard")]
+
+
+def test_with_monitoring_on_the_chart_lints_and_the_dashboard_configmap_validates() -> None:
+    report = helm.lint(
+        CHART, MONITORING_ON, strict=True, namespace=NAMESPACE, kube_version=f"v{KUBE_VERSION}"
+    )
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+    (dashboard,) = [
+        m
+        for m in of_kind(render(MONITORING_ON), "ConfigMap")
+        if m["metadata"]["name"].endswith("-dashboard")
+    ]
+    kubernetes_validate.validate(dashboard, KUBE_VERSION, strict=True)
 
 
 def test_pod_monitor_scrapes_metrics_and_api_ports_of_the_release() -> None:
