@@ -2,8 +2,8 @@
 caller's traceparent is continued by the API's server span, each enqueue is a producer span
 under it whose context rides in the job's message, the worker's run is a consumer span child
 of and linked to its enqueue, a job enqueued by a running tick continues the same trace, and
-the run's Redis commands and SQL statements are its children. Off (no endpoint), nothing is
-installed."""
+the run's Redis commands, SQL statements and provider HTTP calls are its children. Off (no
+endpoint), nothing is installed."""
 
 from __future__ import annotations
 
@@ -74,9 +74,17 @@ def test_a_job_is_followed_from_the_callers_request_to_its_sql(
     assert server["trace_id"] == TRACE_ID and server["parent_id"] == CALLER_SPAN
     # Each enqueue is a producer span under it
     produced = {s["name"]: s for s in children(found, server) if s["kind"] == "PRODUCER"}
-    assert set(produced) == {"enqueue group_slot_reaper_tick", "enqueue counter_cache_fix_tick"}
+    assert set(produced) == {
+        "enqueue group_slot_reaper_tick",
+        "enqueue counter_cache_fix_tick",
+        "enqueue mark_expired_evaluations_failed_hourly_tick",
+    }
     # Each run is a consumer span, child of its enqueue and linked to it, in the same trace
-    for family in ("group_slot_reaper_tick", "counter_cache_fix_tick"):
+    for family in (
+        "group_slot_reaper_tick",
+        "counter_cache_fix_tick",
+        "mark_expired_evaluations_failed_hourly_tick",
+    ):
         run = one(found, name=f"run {family}")
         enqueue = produced[f"enqueue {family}"]
         assert run["kind"] == "CONSUMER" and run["trace_id"] == TRACE_ID
@@ -94,6 +102,11 @@ def test_a_job_is_followed_from_the_callers_request_to_its_sql(
     assert fix["trace_id"] == TRACE_ID and fix["parent_id"] == nested["span_id"]
     sql = [s for s in children(found, fix) if "db.statement" in s["attributes"]]
     assert sql, [s["name"] for s in children(found, fix)]
+    # A provider HTTP call (Rails' internal endpoint) is a child of its run
+    expired = one(found, name="run mark_expired_evaluations_failed_hourly_tick")
+    (call,) = [s for s in children(found, expired) if s["name"] == "POST"]
+    assert call["kind"] == "CLIENT" and call["status"] != "ERROR"
+    assert "/internal/expired_evaluations/process" in json.dumps(call["attributes"])
     # Spans without a parent of ours are dropped: every span belongs to the caller's trace
     assert {s["trace_id"] for s in found} == {TRACE_ID}
 

@@ -1,12 +1,14 @@
 """Run by tests/e2e/test_tracing.py in a fresh interpreter (the tracer provider and the
 instrumentations are process-wide): tracing on with an in-memory exporter, the real API app
-and a real maintenance-tier worker in a thread. Enqueues two ticks through the API with a
-caller's traceparent, waits for them and the job one of them enqueues, and prints every
-finished span as one JSON line."""
+and a real maintenance-tier worker in a thread, Rails' internal endpoints served by the
+local fake. Enqueues three ticks through the API with a caller's traceparent (one calls
+Rails over HTTP), waits for them and the job one of them enqueues, and prints every finished
+span as one JSON line."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -14,12 +16,21 @@ import time
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from shared.tracing import configure_tracing
+from testkit.fakes.rails_server import RailsServer
 
 TRACEPARENT = sys.argv[1]
 TOKEN = sys.argv[2]
 
 
 def main() -> None:
+    rails = RailsServer()
+    with rails as rails_url:
+        os.environ["RAILS_INTERNAL_URL"] = rails_url
+        os.environ["RAILS_INTERNAL_TOKEN"] = rails.token
+        run()
+
+
+def run() -> None:
     exporter = InMemorySpanExporter()
     configure_tracing(None, component="probe", exporter=exporter)
     from services.app.api import create_app
@@ -45,16 +56,25 @@ def main() -> None:
             "requests": [
                 {"kind": "tick:group-slot-reaper", "organization_id": None, "slot": "trace-1"},
                 {"kind": "tick:counter-cache-fix", "organization_id": None, "slot": "trace-1"},
+                {
+                    "kind": "tick:mark-expired-evaluations-failed-hourly",
+                    "organization_id": None,
+                    "slot": "trace-1",
+                },
             ]
         },
         headers={"Authorization": f"Bearer {TOKEN}", "traceparent": TRACEPARENT},
     )
     assert answer.status_code == 202, answer.get_json()
-    ids = ["group-slot-reaper-tick-trace-1", "counter-cache-fix-tick-trace-1"]
+    ids = [
+        "group-slot-reaper-tick-trace-1",
+        "counter-cache-fix-tick-trace-1",
+        "mark-expired-evaluations-failed-hourly-tick-trace-1",
+    ]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         runs = [s for s in exporter.get_finished_spans() if s.name.startswith("run ")]
-        if len(runs) >= 3 and all(
+        if len(runs) >= 4 and all(
             (platform.brokers.record(job_id) or {}).get("state") == "completed" for job_id in ids
         ):
             break
