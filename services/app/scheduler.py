@@ -54,6 +54,7 @@ from router.ticks import Tick
 from services.app.bootstrap import Platform
 from shared import heartbeat, metrics
 from shared.db.base import utcnow
+from tiers.job_store import FINISHED_STATES
 
 log = logging.getLogger(__name__)
 
@@ -306,12 +307,23 @@ class TickScheduler:
             # Fired on time; no job will close the check-in, so close it here.
             check_in(tick, slot, "ok", self.platform.monitor_settings)
             return None
-        check_in(tick, slot, "in_progress", self.platform.monitor_settings)
+        if not self.slot_finished(tick, slot):
+            # (a slot emitted again after its run ended, by a catch-up, must not reopen the
+            # check-in its run closed: Sentry would then report a timeout)
+            check_in(tick, slot, "in_progress", self.platform.monitor_settings)
         answer = enqueue_tick(self.platform, tick, slot)
         log.info("scheduler: %s slot %s %s (%s)", tick.name, slot, answer.outcome, answer.job_id)
         self.record_emission(tick, slot, answer.outcome)
         TICKS.labels(tick.name, answer.outcome).inc()
         return answer
+
+    def slot_finished(self, tick: Tick, slot: str) -> bool:
+        """Whether the slot's job already ran to an end (its record is kept finished)."""
+        try:
+            record = self.platform.brokers.record(tick.job_id(slot))
+        except redis.RedisError:
+            return False  # the enqueue that follows meets the same error
+        return record is not None and record.get("state") in FINISHED_STATES
 
     def record_emission(self, tick: Tick, slot: str, outcome: str) -> None:
         """Note the tick's last emission (slot, what the enqueue answered, when) in

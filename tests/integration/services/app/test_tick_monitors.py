@@ -5,8 +5,10 @@ as ``monitor_config``; a paused tick checks in ``ok`` at once; without Sentry no
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +20,9 @@ from router.ticks import Tick
 from services.app.bootstrap import Platform
 from services.app.scheduler import TickScheduler
 from testkit.fakes.sentry_server import SentryInbox, fake_sentry
+from tests import platform_harness as h
 from tests.fixtures_platform import MakePlatform
+from tiers.worker import serve
 
 AT = datetime(2026, 11, 29, 1, 0, 20, tzinfo=UTC)
 SLOT = "2026-11-29T01:00Z"
@@ -44,6 +48,25 @@ def flushed(inbox: SentryInbox) -> list[dict[str, Any]]:
     """The check-ins of the test's tick (an election also catches up on every other tick)."""
     sentry_sdk.flush(timeout=5)
     return [c for c in inbox.checkins() if c["monitor_slug"] == "hourly-sweep"]
+
+
+@contextmanager
+def maintenance_worker(platform: Platform) -> Iterator[None]:
+    """A real worker over the maintenance tier's queues, in a thread."""
+    stop = threading.Event()
+    queues = platform.registry.queues_of_tier("maintenance")
+    worker = threading.Thread(
+        target=serve,
+        args=(platform.brokers.of_tier("maintenance"), queues),
+        kwargs={"threads": 1, "stop": stop, "poll_ms": 50, "drain_seconds": 5},
+        daemon=True,
+    )
+    worker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        worker.join(timeout=15)
 
 
 def platform_with(make_platform: MakePlatform, run: Any, pause_flag: str | None = None) -> Platform:
@@ -91,6 +114,29 @@ def test_emission_opens_and_the_tick_job_closes_one_checkin(
         assert checkin["monitor_slug"] == "hourly-sweep"
         assert checkin["check_in_id"] == expected_id
         assert checkin["monitor_config"] == EXPECTED_CONFIG
+
+
+def test_a_slot_emitted_again_after_its_run_does_not_reopen_the_checkin(
+    make_platform: MakePlatform, inbox: SentryInbox
+) -> None:
+    # Given the 01:00 slot emitted and its job run by a worker (in_progress, then ok)
+    platform = platform_with(make_platform, run=lambda slot: None)
+    first = TickScheduler(platform, clock=lambda: AT)
+    try:
+        assert first.refresh_leadership()
+    finally:
+        first.close()
+    job_id = f"hourly-sweep-tick-{SLOT}"
+    with maintenance_worker(platform):
+        h.wait_until(lambda: (platform.brokers.record(job_id) or {}).get("state") == "completed")
+    # When a restarted scheduler catches up on the same slot within the grace period
+    second = TickScheduler(platform, clock=lambda: AT)
+    try:
+        assert second.refresh_leadership()
+    finally:
+        second.close()
+    # Then the closed check-in stays closed
+    assert [c["status"] for c in flushed(inbox)] == ["in_progress", "ok"]
 
 
 def test_a_failing_tick_job_checks_in_error_and_still_raises(
