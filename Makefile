@@ -33,6 +33,8 @@ run: install
 services:
 	bash scripts/ensure-services.sh
 	bash scripts/ensure-browser.sh
+	bash scripts/ensure-promtool.sh
+	bash scripts/ensure-ruby.sh
 
 lint: install
 	$(BIN)/ruff check .

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from router.enqueue import Router, enqueue_settled
 from router.requests import JobRequest
+from router.tick_monitors import MonitorSettings, check_in
 from shared.db.engine import session_scope
 from shared.inputs import Text
 from tiers.families import Family
@@ -90,11 +91,19 @@ class TickParams(BaseModel):
     slot: Text = Field(min_length=1, max_length=64)
 
 
-def tick_family(tick: Tick) -> Family:
-    """The job family a tick's emissions run as."""
+def tick_family(tick: Tick, monitor: MonitorSettings | None = None) -> Family:
+    """The job family a tick's emissions run as; it closes the slot's Sentry check-in with
+    ``ok`` or ``error`` (``router.tick_monitors``)."""
+    settings = monitor or MonitorSettings()
 
     def handler(slot: str) -> None:
-        log.info("tick %s slot %s: %s", tick.name, slot, tick.run(slot))
+        try:
+            summary = tick.run(slot)
+        except BaseException:
+            check_in(tick, slot, "error", settings)
+            raise
+        check_in(tick, slot, "ok", settings)
+        log.info("tick %s slot %s: %s", tick.name, slot, summary)
 
     handler.__name__ = tick.family_name
     return Family(

@@ -266,6 +266,24 @@ class Settings(BaseSettings):
     scheduler_lock_seconds: float = Field(
         30.0, gt=0, description="Scheduler leader lock lifetime (renewed every third of it)."
     )
+    otlp_endpoint: str | None = Field(
+        None,
+        validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT",
+        description="OpenTelemetry collector base URL (OTLP over HTTP, spans posted to "
+        "<endpoint>/v1/traces); unset: no tracing at all.",
+    )
+    sentry_checkin_margin_minutes: int = Field(
+        5,
+        ge=1,
+        description="Sentry cron monitors: minutes after a tick's fire time before Sentry "
+        "reports a missed check-in (the monitor's checkin_margin).",
+    )
+    sentry_max_runtime_minutes: int = Field(
+        30,
+        ge=1,
+        description="Sentry cron monitors: minutes from the scheduler's in_progress check-in "
+        "to the tick job's ok before Sentry reports a timeout (the monitor's max_runtime).",
+    )
 
     rails_internal_url: str | None = Field(
         None,

@@ -215,3 +215,17 @@ def tag_current_scope(**tags: Any) -> None:
         return
     for key, value in tags.items():
         sentry_sdk.set_tag(key, value)
+
+
+def send_checkin(**checkin: Any) -> None:
+    """Send a Sentry cron check-in (``sentry_sdk.crons.capture_checkin`` with ``checkin``);
+    a no-op when Sentry was never loaded. A check-in that cannot be sent is only logged."""
+    sentry_sdk = _sentry()
+    if sentry_sdk is None:
+        return
+    from sentry_sdk.crons import capture_checkin
+
+    try:
+        capture_checkin(**checkin)
+    except Exception:  # a monitoring side channel never fails the tick
+        log.exception("sentry check-in %s not sent", checkin.get("monitor_slug"))

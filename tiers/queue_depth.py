@@ -7,13 +7,30 @@ their group's list because the group is at its cap; read from the groups with li
 One process reads it (the API): a gauge written by every worker would be counted once per
 pod. The chart's KEDA triggers read the same Redis lists as ``ready``; a Prometheus trigger on
 ``sum(speedtier_queue_depth{tier="fast",state="ready"})`` would scale a tier the same way.
+
+Read in the same scrape, for the chart's alerts:
+
+=============================================  ===============================================
+gauge                                          what it is
+=============================================  ===============================================
+``speedtier_queue_oldest_age_seconds``         how long the oldest ready message of each
+``{tier, family}``                             queue has waited: since it became runnable (its
+                                               ``eta`` for a delayed one, else its enqueue
+                                               time); 0 for an empty queue. Both ends of the
+                                               list are read: a redelivered message may sit
+                                               at either
+``speedtier_redis_memory_used_bytes{tier}``    ``INFO memory`` of the Redis serving the tier:
+``speedtier_redis_memory_max_bytes{tier}``     ``used_memory`` and ``maxmemory`` (0: no limit)
+=============================================  ===============================================
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import cast
+from typing import Any, cast
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
@@ -38,9 +55,11 @@ class QueueDepthCollector:
         self,
         brokers: TierBrokers | TierBroker,
         queues_of_tier: Callable[[str], Sequence[str]],
+        clock: Callable[[], float] = time.time,
     ):
         self.brokers = brokers if isinstance(brokers, TierBrokers) else TierBrokers(brokers)
         self.queues_of_tier = queues_of_tier
+        self.clock = clock
 
     def collect(self) -> Iterable[Metric]:
         depth = GaugeMetricFamily(
@@ -51,6 +70,21 @@ class QueueDepthCollector:
         up = GaugeMetricFamily(
             "speedtier_queue_depth_up", "1 when Redis answered the depth scrape, else 0."
         )
+        oldest = GaugeMetricFamily(
+            "speedtier_queue_oldest_age_seconds",
+            "Seconds the oldest ready message of each queue has waited to run (0: empty).",
+            labels=["tier", "family"],
+        )
+        used = GaugeMetricFamily(
+            "speedtier_redis_memory_used_bytes",
+            "used_memory of the Redis serving the tier.",
+            labels=["tier"],
+        )
+        limit = GaugeMetricFamily(
+            "speedtier_redis_memory_max_bytes",
+            "maxmemory of the Redis serving the tier (0: no limit).",
+            labels=["tier"],
+        )
         try:
             parked = self.parked_by_queue()
             for tier in TIER_NAMES:
@@ -58,6 +92,7 @@ class QueueDepthCollector:
                 broker = self.brokers.of_tier(tier)
                 depths = broker.queue_depths(queues)
                 failures = broker.queue_failures(queues)
+                ages = self.oldest_ages(broker, queues)
                 for queue in queues:
                     family = queue.rsplit(".", 1)[0]
                     ready, delayed = depths[queue]
@@ -65,6 +100,12 @@ class QueueDepthCollector:
                     depth.add_metric([tier, family, "delayed"], delayed)
                     depth.add_metric([tier, family, "parked"], parked.get(queue, 0))
                     depth.add_metric([tier, family, "failed"], failures[queue])
+                    oldest.add_metric([tier, family], ages[queue])
+            for broker, tiers in self.brokers.serving():
+                memory = cast(dict[str, Any], broker.client.info("memory"))
+                for tier in tiers:
+                    used.add_metric([tier], float(memory.get("used_memory", 0)))
+                    limit.add_metric([tier], float(memory.get("maxmemory", 0)))
         except REDIS_DOWN as exc:
             log.warning("queue depth scrape: redis unreachable (%s)", exc)
             up.add_metric([], 0)
@@ -72,7 +113,33 @@ class QueueDepthCollector:
             return
         up.add_metric([], 1)
         yield depth
+        yield oldest
+        yield used
+        yield limit
         yield up
+
+    def oldest_ages(self, broker: TierBroker, queues: Sequence[str]) -> dict[str, float]:
+        """queue -> seconds its oldest ready message has waited (0 when empty): the messages
+        at both ends of the list, read in two pipelined round trips."""
+        client, ns = broker.client, broker.namespace
+        pipe = client.pipeline(transaction=False)
+        for queue in queues:
+            pipe.lindex(f"{ns}:{queue}", 0)
+            pipe.lindex(f"{ns}:{queue}", -1)
+        ends = pipe.execute()
+        pipe = client.pipeline(transaction=False)
+        asked: list[str] = []
+        for i, queue in enumerate(queues):
+            for redis_id in {end for end in ends[2 * i : 2 * i + 2] if end is not None}:
+                pipe.hget(f"{ns}:{queue}.msgs", redis_id)
+                asked.append(queue)
+        now = self.clock()
+        ages = dict.fromkeys(queues, 0.0)
+        for queue, data in zip(asked, pipe.execute(), strict=True):
+            since = runnable_since(data)
+            if since is not None:
+                ages[queue] = max(ages[queue], now - since)
+        return ages
 
     def parked_by_queue(self) -> dict[str, int]:
         """queue -> messages parked in its groups (only groups with a live slot can hold any:
@@ -90,3 +157,17 @@ class QueueDepthCollector:
                 if queue.rpartition(".")[2] in tiers:
                     counts[queue] = counts.get(queue, 0) + int(count)
         return counts
+
+
+def runnable_since(data: bytes | None) -> float | None:
+    """When an encoded message became runnable, in epoch seconds: its ``eta`` (a delayed
+    message moved to its queue when due) or else its enqueue time; None when unreadable."""
+    if not data:
+        return None
+    try:
+        message = json.loads(data)
+        options = message.get("options") or {}
+        stamp = options.get("eta") or message["message_timestamp"]
+        return float(stamp) / 1000
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None

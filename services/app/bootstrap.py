@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from router.context import ServiceContext
 from router.enqueue import Router
 from router.registry import Registry
+from router.tick_monitors import MonitorSettings
 from router.ticks import Tick, tick_family
 from shared import runtime_file
 from shared.config import InvalidSettings, Settings, load_settings, parse_rate, refusals
@@ -27,9 +28,11 @@ from shared.flags import Flags
 from shared.observability import ACTOR_THROWS, configure_logging, init_sentry
 from shared.redis_persistence import verify_redis_persistence
 from shared.rollouts import PostHogRollouts
+from shared.tracing import configure_tracing
 from tiers.broker import TierBroker
 from tiers.families import Family
 from tiers.middleware.group_slots import GroupSlots
+from tiers.middleware.tracing import JobTracing
 from tiers.policies import WindowRule
 from tiers.stack import build_tier_brokers
 from tiers.table import TIERS
@@ -96,7 +99,14 @@ class Platform:
 
     def add_tick(self, tick: Tick) -> None:
         self.ticks.append(tick)
-        self.add_family(tick_family(tick))
+        self.add_family(tick_family(tick, self.monitor_settings))
+
+    @property
+    def monitor_settings(self) -> MonitorSettings:
+        """The ticks' Sentry cron monitor settings."""
+        return MonitorSettings(
+            self.settings.sentry_checkin_margin_minutes, self.settings.sentry_max_runtime_minutes
+        )
 
     def add_routes(self, build: Callable[[], Iterable[Blueprint]]) -> None:
         self.route_builders.append(build)
@@ -189,6 +199,7 @@ def bootstrap(
     warn_if_private_networks(settings)
     verify_redis_persistence(settings)  # refuses volatile Redis in production and staging
     init_sentry(settings.sentry_dsn, environment=settings.environment, component=component)
+    tracing_on = configure_tracing(settings.otlp_endpoint, component=component)
 
     registry = Registry()
     families = registry.by_name()
@@ -208,6 +219,9 @@ def bootstrap(
         **broker_options,
     )
 
+    if tracing_on:
+        for broker in brokers.every():
+            broker.add_middleware(JobTracing())
     platform = Platform(
         settings=settings,
         registry=registry,

@@ -90,6 +90,12 @@ def _check_redis(url: str | None, timeout: float) -> str | None:
     return None
 
 
+def postgresql_error(url: str | None, timeout: float = CHECK_TIMEOUT_SECONDS) -> str | None:
+    """What stops ``SELECT 1`` on ``url`` within ``timeout`` seconds, or None when it answers
+    (also the API's ``speedtier_postgresql_up`` gauge)."""
+    return _check_postgresql(url, timeout)
+
+
 def _check_postgresql(url: str | None, timeout: float) -> str | None:
     if not url:
         return "DATABASE_URL is not set"

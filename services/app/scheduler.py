@@ -49,10 +49,12 @@ from redis.retry import Retry
 
 from router.enqueue import Enqueued
 from router.requests import JobRequest
+from router.tick_monitors import check_in
 from router.ticks import Tick
 from services.app.bootstrap import Platform
 from shared import heartbeat, metrics
 from shared.db.base import utcnow
+from tiers.job_store import FINISHED_STATES
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +97,21 @@ def latest_fire_time(cron: str, now: datetime, grace_seconds: float) -> datetime
         latest = fire
         fire = trigger.get_next_fire_time(fire, fire)
     return latest
+
+
+#: How far back :func:`previous_fire_time` looks, widening: a minute, an hour, a day, a week, a
+#: year (each step a few trigger evaluations for a schedule that fires within it).
+_LOOKBACKS = (120.0, 3600.0, 86_400.0, 8 * 86_400.0, 366 * 86_400.0)
+
+
+def previous_fire_time(cron: str, now: datetime) -> datetime | None:
+    """The most recent fire time of ``cron`` at or before ``now``, however old (up to a
+    year), found in a few evaluations whatever the schedule."""
+    for lookback in _LOOKBACKS:
+        fire = latest_fire_time(cron, now, lookback)
+        if fire is not None:
+            return fire
+    return None
 
 
 def next_fire_time(cron: str, now: datetime) -> datetime | None:
@@ -287,12 +304,26 @@ class TickScheduler:
             )
             self.record_emission(tick, slot, f"skipped: paused by {tick.pause_flag}")
             TICKS.labels(tick.name, "paused").inc()
+            # Fired on time; no job will close the check-in, so close it here.
+            check_in(tick, slot, "ok", self.platform.monitor_settings)
             return None
+        if not self.slot_finished(tick, slot):
+            # (a slot emitted again after its run ended, by a catch-up, must not reopen the
+            # check-in its run closed: Sentry would then report a timeout)
+            check_in(tick, slot, "in_progress", self.platform.monitor_settings)
         answer = enqueue_tick(self.platform, tick, slot)
         log.info("scheduler: %s slot %s %s (%s)", tick.name, slot, answer.outcome, answer.job_id)
         self.record_emission(tick, slot, answer.outcome)
         TICKS.labels(tick.name, answer.outcome).inc()
         return answer
+
+    def slot_finished(self, tick: Tick, slot: str) -> bool:
+        """Whether the slot's job already ran to an end (its record is kept finished)."""
+        try:
+            record = self.platform.brokers.record(tick.job_id(slot))
+        except redis.RedisError:
+            return False  # the enqueue that follows meets the same error
+        return record is not None and record.get("state") in FINISHED_STATES
 
     def record_emission(self, tick: Tick, slot: str, outcome: str) -> None:
         """Note the tick's last emission (slot, what the enqueue answered, when) in

@@ -1,4 +1,11 @@
-"""A local Sentry ingest endpoint: collects the envelopes an SDK posts to it."""
+"""A local Sentry ingest endpoint: collects the envelopes an SDK posts to it.
+
+Cron check-ins arrive as envelope items of type ``check_in`` whose payload carries
+``check_in_id``, ``monitor_slug``, ``status`` (``in_progress``, ``ok``, ``error``) and an
+optional ``monitor_config`` (``schedule`` ``{type: crontab, value}``, ``checkin_margin`` and
+``max_runtime`` in minutes, ``timezone``): https://develop.sentry.dev/sdk/check-ins/ and
+https://docs.sentry.io/product/crons/getting-started/http (upsert through a check-in).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +27,11 @@ class SentryInbox:
     def events(self) -> list[dict[str, Any]]:
         with self.lock:
             return [item for item in self.items if "level" in item or "exception" in item]
+
+    def checkins(self) -> list[dict[str, Any]]:
+        """The check-in payloads received, in order."""
+        with self.lock:
+            return [item for item in self.items if "monitor_slug" in item and "status" in item]
 
 
 def _decode(body: bytes, encoding: str | None) -> bytes:

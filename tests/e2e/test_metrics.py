@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -142,6 +143,8 @@ def test_counts_of_real_jobs_are_scraped_from_the_pool_and_the_api(
 
         wait_until(lambda: pool_counts() == JOBS, timeout=30)
         scraped = samples(requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text)
+        # (the tier's live capacity: two processes of two threads)
+        assert value(scraped, "speedtier_worker_threads", tier="maintenance") == 4
         assert (
             value(scraped, "speedtier_job_run_seconds_count", family=FAMILY, tier="maintenance")
             == JOBS
@@ -159,6 +162,9 @@ def test_counts_of_real_jobs_are_scraped_from_the_pool_and_the_api(
         timed = value(after, "speedtier_enqueue_seconds_count", route=route)
         assert timed - value(before, "speedtier_enqueue_seconds_count", route=route) == JOBS
         assert value(after, "speedtier_queue_depth_up") == 1
+        assert value(after, "speedtier_postgresql_up") == 1
+        due = value(after, "speedtier_tick_due_timestamp_seconds", tick="group-slot-reaper")
+        assert 0 < time.time() - due < 24 * 3600
         assert (
             "speedtier_queue_depth",
             frozenset({"tier": "maintenance", "family": FAMILY, "state": "ready"}.items()),

@@ -243,6 +243,11 @@ SPEEDTIER_API_WORKERS: {{ $c.apiWorkers | int | quote }}
 SPEEDTIER_API_MAX_BODY_BYTES: {{ $c.apiMaxBodyBytes | int64 | quote }}
 SPEEDTIER_SCHEDULER_MISFIRE_GRACE_SECONDS: {{ $c.schedulerMisfireGraceSeconds | int | quote }}
 SPEEDTIER_SCHEDULER_LOCK_SECONDS: {{ $c.schedulerLockSeconds | toString | quote }}
+SPEEDTIER_SENTRY_CHECKIN_MARGIN_MINUTES: {{ $c.sentryCheckinMarginMinutes | default 5 | int | quote }}
+SPEEDTIER_SENTRY_MAX_RUNTIME_MINUTES: {{ $c.sentryMaxRuntimeMinutes | default 30 | int | quote }}
+{{- with $c.otlpEndpoint }}
+OTEL_EXPORTER_OTLP_ENDPOINT: {{ . | quote }}
+{{- end }}
 SPEEDTIER_PROVIDER_URLS: {{ $c.providerUrls | default dict | toJson | quote }}
 SPEEDTIER_HTTP_TIMEOUT_SECONDS: {{ $c.httpTimeoutSeconds | toString | quote }}
 SPEEDTIER_CRAWL_HOST_RATE: {{ $c.crawlHostRate | quote }}

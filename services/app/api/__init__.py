@@ -27,6 +27,7 @@ from services.apikit.request import ApiRequest
 from services.apikit.validation import IdConverter
 from services.app.api import jobs_routes, metrics_route, openapi_document, probes
 from services.app.bootstrap import Platform, bootstrap
+from shared import tracing
 from shared.config import Settings, load_settings, parse_rate
 from shared.errors import SpeedtierError
 from tiers.policies import WindowRule
@@ -121,4 +122,9 @@ def create_app(
     from services.app.dashboard import blueprint as dashboard  # it reads api_token from here
 
     app.register_blueprint(dashboard)
+    if tracing.is_on():
+        # A server span per request, continuing the caller's traceparent header.
+        from opentelemetry.instrumentation.flask import FlaskInstrumentor
+
+        FlaskInstrumentor().instrument_app(app)  # type: ignore[no-untyped-call]
     return app

@@ -8,10 +8,14 @@ Service is ClusterIP). Under gunicorn every worker's values are summed
 
 from __future__ import annotations
 
+from typing import cast
+
 from flask import Blueprint, Response
 
 from services.apikit.context import current_platform
 from services.apikit.openapi import describe
+from services.app.api.platform_gauges import PostgresqlGauge, TickGauges
+from services.app.bootstrap import Platform
 from shared import metrics
 from tiers.queue_depth import QueueDepthCollector
 
@@ -24,12 +28,15 @@ blueprint = Blueprint("metrics", __name__)
     description="Job counts, run times, window delays, group parking, enqueue latency (summed "
     "over the API's and, with a shared PROMETHEUS_MULTIPROC_DIR, the workers' processes) and "
     "queue depth per tier read from its Redis (`speedtier_queue_depth_up` is 0 when one did "
-    "not answer).",
+    "not answer), the oldest waiting message's age per queue, each tier's Redis memory, each "
+    "tick's due and last emitted fire times, and `speedtier_postgresql_up`.",
     responses={200: ("The exposition text.", None)},
     needs_services=False,
 )
 def scrape() -> Response:
-    platform = current_platform()
+    platform = cast(Platform, current_platform())
     depth = QueueDepthCollector(platform.brokers, platform.router.registry.queues_of_tier)
-    body, content_type = metrics.render([depth])
+    ticks = TickGauges(platform)
+    database = PostgresqlGauge(platform.settings.database_url)
+    body, content_type = metrics.render([depth, ticks, database])
     return Response(body, content_type=content_type)

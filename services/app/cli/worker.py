@@ -5,7 +5,9 @@ threads run; a pool beats its own only while every child runs and beats
 (``speedtier alive worker-<tier>``). Metrics: the pool (or a lone worker process) answers
 ``GET /metrics`` on ``SPEEDTIER_METRICS_PORT`` (9191; 0 turns it off), summing its
 children's values through ``PROMETHEUS_MULTIPROC_DIR`` (a fresh temporary directory when the
-variable is not set).
+variable is not set). ``speedtier_worker_threads{tier}`` is the worker threads of processes
+whose threads all run: set at each heartbeat, dropped when a process exits (the pool marks a
+dead child's values dead), so ``sum by (tier)`` over the pods is the tier's live capacity.
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ from shared.config import TIER_NAMES, Settings, load_settings
 from shared.observability import configure_logging
 from shared.redis_persistence import verify_redis_persistence
 from shared.runtime_file import resolve
+
+WORKER_THREADS = metrics.gauge(
+    "worker_threads",
+    "Worker threads of live worker processes (every consumer and worker thread running).",
+    ["tier"],
+)
 
 
 def component_of(tier: str) -> str:
@@ -46,6 +54,12 @@ def _run_one(tier: str, threads: int, prefetch: int, pooled: bool = False) -> No
     if not pooled:
         start_metrics(settings)
     beat_file = heartbeat.heartbeat_path(component, os.getpid() if pooled else None)
+    live = WORKER_THREADS.labels(tier)
+
+    def beat() -> None:
+        heartbeat.beat(beat_file)
+        live.set(threads)
+
     try:
         serve(
             platform.brokers.of_tier(tier),
@@ -54,10 +68,11 @@ def _run_one(tier: str, threads: int, prefetch: int, pooled: bool = False) -> No
             prefetch=prefetch or settings.queue_prefetch,
             drain_seconds=settings.worker_drain_seconds,
             poll_ms=settings.worker_poll_ms,
-            on_beat=lambda: heartbeat.beat(beat_file),
+            on_beat=beat,
             beat_seconds=heartbeat.BEAT_SECONDS,
         )
     finally:
+        live.set(0)
         heartbeat.clear(beat_file)
 
 

@@ -4,6 +4,8 @@ window delays counted, and the scrape-time depth showing parked, ready and faile
 
 from __future__ import annotations
 
+import time
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from router.enqueue import Router
@@ -18,11 +20,16 @@ from tiers.queue_depth import QueueDepthCollector
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-def scrape(broker: TierBroker) -> Samples:
-    def queues_of_tier(tier: str) -> list[str]:
-        return sorted(q for f in h.families().values() for q in f.queues() if q.endswith(tier))
+def queues_of_tier(tier: str) -> list[str]:
+    return sorted(q for f in h.families().values() for q in f.queues() if q.endswith(tier))
 
+
+def scrape(broker: TierBroker) -> Samples:
     body, _content_type = metrics.render([QueueDepthCollector(broker, queues_of_tier)])
+    return parse(body)
+
+
+def parse(body: bytes) -> Samples:
     return {
         (sample.name, frozenset(sample.labels.items())): sample.value
         for family in text_string_to_metric_families(body.decode())
@@ -115,3 +122,27 @@ def test_parked_jobs_show_in_the_depth(router: Router, broker: TierBroker) -> No
     labels = {"tier": "fast", "family": "t_serial"}
     assert value(samples, "speedtier_queue_depth", state="ready", **labels) == 1
     assert value(samples, "speedtier_queue_depth", state="parked", **labels) == 2
+
+
+def test_oldest_waiting_age_and_redis_memory(router: Router, broker: TierBroker) -> None:
+    # Given two waiting jobs of one queue, enqueued at once, and no worker
+    router.enqueue_many([JobRequest("t_plain", 4, {"item": f"o{i}"}) for i in range(2)])
+    enqueued_at = time.time()
+
+    def scrape_at(now: float) -> Samples:
+        collector = QueueDepthCollector(broker, queues_of_tier, clock=lambda: now)
+        body, _content_type = metrics.render([collector])
+        return parse(body)
+
+    # When the depth is scraped 90 s later
+    samples = scrape_at(enqueued_at + 90)
+    # Then the queue's oldest message has waited about 90 s; an empty queue reads 0
+    age = value(samples, "speedtier_queue_oldest_age_seconds", tier="fast", family="t_plain")
+    assert 89 <= age <= 92
+    empty = value(samples, "speedtier_queue_oldest_age_seconds", tier="fast", family="t_serial")
+    assert empty == 0
+    # And the Redis serving each tier reports its memory use and limit
+    info = broker.client.info("memory")
+    used = value(samples, "speedtier_redis_memory_used_bytes", tier="fast")
+    assert used > 0
+    assert value(samples, "speedtier_redis_memory_max_bytes", tier="slow") == info["maxmemory"]

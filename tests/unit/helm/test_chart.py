@@ -537,6 +537,7 @@ def test_config_map_and_secret_cover_every_setting() -> None:
         "SPEEDTIER_UPLOADS_ENDPOINT_URL",
         "SPEEDTIER_UPLOADS_REGION",
         "SPEEDTIER_UPLOADS_ROOT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
         # every tier on REDIS_URL here ("tier-redis" sets them: test_a_tier_can_have_its_own_redis)
         "SPEEDTIER_FAST_REDIS_URL",
         "SPEEDTIER_SLOW_REDIS_URL",

@@ -1,0 +1,3 @@
+# frozen_string_literal: true
+
+Dir[File.join(__dir__, "*_test.rb")].sort.each { |file| require file }
