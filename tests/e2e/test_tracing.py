@@ -186,6 +186,6 @@ def free_port() -> int:
 
 def answers(url: str) -> bool:
     try:
-        return requests.get(url, timeout=2).status_code == 200
-    except requests.ConnectionError:
+        return requests.get(url, timeout=5).status_code == 200
+    except requests.RequestException:  # not listening yet, or too slow to answer under load
         return False
