@@ -96,9 +96,9 @@ def api(own_redis: tuple[str, int, Path], database_url: str) -> Iterator[str]:
         deadline = time.monotonic() + 30
         while True:
             try:
-                if requests.get(f"{url}/healthz", timeout=2).status_code == 200:
+                if requests.get(f"{url}/healthz", timeout=5).status_code == 200:
                     break
-            except requests.ConnectionError:
+            except requests.RequestException:  # not listening yet, or slow under load
                 pass
             assert process.poll() is None, process.stderr.read().decode()[-2000:]  # type: ignore[union-attr]
             assert time.monotonic() < deadline, "the API did not start"
