@@ -129,7 +129,7 @@ class QueueUnavailable(SpeedtierError):
 
     def __init__(
         self,
-        message: str,
+        message: str = "",
         *,
         accepted: Mapping[int, object] | None = None,
         unknown: Mapping[int, str] | None = None,

@@ -50,8 +50,10 @@ from redis.commands.core import Script
 from redis.connection import HiredisRespSerializer
 from redis.exceptions import NoScriptError, ResponseError
 
+from shared.errors import SpeedtierError
 
-class OutcomeUnknown(redis.ConnectionError, redis.TimeoutError):
+
+class OutcomeUnknown(SpeedtierError, redis.ConnectionError, redis.TimeoutError):
     """The calls were sent and Redis did not answer (a timeout, a connection lost while
     waiting): they may or may not have run. A ``redis.ConnectionError`` and a
     ``redis.TimeoutError``, so every caller that retries on those keeps doing so."""

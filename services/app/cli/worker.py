@@ -20,7 +20,7 @@ from services.app.worker_pool import WorkerPool
 from shared import heartbeat, metrics
 from shared.config import TIER_NAMES, Settings, load_settings
 from shared.observability import configure_logging
-from shared.redis_persistence import verify_redis_persistence
+from shared.redis_persistence import EvictionWatch, verify_redis_persistence
 from shared.runtime_file import resolve
 
 
@@ -46,6 +46,12 @@ def _run_one(tier: str, threads: int, prefetch: int, pooled: bool = False) -> No
     if not pooled:
         start_metrics(settings)
     beat_file = heartbeat.heartbeat_path(component, os.getpid() if pooled else None)
+    eviction = EvictionWatch(settings)
+
+    def beat() -> None:
+        heartbeat.beat(beat_file)
+        eviction.tick()  # a Redis set to evict keys since the start is reported
+
     try:
         serve(
             platform.brokers.of_tier(tier),
@@ -54,7 +60,7 @@ def _run_one(tier: str, threads: int, prefetch: int, pooled: bool = False) -> No
             prefetch=prefetch or settings.queue_prefetch,
             drain_seconds=settings.worker_drain_seconds,
             poll_ms=settings.worker_poll_ms,
-            on_beat=lambda: heartbeat.beat(beat_file),
+            on_beat=beat,
             beat_seconds=heartbeat.BEAT_SECONDS,
         )
     finally:
