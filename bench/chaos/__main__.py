@@ -16,13 +16,29 @@ import argparse
 import sys
 from typing import Any
 
-SCENARIOS = ("worker_kills", "redis_restarts", "postgres_outage", "malformed", "dead_child")
+SCENARIOS = (
+    "worker_kills",
+    "redis_restarts",
+    "postgres_outage",
+    "malformed",
+    "dead_child",
+    "redis_stall",
+    "redis_full",
+    "evicting_redis",
+    "postgres_read_only",
+)
+#: Scenarios of ``bench.chaos.store_faults`` (the others are in ``bench.chaos.scenarios``).
+STORE_FAULTS = ("redis_stall", "redis_full", "evicting_redis", "postgres_read_only")
 FULL: dict[str, dict[str, Any]] = {
     "worker_kills": {"jobs": 10_000, "kills": 100},
     "redis_restarts": {"jobs": 10_000, "restarts": 3},
     "postgres_outage": {"jobs": 2_000, "down": 60.0},
     "malformed": {"jobs": 2_000, "pairs": 10},
     "dead_child": {"jobs": 2_000},
+    "redis_stall": {"jobs": 2_000, "stalls": 3, "stall": 8.0},
+    "redis_full": {"jobs": 2_000, "full": 10.0},
+    "evicting_redis": {"jobs": 1},
+    "postgres_read_only": {"jobs": 2_000, "down": 30.0},
 }
 QUICK: dict[str, dict[str, Any]] = {
     "worker_kills": {"jobs": 1_000, "kills": 10},
@@ -30,12 +46,18 @@ QUICK: dict[str, dict[str, Any]] = {
     "postgres_outage": {"jobs": 300, "down": 5.0},
     "malformed": {"jobs": 300, "pairs": 2},
     "dead_child": {"jobs": 300},
+    "redis_stall": {"jobs": 200, "stalls": 1, "stall": 2.0},
+    "redis_full": {"jobs": 300, "full": 1.5},
+    "evicting_redis": {"jobs": 1},
+    "postgres_read_only": {"jobs": 200, "down": 3.0},
 }
 
 
 def run(name: str, database_url: str, sizes: dict[str, Any]) -> Any:
-    from bench.chaos import scenarios
+    from bench.chaos import scenarios, store_faults
 
+    if name in STORE_FAULTS:
+        return getattr(store_faults, name)(database_url, **sizes)
     if name == "postgres_outage":
         return scenarios.postgres_outage(**sizes)
     return getattr(scenarios, name)(database_url, **sizes)

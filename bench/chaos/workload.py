@@ -10,6 +10,8 @@ kind           what the handler does
 ``delayed``    first run: ``Delay`` 1 s (back through the delay queue); then returns
 ``retrying``   first run: ``Retryable`` (an attempt spent, back after 0.2 s); then returns
 ``pg``         reads PostgreSQL, then returns (an outage delays it, spends nothing)
+``pg_write``   writes a row to PostgreSQL (table ``chaos_writes``, made by the scenario
+               that uses this kind), then returns: a read-only database delays it
 =============  ============================================================================
 
 The ledger (Redis hashes under ``<ns>:chaos:``): ``starts`` (runs begun per item),
@@ -61,6 +63,9 @@ def handler(organization_id: int, item: str, kind: str) -> None:
         engine: Engine = _STATE["engine"]
         with engine.connect() as connection:
             connection.execute(text("SELECT 1"))
+    if kind == "pg_write":
+        with _STATE["engine"].begin() as connection:
+            connection.execute(text("INSERT INTO chaos_writes VALUES (:item)"), {"item": item})
 
 
 class SettledLedger(Middleware):
