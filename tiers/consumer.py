@@ -8,10 +8,11 @@ Redis unreachable while fetching        delayed messages held in memory are KEPT
                                         are still this worker's in Redis) and moved once
                                         Redis answers; Dramatiq drops them, which left
                                         them in a live worker's ack set for good
-Redis refuses writes (out of memory     the same wait and retry; the outage is logged
-under ``noeviction``, a read-only       once when it begins, every 30 s while it lasts
-replica during a failover)              and once when it ends (``tiers.outage_log``),
-                                        not as a traceback per poll
+Redis refuses writes (out of memory     the same wait and retry. Any outage is logged
+under ``noeviction``, a read-only       once per worker when it begins, every 30 s while
+replica during a failover)              it lasts and once when the last consumer answers
+                                        (``tiers.outage_log.SharedOutage``), not as a
+                                        traceback per poll
 prefetched messages when the consumer   handed back to the queue; if Redis is down they
 restarts                                are served by the next consumer of the queue
 the prefetch buffer is nearly full,     no fetch until a quarter of it is free (and no
@@ -52,7 +53,7 @@ from dramatiq.worker import ConsumerThread
 from tiers.ack_retries import AckRetries
 from tiers.faults import fault_point
 from tiers.options import JOB_ID, REDIS_MESSAGE_ID
-from tiers.outage_log import OutageLog
+from tiers.outage_log import SharedOutage
 from tiers.queue_watch import IDLE_FETCHES, QueueWatch
 from tiers.redis_retry import REDIS_DOWN, REDIS_REFUSING
 from tiers.settling import ACKED_IN_SETTLE, SETTLING, Settling
@@ -268,6 +269,9 @@ class TierConsumerThread(StopHonoured, ConsumerThread):
     #: Where an ack that failed in the settle sender is retried (None: Dramatiq's retry,
     #: in the calling thread).
     ack_retries: AckRetries | None = None
+    #: The outage reporting the worker's consumers share: one warning per outage for all of
+    #: them (None: this consumer's own).
+    outage: SharedOutage | None = None
 
     def _next_due(self) -> float | None:
         held = self.delay_queue.queue  # a heap: the earliest eta first (this thread's own)
@@ -285,7 +289,10 @@ class TierConsumerThread(StopHonoured, ConsumerThread):
         self.running = True
         self.broker.emit_after("consumer_thread_boot", self)
         recovering = False
-        outage = OutageLog(log, f"consumer of {self.queue_name}")
+        #: False while this consumer is in an outage (True: it answered since, or never failed).
+        recovered = True
+        queue = self.queue_name
+        outage = self.outage or SharedOutage(log, f"consumer of {queue}")
         while self.running:
             if self.paused:
                 self.paused_event.set()
@@ -303,8 +310,9 @@ class TierConsumerThread(StopHonoured, ConsumerThread):
                     self.consumer.watch = self.watch
                     self.consumer.next_due = self._next_due
                 for message in self.consumer:
-                    if outage.failures:  # a fetch answered: the outage is over
-                        outage.recovered()
+                    if not recovered:  # a fetch answered: the outage is over for it
+                        outage.recovered(queue)
+                        recovered = True
                     if message is not None:
                         self.handle_message(message)
                     elif self.paused:
@@ -314,11 +322,14 @@ class TierConsumerThread(StopHonoured, ConsumerThread):
                         break
             except BrokerConnectionError as exc:
                 kept = self.delay_queue.qsize()
-                outage.failed(f"lost redis, {kept} delayed message(s) kept", exc)
+                outage.failed(queue, f"lost redis, {kept} delayed message(s) kept", exc)
+                recovered = False
             except REDIS_DOWN as exc:
-                outage.failed("cannot reach redis", exc)
+                outage.failed(queue, "cannot reach redis", exc)
+                recovered = False
             except REDIS_REFUSING as exc:
-                outage.failed("redis refuses writes", exc)
+                outage.failed(queue, "redis refuses writes", exc)
+                recovered = False
             except Exception:
                 log.critical("consumer of %s failed; restarting it", self.queue_name, exc_info=True)
             if self.running:

@@ -23,6 +23,7 @@ from tiers.ack_retries import AckRetries
 from tiers.broker import TierBroker
 from tiers.consumer import TierConsumerThread
 from tiers.gc_tuning import tune_worker_collector
+from tiers.outage_log import SharedOutage
 from tiers.queue_watch import QueueWatch
 from tiers.thread_stop import StopHonoured
 from tiers.work_queue import WorkQueue
@@ -129,6 +130,8 @@ class TierWorker(Worker):
         self.watch = QueueWatch(broker, self.worker_timeout) if watch else None
         #: Acks of settled runs that met a lost connection (``tiers.ack_retries``).
         self.ack_retries = AckRetries()
+        #: One report per outage for all its consumers (``tiers.outage_log.SharedOutage``).
+        self.outage = SharedOutage(logging.getLogger("tiers.consumer"), "worker consumers")
 
     def start(self) -> None:
         if self.watch is not None:
@@ -179,4 +182,5 @@ class TierWorker(Worker):
         thread.worker_threads = None if delay else self.worker_threads
         thread.watch = self.watch
         thread.ack_retries = self.ack_retries
+        thread.outage = self.outage
         thread.start()

@@ -58,9 +58,9 @@ def test_a_full_redis_is_an_outage_logged_once_and_no_outcome_is_lost(
     refusals = [
         r for r in caplog.records if r.levelno == logging.WARNING and "maxmemory" in r.getMessage()
     ]
-    # a consumer thread per queue and per delay queue
-    consumers = 2 * len([q for f in h.families().values() for q in f.queues()])
-    # one warning when the outage began per consumer thread, one for the settle sender and
-    # one for the run it delayed (a repeat would come after 30 s); before: a CRITICAL
-    # traceback per consumer per poll
-    assert 0 < len(refusals) <= consumers + 2
+    # one warning when the outage began for all the worker's consumers, one for the settle
+    # sender and one for the run it delayed (a repeat would come after 30 s); before: a
+    # CRITICAL traceback per consumer per poll
+    assert 0 < len(refusals) <= 3, [r.getMessage() for r in refusals]
+    ended = [r for r in caplog.records if "reached redis again" in r.getMessage()]
+    assert len(ended) == 1
