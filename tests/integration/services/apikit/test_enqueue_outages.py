@@ -4,6 +4,7 @@ with SIGSTOP in the middle of a call, or started with a small ``maxmemory`` unde
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
@@ -13,12 +14,14 @@ from typing import Any
 import pytest
 import redis
 from flask.testing import FlaskClient
+from pydantic import BaseModel
 
 from services.apikit.enqueue import enqueue_blueprint
 from services.app.api import create_app
 from tests import platform_harness as h
 from tests.fixtures_platform import AUTH, MakePlatform
 from tests.fixtures_redis import MakeRedisServer
+from tiers.families import Family
 
 ROUTE = "/internal/outage_harness/enqueue"
 
@@ -108,3 +111,63 @@ def test_a_redis_out_of_memory_refuses_the_whole_batch_with_503_and_retry_after(
     assert accepted > 0
     assert not any(job_id.startswith(f"plain-r{accepted}-") for job_id in stored)
     assert len(stored) == 20 * accepted
+
+
+class TierItem(BaseModel):
+    item: str
+
+
+def _nothing(organization_id: int, item: str) -> None:
+    """Never run here: the test only enqueues."""
+
+
+def tier_families() -> list[Family]:
+    return [
+        Family(
+            name=f"oh_{tier}",
+            kind=f"oh_{tier}",
+            handler=_nothing,
+            params=TierItem,
+            job_id=lambda org, p, tier=tier: f"oh-{tier}-{p.item}",
+            fixed_tier=tier,
+        )
+        for tier in ("fast", "slow")
+    ]
+
+
+def test_a_batch_across_two_redis_servers_lists_exactly_what_was_taken(
+    make_redis_server: MakeRedisServer, make_platform: MakePlatform
+) -> None:
+    # Given the fast tier on one Redis and the slow tier on another, which is down
+    fast, slow = make_redis_server(), make_redis_server()
+    platform = make_platform(
+        services=[], families=tier_families(), fast_redis_url=fast, slow_redis_url=slow
+    )
+    platform.add_routes(
+        lambda: [
+            enqueue_blueprint("oh", "/internal/oh", ["oh_fast", "oh_slow"], "tiers on two Redis")
+        ]
+    )
+    api_client = create_app(platform).test_client()
+    with contextlib.suppress(redis.ConnectionError):
+        redis.Redis.from_url(slow).shutdown(nosave=True)
+    # When a batch spans both
+    body = [
+        {"kind": "oh_fast", "organization_id": 1, "item": "a"},
+        {"kind": "oh_slow", "organization_id": 1, "item": "b"},
+        {"kind": "oh_fast", "organization_id": 1, "item": "c"},
+    ]
+    response = api_client.post("/internal/oh/enqueue", json={"requests": body}, headers=AUTH)
+    # Then the 503 lists the two the fast Redis took, and only those
+    assert response.status_code == 503
+    assert response.json["error"] == "queue_unavailable"
+    assert [(a["index"], a["job_id"]) for a in response.json["accepted"]] == [
+        (0, "oh-fast-a"),
+        (2, "oh-fast-c"),
+    ]
+    fast_client = redis.Redis.from_url(fast)
+    assert sorted(k.decode().rsplit(":", 1)[-1] for k in fast_client.keys("*:job:*")) == [
+        "oh-fast-a",
+        "oh-fast-c",
+    ]
+    fast_client.close()
