@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from services.app.cli import main
 from services.app.readiness import check_readiness
-from shared.config import load_settings
+from shared.config import Settings, load_settings
 from shared.redis_persistence import (
     WARNED_ENV,
     EvictingRedis,
@@ -20,6 +20,15 @@ from shared.redis_persistence import (
     verify_redis_persistence,
 )
 from tests.fixtures_redis import MakeRedisServer
+
+#: A Fernet key: production settings require one where connectors store credentials (a
+#: settings object without that field ignores it).
+CREDENTIALS_KEY = "Q2W6a9lVtrG7s3wKpZ0tqg1yUe8Hn5mXc4bJd2fRkLo="
+
+
+def settings_of(**values: object) -> Settings:
+    """Settings as production reads them."""
+    return load_settings(connector_credentials_key=CREDENTIALS_KEY, **values)
 
 
 @pytest.fixture(autouse=True)
@@ -44,12 +53,12 @@ def test_production_and_staging_refuse_to_start_on_an_evicting_redis(
     url = durable_redis(make_redis_server, "allkeys-lru")
     with pytest.raises(EvictingRedis, match="maxmemory-policy=allkeys-lru"):
         verify_redis_persistence(
-            load_settings(redis_url=url, environment=environment, allow_volatile_redis=True)
+            settings_of(redis_url=url, environment=environment, allow_volatile_redis=True)
         )
     # and a noeviction Redis starts
     url = durable_redis(make_redis_server, "noeviction")
     verify_redis_persistence(
-        load_settings(redis_url=url, environment=environment, allow_volatile_redis=True)
+        settings_of(redis_url=url, environment=environment, allow_volatile_redis=True)
     )
 
 
@@ -65,11 +74,16 @@ def test_speedtier_ready_fails_in_production_on_an_evicting_redis(
     make_redis_server: MakeRedisServer, database_url: str
 ) -> None:
     url = durable_redis(make_redis_server, "allkeys-lru")
-    production = load_settings(redis_url=url, database_url=database_url, environment="production")
+    production = settings_of(redis_url=url, database_url=database_url, environment="production")
     assert "maxmemory-policy=allkeys-lru" in (check_readiness(production)["redis"] or "")
     development = load_settings(redis_url=url, database_url=database_url)
     assert check_readiness(development)["redis"] is None
-    env = {"REDIS_URL": url, "DATABASE_URL": database_url, "SPEEDTIER_ENV": "production"}
+    env = {
+        "REDIS_URL": url,
+        "DATABASE_URL": database_url,
+        "SPEEDTIER_ENV": "production",
+        "SPEEDTIER_CONNECTOR_CREDENTIALS_KEY": CREDENTIALS_KEY,
+    }
     result = CliRunner().invoke(main, ["ready"], env=env)
     assert result.exit_code == 1
     assert "redis: not ready" in result.output and "allkeys-lru" in result.output
@@ -81,7 +95,7 @@ def test_the_periodic_check_reports_a_redis_that_starts_evicting_once(
     url = durable_redis(make_redis_server, "noeviction")
     now = [0.0]
     watch = EvictionWatch(
-        load_settings(redis_url=url, environment="production"), every=60, clock=lambda: now[0]
+        settings_of(redis_url=url, environment="production"), every=60, clock=lambda: now[0]
     )
     client = redis.Redis.from_url(url)
     # Given a Redis switched to an evicting policy while the worker runs

@@ -59,12 +59,13 @@ def test_a_redis_that_stalls_after_the_send_answers_outcome_unknown_and_a_retry_
     own_redis: tuple[str, redis.Redis, int], make_platform: MakePlatform
 ) -> None:
     url, client, pid = own_redis
-    # Given the API on a Redis that answers within a second (socket timeout 1 s)
-    api_client = api(make_platform, f"{url}?socket_timeout=1")
+    # Given the API on a Redis that must answer within half a second
+    api_client = api(make_platform, f"{url}?socket_timeout=0.5")
     assert post(api_client, items("warm")).status_code == 202
-    # When Redis stops (SIGSTOP) with the batch sent to it
+    # When Redis stops (SIGSTOP) with the batch sent to it (for longer than any Redis call
+    # the request makes before the enqueue may wait)
     os.kill(pid, signal.SIGSTOP)
-    resumed = threading.Timer(1.5, os.kill, (pid, signal.SIGCONT))
+    resumed = threading.Timer(2.0, os.kill, (pid, signal.SIGCONT))
     resumed.start()
     response = post(api_client, items("s1", "s2"))
     resumed.join()
