@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 from dramatiq.message import Message
 
 from router.registry import Registry
 from router.requests import JobRequest, RoutedJob, route, route_all
-from shared.errors import QueueUnavailable, ValidationFailed
+from shared.errors import EnqueueOutcomeUnknown, QueueFull, QueueUnavailable, ValidationFailed
 from shared.observability import warn
 from tiers.broker import TierBroker
 from tiers.job_store import EnqueueResult
@@ -26,6 +27,7 @@ from tiers.options import (
     WINDOW_SCOPE,
 )
 from tiers.redis_retry import REDIS_DOWN
+from tiers.script_send import OutcomeUnknown
 from tiers.tier_brokers import TierBrokers
 
 log = logging.getLogger(__name__)
@@ -110,58 +112,91 @@ class Router:
 
         Raises:
           ValidationFailed: with ``requests[i].field`` messages; nothing was enqueued.
-          QueueUnavailable: Redis did not answer; the caller must treat every request of
-            the failing batch as not accepted.
+          QueueUnavailable: Redis did not take the jobs (unreachable, or a ``QueueFull``
+            Redis out of memory); the requests it took before failing are listed in its
+            ``accepted`` (none when the call was one round trip to one Redis, which is all
+            or nothing), and no other was enqueued.
+          EnqueueOutcomeUnknown: a QueueUnavailable whose ``unknown`` requests were sent
+            and not answered: they may or may not be enqueued.
         """
         if len(requests) == 1:  # a single enqueue: one broker, no batches to cut
             return [self._enqueue_one(route(self.registry, requests[0], prefix=SINGLE_PREFIX))]
         return self.enqueue_routed(route_all(self.registry, requests))
 
     def _enqueue_one(self, job: RoutedJob) -> Enqueued:
-        try:
-            (result,) = self.brokers.of_tier(job.tier).enqueue_identified([self.message_for(job)])
-        except REDIS_DOWN as exc:
-            raise QueueUnavailable(f"Redis did not accept the jobs: {exc}") from exc
+        (result,) = _sent(self.brokers.of_tier(job.tier), [self.message_for(job)], {0: job}, {})
         return Enqueued(result.job_id, result.outcome, result.queue, job.family.kind)
 
     def enqueue_routed(self, routed: Sequence[RoutedJob]) -> list[Enqueued]:
         """Enqueue jobs already validated and routed (``route_all``), in pipelined batches.
 
         Each job goes to its tier's Redis: a batch spanning tiers on different Redis servers
-        is one round trip to each. When one of them fails, the jobs another accepted stay
-        accepted (sending them again is deduplicated).
+        is one round trip (one transaction) to each. When one of them fails, the jobs
+        another accepted stay accepted and the error lists them (sending them again is
+        deduplicated).
 
         Raises:
-          QueueUnavailable: as :meth:`enqueue_many`.
+          QueueUnavailable, EnqueueOutcomeUnknown: as :meth:`enqueue_many`.
         """
         answers: list[Enqueued] = []
         for start in range(0, len(routed), BATCH_SIZE):
             batch = routed[start : start + BATCH_SIZE]
-            try:
-                results = self._enqueue_batch(batch)
-            except REDIS_DOWN as exc:
-                raise QueueUnavailable(f"Redis did not accept the jobs: {exc}") from exc
+            results = self._enqueue_batch(batch, start, answers)
             answers.extend(
                 Enqueued(r.job_id, r.outcome, r.queue, job.family.kind)
                 for r, job in zip(results, batch, strict=True)
             )
         return answers
 
-    def _enqueue_batch(self, batch: Sequence[RoutedJob]) -> list[EnqueueResult]:
-        """One pipelined round trip per Redis the batch's tiers use; results in batch order."""
+    def _enqueue_batch(
+        self, batch: Sequence[RoutedJob], start: int, before: Sequence[Enqueued]
+    ) -> list[EnqueueResult]:
+        """One transaction per Redis the batch's tiers use; results in batch order.
+        ``start`` is the batch's first index in the call, and ``before`` the answers of the
+        call's earlier batches (what a failure reports as accepted)."""
         by_broker: dict[int, tuple[TierBroker, list[int]]] = {}
         for index, job in enumerate(batch):
             broker = self.brokers.of_tier(job.tier)
             by_broker.setdefault(id(broker), (broker, []))[1].append(index)
-        if len(by_broker) == 1:
-            ((broker, _indices),) = by_broker.values()
-            return broker.enqueue_identified([self.message_for(job) for job in batch])
+        accepted: dict[int, Enqueued] = dict(enumerate(before))
         results: list[EnqueueResult | None] = [None] * len(batch)
         for broker, indices in by_broker.values():
-            replies = broker.enqueue_identified([self.message_for(batch[i]) for i in indices])
-            for index, reply in zip(indices, replies, strict=True):
+            jobs = {start + i: batch[i] for i in indices}
+            messages = [self.message_for(job) for job in jobs.values()]
+            for index, reply in zip(indices, _sent(broker, messages, jobs, accepted), strict=True):
                 results[index] = reply
+                accepted[start + index] = Enqueued(
+                    reply.job_id, reply.outcome, reply.queue, batch[index].family.kind
+                )
         return [result for result in results if result is not None]
+
+
+def _sent(
+    broker: TierBroker,
+    messages: list[Message[Any]],
+    jobs: Mapping[int, RoutedJob],
+    accepted: Mapping[int, Enqueued],
+) -> list[EnqueueResult]:
+    """``broker.enqueue_identified(messages)``, its Redis errors as the API's: ``jobs``
+    are the messages' jobs by index in the call, ``accepted`` what the call enqueued
+    before.
+
+    Raises:
+      EnqueueOutcomeUnknown: sent, and no answer came (``jobs`` are the unknown ones).
+      QueueFull: Redis is out of memory; none of ``messages`` was enqueued.
+      QueueUnavailable: Redis could not be reached or is read-only; none was enqueued.
+    """
+    try:
+        return broker.enqueue_identified(messages)
+    except OutcomeUnknown as exc:
+        unknown = {index: job.job_id for index, job in jobs.items()}
+        raise EnqueueOutcomeUnknown(
+            f"Redis did not answer the enqueue: {exc}", accepted=accepted, unknown=unknown
+        ) from exc
+    except redis.exceptions.OutOfMemoryError as exc:
+        raise QueueFull(f"Redis is out of memory: {exc}", accepted=accepted) from exc
+    except (*REDIS_DOWN, redis.exceptions.ReadOnlyError) as exc:
+        raise QueueUnavailable(f"Redis did not accept the jobs: {exc}", accepted=accepted) from exc
 
 
 @dataclass(frozen=True)

@@ -130,7 +130,39 @@ class ValidationFailed(SpeedtierError):
 
 
 class QueueUnavailable(SpeedtierError):
-    """The queue store (Redis) could not durably accept the work."""
+    """The queue store (Redis) could not durably accept the work.
+
+    Attributes:
+      accepted: the answers (``router.enqueue.Enqueued``) of the requests of the call that
+        were enqueued before the failure, by their index in the call: empty when the call
+        was one round trip to one Redis (all or nothing), filled when it spanned several
+        (batches over ``BATCH_SIZE``, tiers on different Redis servers).
+      unknown: the job ids of the requests whose outcome is not known, by index
+        (:class:`EnqueueOutcomeUnknown`).
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        accepted: Mapping[int, object] | None = None,
+        unknown: Mapping[int, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.accepted: dict[int, object] = dict(accepted or {})
+        self.unknown: dict[int, str] = dict(unknown or {})
+
+
+class QueueFull(QueueUnavailable):
+    """Redis is out of memory (``maxmemory`` reached under ``noeviction``) and refused the
+    writes; none of the refused requests was enqueued."""
+
+
+class EnqueueOutcomeUnknown(QueueUnavailable):
+    """Redis was sent the requests and did not answer (a stall, a connection lost while
+    waiting): the requests in ``unknown`` may or may not be enqueued. Sending them again is
+    safe: their job ids are deterministic, so one that is waiting, delayed or running is
+    deduplicated."""
 
 
 class NotConfigured(SpeedtierError):

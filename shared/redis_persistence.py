@@ -16,12 +16,24 @@ Redis reports                                      production, staging         d
                                                     unless
                                                     ``SPEEDTIER_ALLOW_VOLATILE_
                                                     REDIS`` (then a WARNING)
+``maxmemory-policy`` other than ``noeviction``      refuses to start            WARNING, once
+(``allkeys-lru``, ``volatile-ttl``...)               (:class:`EvictingRedis`;
+                                                    no override: an evicting
+                                                    Redis drops accepted jobs
+                                                    and the job records that
+                                                    deduplicate them)
 ``CONFIG`` unavailable (managed Redis)              WARNING: cannot be          the same
                                                     verified, starts
 Redis unreachable                                   WARNING: not verified,      the same
                                                     starts (and retries as
                                                     without the check)
 =================================================  ==========================  =================
+
+The eviction policy can change while the processes run (``CONFIG SET``, a managed service's
+parameter group): ``speedtier ready`` and the API's ``/readyz`` fail on an evicting Redis in
+production and staging (``services.app.readiness``), and every worker process checks again
+every ``POLICY_CHECK_SECONDS`` (a minute; :class:`EvictionWatch`), logging an ERROR
+(a WARNING in development and test) when a Redis starts evicting and when it stops.
 
 "Once" spans a process tree: the first process to warn notes it in the environment its
 children inherit (``speedtier up``'s processes, a worker pool's children), so a development
@@ -34,6 +46,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -49,10 +63,21 @@ log = logging.getLogger(__name__)
 WARNED_ENV = "SPEEDTIER_REDIS_PERSISTENCE_WARNED"
 DURABLE_FSYNC = ("always", "everysec")
 CHECK_TIMEOUT_SECONDS = 5.0
+#: How often a worker process checks again that every Redis it uses does not evict keys.
+POLICY_CHECK_SECONDS = 60.0
 
 
 class VolatileRedis(SpeedtierError, RuntimeError):
     """Production or staging Redis without AOF persistence: accepted work could be lost."""
+
+
+class EvictingRedis(VolatileRedis):
+    """Production or staging Redis whose ``maxmemory-policy`` may evict keys: accepted jobs
+    and their records could be dropped when it fills up."""
+
+
+#: The only eviction policy under which Redis refuses writes instead of dropping keys.
+NO_EVICTION = "noeviction"
 
 
 @dataclass(frozen=True)
@@ -125,13 +150,112 @@ def _verify(settings: Settings, url: str) -> Persistence | None:
     )
     try:
         found = inspect_persistence(client)
+        policy = eviction_policy(client)
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         _warn(url, settings, f"could not check Redis persistence (Redis did not answer: {exc})")
         return None
     finally:
         client.close()
     _judge(url, settings, found)
+    _judge_eviction(url, settings, policy)
     return found
+
+
+def eviction_policy(client: redis.Redis) -> str | None:
+    """Redis's ``maxmemory-policy`` (``CONFIG GET``, or ``INFO memory`` where CONFIG is
+    disabled); None when neither tells.
+
+    Raises:
+      redis.ConnectionError, redis.TimeoutError: Redis did not answer.
+    """
+    try:
+        config = client.config_get("maxmemory-policy")
+        values = [_text(v) for k, v in config.items() if _text(k) == "maxmemory-policy"]
+        if values:
+            return values[0]
+    except redis.ResponseError:
+        pass
+    try:
+        policy = client.info("memory").get("maxmemory_policy")
+    except redis.ResponseError:
+        return None
+    return None if policy is None else _text(policy)
+
+
+def eviction_refusal(url: str, policy: str | None) -> str | None:
+    """Why a Redis with eviction ``policy`` must not hold queued work, or None when it may
+    (``noeviction``, or a policy that could not be read)."""
+    if policy is None or policy == NO_EVICTION:
+        return None
+    return (
+        f"Redis {_describe(url)} has maxmemory-policy={policy}: when it reaches maxmemory it "
+        "evicts keys, so accepted jobs and the records that deduplicate them disappear. Set "
+        f"'maxmemory-policy {NO_EVICTION}' (a full Redis then refuses enqueues with 503 "
+        "queue_full instead of losing them)"
+    )
+
+
+def _judge_eviction(url: str, settings: Settings, policy: str | None) -> None:
+    refusal = eviction_refusal(url, policy)
+    if refusal is None:
+        return
+    if settings.environment in ("production", "staging"):
+        raise EvictingRedis(f"refusing to start in SPEEDTIER_ENV={settings.environment}: {refusal}")
+    _warn(url + "#eviction", settings, refusal)
+
+
+class EvictionWatch:
+    """Checks every Redis of ``settings`` for an evicting ``maxmemory-policy`` at most every
+    ``every`` seconds, when :meth:`tick` is called (a worker's heartbeat); logs when one
+    starts evicting (ERROR in production and staging, WARNING elsewhere) and when it stops.
+
+    Parameters:
+      settings: the process's settings.
+      every: seconds between two checks.
+      clock: seconds, monotonic.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        every: float = POLICY_CHECK_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.every = every
+        self.last = clock()
+        #: The URLs found evicting at the last check.
+        self.evicting: set[str] = set()
+
+    def tick(self) -> None:
+        """Check now when the interval has passed since the last check."""
+        if self.clock() - self.last < self.every:
+            return
+        self.last = self.clock()
+        self.check()
+
+    def check(self) -> None:
+        """Check every Redis now (one that does not answer is left as it was)."""
+        strict = self.settings.environment in ("production", "staging")
+        for url in self.settings.redis_urls():
+            client = redis.Redis.from_url(
+                url,
+                socket_connect_timeout=CHECK_TIMEOUT_SECONDS,
+                socket_timeout=CHECK_TIMEOUT_SECONDS,
+            )
+            try:
+                refusal = eviction_refusal(url, eviction_policy(client))
+            except (redis.ConnectionError, redis.TimeoutError):
+                continue
+            finally:
+                client.close()
+            if refusal is not None and url not in self.evicting:
+                self.evicting.add(url)
+                log.log(logging.ERROR if strict else logging.WARNING, refusal)
+            elif refusal is None and url in self.evicting:
+                self.evicting.discard(url)
+                log.warning("Redis %s no longer evicts keys", _describe(url))
 
 
 def _judge(url: str, settings: Settings, found: Persistence) -> None:

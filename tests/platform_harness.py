@@ -45,6 +45,7 @@ class Params(BaseModel):
     provider: str | None = None
     times: int = 0
     delay: float = 0.3
+    database: str = ""
 
 
 def _trace(event: str, **fields: Any) -> None:
@@ -68,6 +69,7 @@ def handler(
     provider: Any,
     times: int,
     delay: float,
+    database: str = "",
 ):  # type: ignore[no-untyped-def]
     client: redis.Redis = _STATE["client"]
     ns = _STATE["ns"]
@@ -103,6 +105,11 @@ def handler(
         if mode == "outage" and runs <= times:
             # A real lost connection: nothing listens on port 1.
             psycopg.connect("postgresql://127.0.0.1:1/none", connect_timeout=2)
+        if mode == "write":
+            # A write to ``database``: refused while it is read-only or a standby.
+            with psycopg.connect(database, connect_timeout=2, autocommit=True) as connection:
+                connection.execute("CREATE TABLE IF NOT EXISTS harness_writes (item text)")
+                connection.execute("INSERT INTO harness_writes VALUES (%s)", (item,))
         if mode == "delay_long":
             raise Delay.after(60, reason="test")
         if mode == "flaky" and runs <= times:

@@ -8,6 +8,11 @@ Redis unreachable while fetching        delayed messages held in memory are KEPT
                                         are still this worker's in Redis) and moved once
                                         Redis answers; Dramatiq drops them, which left
                                         them in a live worker's ack set for good
+Redis refuses writes (out of memory     the same wait and retry. Any outage is logged
+under ``noeviction``, a read-only       once per worker when it begins, every 30 s while
+replica during a failover)              it lasts and once when the last consumer answers
+                                        (``tiers.outage_log.SharedOutage``), not as a
+                                        traceback per poll
 prefetched messages when the consumer   handed back to the queue; if Redis is down they
 restarts                                are served by the next consumer of the queue
 the prefetch buffer is nearly full,     no fetch until a quarter of it is free (and no
@@ -45,12 +50,14 @@ from dramatiq.errors import BrokerConnectionError, ConnectionClosed
 from dramatiq.message import Message
 from dramatiq.worker import ConsumerThread
 
+from tiers.ack_retries import AckRetries
 from tiers.faults import fault_point
 from tiers.options import JOB_ID, REDIS_MESSAGE_ID
-from tiers.outage_log import OutageLog
+from tiers.outage_log import SharedOutage
 from tiers.queue_watch import IDLE_FETCHES, QueueWatch
-from tiers.redis_retry import REDIS_DOWN
+from tiers.redis_retry import REDIS_DOWN, REDIS_REFUSING
 from tiers.settling import ACKED_IN_SETTLE, SETTLING, Settling
+from tiers.thread_stop import StopHonoured
 
 if TYPE_CHECKING:
     from tiers.broker import TierBroker
@@ -200,14 +207,20 @@ class TierConsumer(_RedisConsumer):
         if getattr(message, ACKED_IN_SETTLE, False):
             self.queued_message_ids.discard(message.message_id)
         else:
-            super().ack(message)  # type: ignore[no-untyped-call]
+            try:
+                super().ack(message)  # type: ignore[no-untyped-call]
+            except REDIS_REFUSING as exc:  # retried as a lost connection is
+                raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
         self.broker.release_held(self.queue_name, [redis_id])
         self._freed()
 
     def nack(self, message: Any) -> None:
         redis_id = message.options.get(REDIS_MESSAGE_ID)
         self.broker.jobs.take_fetch_claim(redis_id)
-        super().nack(message)  # type: ignore[no-untyped-call]
+        try:
+            super().nack(message)  # type: ignore[no-untyped-call]
+        except REDIS_REFUSING as exc:
+            raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
         self.broker.release_held(self.queue_name, [redis_id])
         self._freed()
 
@@ -242,16 +255,23 @@ class TierConsumer(_RedisConsumer):
         super().close()
 
 
-class TierConsumerThread(ConsumerThread):
+class TierConsumerThread(StopHonoured, ConsumerThread):
     """One queue's consumer thread: fetch, hand messages to the worker threads, move due
     delayed messages; on a Redis error, wait and start a new consumer without forgetting
-    the delayed messages this worker holds."""
+    the delayed messages this worker holds. A ``stop()`` that comes before the thread runs
+    is kept (``tiers.thread_stop``)."""
 
     broker: TierBroker
     #: The worker threads its messages go to; None for a delay queue's consumer.
     worker_threads: int | None = None
     #: The worker's queue watch, which its consumer sleeps on while the queue is idle.
     watch: QueueWatch | None = None
+    #: Where an ack that failed in the settle sender is retried (None: Dramatiq's retry,
+    #: in the calling thread).
+    ack_retries: AckRetries | None = None
+    #: The outage reporting the worker's consumers share: one warning per outage for all of
+    #: them (None: this consumer's own).
+    outage: SharedOutage | None = None
 
     def _next_due(self) -> float | None:
         held = self.delay_queue.queue  # a heap: the earliest eta first (this thread's own)
@@ -269,7 +289,10 @@ class TierConsumerThread(ConsumerThread):
         self.running = True
         self.broker.emit_after("consumer_thread_boot", self)
         recovering = False
-        outage = OutageLog(log, f"consumer of {self.queue_name}")
+        #: False while this consumer is in an outage (True: it answered since, or never failed).
+        recovered = True
+        queue = self.queue_name
+        outage = self.outage or SharedOutage(log, f"consumer of {queue}")
         while self.running:
             if self.paused:
                 self.paused_event.set()
@@ -279,7 +302,6 @@ class TierConsumerThread(ConsumerThread):
                 if recovering:
                     self.broker.recover_unheld(self.queue_name)
                     recovering = False
-                    outage.recovered()
                 self.consumer = self.broker.consume(
                     queue_name=self.queue_name, prefetch=self.prefetch, timeout=self.worker_timeout
                 )
@@ -288,6 +310,9 @@ class TierConsumerThread(ConsumerThread):
                     self.consumer.watch = self.watch
                     self.consumer.next_due = self._next_due
                 for message in self.consumer:
+                    if not recovered:  # a fetch answered: the outage is over for it
+                        outage.recovered(queue)
+                        recovered = True
                     if message is not None:
                         self.handle_message(message)
                     elif self.paused:
@@ -297,9 +322,14 @@ class TierConsumerThread(ConsumerThread):
                         break
             except BrokerConnectionError as exc:
                 kept = self.delay_queue.qsize()
-                outage.failed(f"lost redis, {kept} delayed message(s) kept", exc)
+                outage.failed(queue, f"lost redis, {kept} delayed message(s) kept", exc)
+                recovered = False
             except REDIS_DOWN as exc:
-                outage.failed("cannot reach redis", exc)
+                outage.failed(queue, "cannot reach redis", exc)
+                recovered = False
+            except REDIS_REFUSING as exc:
+                outage.failed(queue, "redis refuses writes", exc)
+                recovered = False
             except Exception:
                 log.critical("consumer of %s failed; restarting it", self.queue_name, exc_info=True)
             if self.running:
@@ -309,12 +339,42 @@ class TierConsumerThread(ConsumerThread):
         self.broker.emit_before("consumer_thread_shutdown", self)
 
     def post_process_message(self, message: MessageProxy) -> None:
-        """Dramatiq's ack or nack, once the run's settle (if it is on its way) is answered."""
+        """Dramatiq's ack or nack, once the run's settle (if it is on its way) is answered.
+        That answer comes in the settle sender's thread, shared by every settle of the
+        worker: there the ack is tried once, and when the connection fails it is retried
+        by the worker's ``ack_retries`` (``tiers.ack_retries``), not by Dramatiq's 5 s
+        sleep in that thread."""
         settling: Settling | None = getattr(message, SETTLING, None)
         if settling is None:
             super().post_process_message(message)
-        else:
+        elif self.ack_retries is None:
             settling.then(lambda: ConsumerThread.post_process_message(self, message))
+        else:
+            settling.then(lambda: self._ack_or_hand_over(message))
+
+    def _ack_or_hand_over(self, message: MessageProxy) -> None:
+        try:
+            self._ack_once(message)
+        except BrokerConnectionError as exc:
+            log.info("ack of %s failed (%s); retried apart", message.message_id, exc)
+            assert self.ack_retries is not None
+            self.ack_retries.submit(lambda: self._ack_once(message))
+
+    def _ack_once(self, message: MessageProxy) -> None:
+        """Dramatiq's ack (or nack, for a failed message) with its signals, tried once.
+
+        Raises:
+          BrokerConnectionError: Redis could not be reached.
+        """
+        consumer = self.consumer
+        assert consumer is not None
+        signal = "nack" if message.failed else "ack"
+        self.broker.emit_before(signal, message)
+        if message.failed:
+            consumer.nack(message)
+        else:
+            consumer.ack(message)
+        self.broker.emit_after(signal, message)
 
     def handle_delayed_messages(self) -> None:
         """Move every due delayed message to its queue, each in one atomic step."""

@@ -127,13 +127,23 @@ class JobStore(FetchClaims):
         ``SCRIPT EXISTS`` first; a script Redis forgot is loaded and the refused calls sent
         again).
 
-        Each message is handled by its own atomic script call; the batch as a whole is one
-        network round trip, not one transaction. ``previous_redis_id`` names the copy a
-        single message replaces when it moves along (its id stays the same).
+        Each message is handled by its own atomic script call, and a batch of several is one
+        transaction (``MULTI``/``EXEC``): Redis takes all of them or none (a Redis out of
+        memory refuses the whole batch, never a part). ``previous_redis_id`` names the copy
+        a single message replaces when it moves along (its id stays the same).
+
+        Raises:
+          tiers.script_send.OutcomeUnknown: sent, and Redis did not answer: all of the
+            batch or none of it may be enqueued.
+          redis.ConnectionError / redis.TimeoutError: Redis could not be reached; nothing
+            was sent.
+          redis.exceptions.OutOfMemoryError: Redis is full; nothing was enqueued.
         """
         now = now_ms()
         calls = [self._enqueue_args(message, now, previous_redis_id) for message in messages]
-        replies = self._sender.send(self._scripts["enqueue"], self.namespace, calls)
+        replies = self._sender.send(
+            self._scripts["enqueue"], self.namespace, calls, atomic=len(calls) > 1
+        )
         return [
             EnqueueResult(
                 job_id=message.options[JOB_ID],

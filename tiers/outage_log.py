@@ -11,6 +11,7 @@ handlers) for a process that should be idling until the store returns.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -74,3 +75,45 @@ class OutageLog:
                 self.clock() - self.began,
             )
             self.failures = 0
+
+
+class SharedOutage:
+    """One outage reported for several threads that meet it together (every consumer of a
+    worker, when Redis goes away): one warning when the first of them fails, the repeat every
+    ``REPEAT_SECONDS``, and one line when the last of them answers again. Thread-safe.
+
+    Parameters:
+      logger, subject, clock, recovered_as: as for :class:`OutageLog`.
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        subject: str,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        recovered_as: str = "reached redis again",
+    ) -> None:
+        self._log = OutageLog(logger, subject, clock, recovered_as=recovered_as)
+        self._lock = threading.Lock()
+        self._failing: set[str] = set()
+
+    def failed(self, member: str, what: str, exc: BaseException) -> None:
+        """``member`` (a queue's consumer) failed an attempt."""
+        with self._lock:
+            self._failing.add(member)
+            self._log.failed(f"{what} ({member})", exc)
+
+    def recovered(self, member: str) -> None:
+        """``member`` answered again; the outage ends when none is failing any more."""
+        with self._lock:
+            if member not in self._failing:
+                return
+            self._failing.discard(member)
+            if not self._failing:
+                self._log.recovered()
+
+    def failing(self, member: str) -> bool:
+        """Whether ``member`` failed since it last answered."""
+        with self._lock:
+            return member in self._failing

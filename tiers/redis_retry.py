@@ -16,6 +16,10 @@ import redis
 T = TypeVar("T")
 #: What redis-py raises when the server does not answer.
 REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
+#: What a Redis that answers but refuses writes for now raises: out of memory (``maxmemory``
+#: under ``noeviction``) or a read-only replica (a failover in progress). An outage like
+#: REDIS_DOWN for whoever waits for it to end.
+REDIS_REFUSING = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError)
 log = logging.getLogger(__name__)
 
 

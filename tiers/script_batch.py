@@ -20,6 +20,8 @@ Redis unreachable (connection, timeout)    waited-for calls: the error, in every
                                            the batch; each retries its own call
                                            (``until_redis_answers``). Queued calls: the
                                            sender sends them again until Redis answers
+Redis refuses writes (out of memory, a     queued calls: sent again until Redis takes
+read-only replica)                         them, as while it is unreachable
 Redis forgot the script (restart, flush)   nothing: the script is loaded and the calls it
                                            refused are sent again (only those: the others
                                            ran)
@@ -46,10 +48,16 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from tiers.redis_retry import REDIS_DOWN
+from tiers.outage_log import OutageLog
+from tiers.redis_retry import REDIS_DOWN, REDIS_REFUSING
 from tiers.script_send import ScriptSender
 
 log = logging.getLogger(__name__)
+
+#: Errors a queued call waits out (sent again until Redis takes it): Redis unreachable, out
+#: of memory, or a read-only replica. A settle refused for lack of memory is kept, not
+#: dropped: its job's outcome would be lost while Dramatiq acked the message.
+REDIS_WAIT = (*REDIS_DOWN, *REDIS_REFUSING)
 
 #: The most calls one round trip carries (a batch holds one call per worker thread, so this
 #: is reached only by processes with more threads).
@@ -161,8 +169,9 @@ class ScriptQueue:
     carries every call submitted while its previous round trip was in flight in the next
     one, and hands each call's answer to the call's ``then`` (in the sender thread).
 
-    While Redis is unreachable the sender sends the same calls again (0.1 s doubling to
-    0.5 s between tries, each failure logged); a call's own error goes to its ``then``.
+    While Redis is unreachable, out of memory or read-only the sender sends the same calls
+    again (0.1 s doubling to 0.5 s between tries; the outage logged when it begins, every
+    30 s while it lasts and when it ends); a call's own error goes to its ``then``.
 
     Parameters:
       client, namespace, scripts: as for :class:`ScriptBatch`.
@@ -183,6 +192,8 @@ class ScriptQueue:
         self._unanswered = 0
         self._idle = False
         self._thread: threading.Thread | None = None
+        #: Reports an outage once, not once per retry (only the sender thread uses it).
+        self._outage = OutageLog(log, name, recovered_as="sent its calls again")
 
     def submit(
         self, name: str, args: Sequence[Any], then: Callable[[Any, Exception | None], None]
@@ -240,15 +251,12 @@ class ScriptQueue:
         wait = 0.1
         while True:
             send_calls(self.sender, self.namespace, self.scripts, batch)
-            down = [call for call in batch if isinstance(call.error, REDIS_DOWN)]
+            down = [call for call in batch if isinstance(call.error, REDIS_WAIT)]
             if not down:
+                self._outage.recovered()
                 return
-            log.warning(
-                "redis unreachable while sending %d %s call(s) (%s); retrying in %.1fs",
-                len(down),
-                batch[0].name,
-                down[0].error,
-                wait,
+            self._outage.failed(
+                f"could not send {len(down)} {batch[0].name} call(s)", down[0].error or Exception()
             )
             time.sleep(wait)
             wait = min(wait * 2, 0.5)

@@ -18,6 +18,12 @@ Redis unreachable (connection, timeout)    the connection's own ``Retry``, as re
                                            call again; when retries run out the error
                                            reaches the caller. A resend is harmless:
                                            the identity script deduplicates
+Redis took the calls and did not answer    :class:`OutcomeUnknown` (a ``redis.TimeoutError``
+(a timeout or a lost connection after      and ``redis.ConnectionError``): the calls may or
+the send)                                  may not have run; an error before anything was
+                                           sent (connection refused) stays as it was
+Redis out of memory (``maxmemory`` with    ``redis.exceptions.OutOfMemoryError``; an atomic
+``noeviction``)                            send (``MULTI``/``EXEC``) ran none of its calls
 Redis forgot the script (restart, flush)   it is loaded and only the calls it refused are
                                            sent again (the others ran; their replies stay)
 one call's script fails                    every reply is read first (the connection stays
@@ -44,6 +50,14 @@ from redis.commands.core import Script
 from redis.connection import HiredisRespSerializer
 from redis.exceptions import NoScriptError, ResponseError
 
+from shared.errors import SpeedtierError
+
+
+class OutcomeUnknown(SpeedtierError, redis.ConnectionError, redis.TimeoutError):
+    """The calls were sent and Redis did not answer (a timeout, a connection lost while
+    waiting): they may or may not have run. A ``redis.ConnectionError`` and a
+    ``redis.TimeoutError``, so every caller that retries on those keeps doing so."""
+
 
 class ScriptSender:
     """Sends script calls for ``client`` (which must not decode replies, like Dramatiq's)."""
@@ -54,16 +68,22 @@ class ScriptSender:
         self._kept: Any = None
         self._kept_lock = threading.Lock()
 
-    def send(self, script: Script, key: str, calls: Sequence[Sequence[Any]]) -> list[Any]:
+    def send(
+        self, script: Script, key: str, calls: Sequence[Sequence[Any]], *, atomic: bool = False
+    ) -> list[Any]:
         """Run ``script`` once per argument list of ``calls`` (one key, ``key``), in one
-        round trip; the replies in call order.
+        round trip; the replies in call order. With ``atomic`` the calls go in one
+        ``MULTI``/``EXEC``: Redis runs all of them or, when it refuses one as they are
+        queued (out of memory), none.
 
         Raises:
-          redis.ConnectionError / redis.TimeoutError: Redis did not answer (retries spent).
+          OutcomeUnknown: the calls were sent and Redis did not answer.
+          redis.ConnectionError / redis.TimeoutError: Redis could not be reached (retries
+            spent); nothing was sent.
           redis.ResponseError: a call's script failed (the first such error).
         """
         replies: list[Any] = [None] * len(calls)
-        self.send_each(key, [(script, args) for args in calls], replies.__setitem__)
+        self.send_each(key, [(script, args) for args in calls], replies.__setitem__, atomic=atomic)
         for reply in replies:
             if isinstance(reply, ResponseError):
                 raise reply
@@ -74,6 +94,8 @@ class ScriptSender:
         key: str,
         calls: Sequence[tuple[Script, Sequence[Any]]],
         answer: Callable[[int, Any], None],
+        *,
+        atomic: bool = False,
     ) -> None:
         """Run each ``(script, args)`` of ``calls`` (one key, ``key``) in one round trip
         (two when Redis forgot a script) and hand ``answer(index, reply)`` each call's reply,
@@ -87,7 +109,7 @@ class ScriptSender:
         pending: Sequence[int] = range(len(calls))
         for attempt in (1, 2):
             commands = [("EVALSHA", calls[i][0].sha, 1, key, *calls[i][1]) for i in pending]
-            answers = self._round_trip(commands)
+            answers = self._transaction(commands) if atomic else self._round_trip(commands)
             refused: list[int] = []
             for index, reply in zip(pending, answers, strict=True):
                 if attempt == 1 and isinstance(reply, NoScriptError):
@@ -106,6 +128,16 @@ class ScriptSender:
             if self._kept is not None:
                 self._kept.disconnect()
                 self._kept = None
+
+    def _transaction(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """``commands`` in one ``MULTI``/``EXEC``: their replies, or, when Redis refused one
+        as it was queued (``EXECABORT``: none ran), that refusal in the place of each."""
+        answers = self._round_trip([("MULTI",), *commands, ("EXEC",)])
+        executed = answers[-1]
+        if not isinstance(executed, Exception):
+            return list(executed)
+        refusal = next((a for a in answers[:-1] if isinstance(a, Exception)), executed)
+        return [refusal] * len(commands)
 
     def _round_trip(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """Every command's reply (an error reply in its place, not raised)."""
@@ -152,9 +184,18 @@ def _reopen_if_stale(connection: Any) -> None:
 
 
 def _send_and_read(connection: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
-    """Send ``commands`` and read their replies, under the connection's retry."""
+    """Send ``commands`` and read their replies, under the connection's retry.
+
+    Raises:
+      OutcomeUnknown: the last try failed after its commands were (perhaps partly) sent.
+    """
+    sent = False
 
     def attempt() -> list[Any]:
+        nonlocal sent
+        sent = False
+        _connect(connection)  # a refusal here sent nothing
+        sent = True
         connection.send_packed_command(_pack(connection, commands))
         answers: list[Any] = []
         for _ in commands:
@@ -164,10 +205,25 @@ def _send_and_read(connection: Any, commands: Sequence[Sequence[Any]]) -> list[A
                 answers.append(error)
         return answers
 
-    answers: list[Any] = connection.retry.call_with_retry(
-        attempt, lambda _error: connection.disconnect()
-    )
+    try:
+        answers: list[Any] = connection.retry.call_with_retry(
+            attempt, lambda _error: connection.disconnect()
+        )
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        if sent and not isinstance(exc, OutcomeUnknown):
+            raise OutcomeUnknown(f"sent, then no answer: {exc}") from exc
+        raise
     return answers
+
+
+def _connect(connection: Any) -> None:
+    """Open ``connection`` when it is not open, as its ``send_packed_command`` would (no
+    health check)."""
+    opening = getattr(connection, "connect_check_health", None)
+    if opening is None:
+        connection.connect()
+    elif not getattr(connection, "_sock", None):
+        opening(check_health=False)
 
 
 def _pack(connection: Any, commands: Sequence[Sequence[Any]]) -> list[bytes]:

@@ -17,12 +17,16 @@ from typing import Any
 
 from dramatiq import Worker
 from dramatiq.common import q_name
+from dramatiq.worker import WorkerThread
 
+from tiers.ack_retries import AckRetries
 from tiers.broker import TierBroker
 from tiers.consumer import TierConsumerThread
 from tiers.dead_workers import DeadWorkers
 from tiers.gc_tuning import tune_worker_collector
+from tiers.outage_log import SharedOutage
 from tiers.queue_watch import QueueWatch
+from tiers.thread_stop import StopHonoured
 from tiers.work_queue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -108,6 +112,10 @@ def threads_alive(worker: TierWorker) -> bool:
     return bool(threads) and all(thread.is_alive() for thread in threads)
 
 
+class TierWorkerThread(StopHonoured, WorkerThread):
+    """Dramatiq's worker thread, keeping a ``stop()`` that came before it ran."""
+
+
 class TierWorker(Worker):
     """Dramatiq's worker with :class:`TierConsumerThread` consumers, whose stop waits for
     the settles still on their way (up to its timeout)."""
@@ -125,6 +133,10 @@ class TierWorker(Worker):
         self.dead_workers = DeadWorkers(
             broker, lambda: sorted(self.consumers), self.worker_timeout / 1000
         )
+        #: Acks of settled runs that met a lost connection (``tiers.ack_retries``).
+        self.ack_retries = AckRetries()
+        #: One report per outage for all its consumers (``tiers.outage_log.SharedOutage``).
+        self.outage = SharedOutage(logging.getLogger("tiers.consumer"), "worker consumers")
 
     def start(self) -> None:
         if self.watch is not None:
@@ -141,9 +153,26 @@ class TierWorker(Worker):
                 "settles still unanswered at shutdown: their messages return after this "
                 "worker's heartbeat expires"
             )
+        left = max(0.0, timeout / 1000 - (time.monotonic() - started))
+        if not self.ack_retries.flush(max(left, 1.0)):
+            log.warning(
+                "%d ack(s) of settled runs still failing at shutdown: their messages return "
+                "after this worker's heartbeat expires (their outcomes are recorded)",
+                self.ack_retries.pending(),
+            )
         if self.watch is not None:
             self.watch.stop()
         self.dead_workers.stop()
+
+    def _add_worker(self) -> None:
+        worker = TierWorkerThread(
+            broker=self.broker,
+            consumers=self.consumers,
+            work_queue=self.work_queue,
+            worker_timeout=self.worker_timeout,
+        )
+        worker.start()
+        self.workers.append(worker)
 
     def _add_consumer(self, queue_name: str, *, delay: bool = False) -> None:
         if queue_name in self.consumers:
@@ -159,4 +188,6 @@ class TierWorker(Worker):
         )
         thread.worker_threads = None if delay else self.worker_threads
         thread.watch = self.watch
+        thread.ack_retries = self.ack_retries
+        thread.outage = self.outage
         thread.start()

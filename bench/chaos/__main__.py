@@ -26,9 +26,15 @@ SCENARIOS = (
     "poison_job",
     "mismatched_id",
     "dead_worker",
+    "redis_stall",
+    "redis_full",
+    "evicting_redis",
+    "postgres_read_only",
 )
-#: The scenarios of ``bench.chaos.worker_faults`` (the others are in ``bench.chaos.scenarios``).
+#: The scenarios of ``bench.chaos.worker_faults`` and ``bench.chaos.store_faults`` (the others
+#: are in ``bench.chaos.scenarios``).
 WORKER_FAULTS = ("stalled_worker", "poison_job", "mismatched_id", "dead_worker")
+STORE_FAULTS = ("redis_stall", "redis_full", "evicting_redis", "postgres_read_only")
 FULL: dict[str, dict[str, Any]] = {
     "worker_kills": {"jobs": 10_000, "kills": 100},
     "redis_restarts": {"jobs": 10_000, "restarts": 3},
@@ -39,6 +45,10 @@ FULL: dict[str, dict[str, Any]] = {
     "poison_job": {"jobs": 2_000, "poison": 3},
     "mismatched_id": {"jobs": 2_000, "messages": 10},
     "dead_worker": {"jobs": 200},
+    "redis_stall": {"jobs": 2_000, "stalls": 3, "stall": 8.0},
+    "redis_full": {"jobs": 2_000, "full": 10.0},
+    "evicting_redis": {"jobs": 1},
+    "postgres_read_only": {"jobs": 2_000, "down": 30.0},
 }
 QUICK: dict[str, dict[str, Any]] = {
     "worker_kills": {"jobs": 1_000, "kills": 10},
@@ -50,14 +60,20 @@ QUICK: dict[str, dict[str, Any]] = {
     "poison_job": {"jobs": 100, "poison": 1},
     "mismatched_id": {"jobs": 100, "messages": 2},
     "dead_worker": {"jobs": 10},
+    "redis_stall": {"jobs": 200, "stalls": 1, "stall": 2.0},
+    "redis_full": {"jobs": 300, "full": 1.5},
+    "evicting_redis": {"jobs": 1},
+    "postgres_read_only": {"jobs": 200, "down": 3.0},
 }
 
 
 def run(name: str, database_url: str, sizes: dict[str, Any]) -> Any:
-    from bench.chaos import scenarios, worker_faults
+    from bench.chaos import scenarios, store_faults, worker_faults
 
     if name in WORKER_FAULTS:
         return getattr(worker_faults, name)(database_url, **sizes)
+    if name in STORE_FAULTS:
+        return getattr(store_faults, name)(database_url, **sizes)
     if name == "postgres_outage":
         return scenarios.postgres_outage(**sizes)
     return getattr(scenarios, name)(database_url, **sizes)

@@ -13,6 +13,8 @@ kind           what the handler does
 ``slow``       sleeps 1 s, then, while it still holds its delivery
                (``tiers.deliveries.check_delivery``), counts its effect (``effects``)
 ``poison``     kills its worker process (``os._exit``), every time
+``pg_write``   writes a row to PostgreSQL (table ``chaos_writes``, made by the scenario
+               that uses this kind), then returns: a read-only database delays it
 =============  ============================================================================
 
 The ledger (Redis hashes under ``<ns>:chaos:``): ``starts`` (runs begun per item),
@@ -74,6 +76,9 @@ def handler(organization_id: int, item: str, kind: str) -> None:
         engine: Engine = _STATE["engine"]
         with engine.connect() as connection:
             connection.execute(text("SELECT 1"))
+    if kind == "pg_write":
+        with _STATE["engine"].begin() as connection:
+            connection.execute(text("INSERT INTO chaos_writes VALUES (:item)"), {"item": item})
 
 
 class SettledLedger(Middleware):

@@ -8,7 +8,11 @@ A service exposes its own ``/internal/<service>/enqueue`` in one line::
     # in register(platform): platform.add_blueprint(blueprint)
 
 A batch is accepted whole or not at all: every item is validated before any is enqueued, a
-202 means every job is durably in Redis, and an unreachable Redis answers 503.
+202 means every job is durably in Redis, and a batch on one Redis is one transaction. An
+unreachable or full Redis answers 503 (nothing enqueued, or exactly the requests listed in
+``accepted`` when the call spanned several round trips), and a Redis that took the requests
+without answering answers 504 ``enqueue_outcome_unknown`` (the requests in ``unknown`` may
+or may not be enqueued; sending them again is safe).
 
 The body is validated against one model per route, built from the registered families: each
 kind's request is ``kind``, ``organization_id`` (an id for tenant kinds, ``null`` for platform
@@ -36,7 +40,7 @@ from services.apikit.openapi import ResponseSpec, View, describe
 from services.apikit.schemas import (
     MAX_REQUESTS_PER_CALL,
     EnqueueAccepted,
-    ErrorBody,
+    EnqueueRefused,
     OrganizationId,
     StrictRequest,
 )
@@ -45,7 +49,18 @@ from shared.errors import ValidationFailed
 
 ENQUEUE_RESPONSES: dict[int, ResponseSpec] = {
     202: ("Every job is durably in Redis; one answer per request, in order.", EnqueueAccepted),
-    503: ("Redis is unreachable; nothing can be assumed accepted, retry later.", ErrorBody),
+    503: (
+        "Redis is unreachable, read-only (`queue_unavailable`) or out of memory "
+        "(`queue_full`): nothing was enqueued but the requests in `accepted`; send again after "
+        "Retry-After.",
+        EnqueueRefused,
+    ),
+    504: (
+        "`enqueue_outcome_unknown`: Redis took the requests in `unknown` and did not answer; "
+        "they may or may not be enqueued. Sending them again is safe (deterministic job ids "
+        "deduplicate a job still waiting, delayed or running).",
+        EnqueueRefused,
+    ),
 }
 _ENVELOPE = frozenset({"kind", "organization_id"})
 _TAG_ERRORS = frozenset({"union_tag_invalid", "union_tag_not_found"})

@@ -47,6 +47,38 @@ class ErrorBody(BaseModel):
     message: str | None = None
 
 
+class AcceptedBeforeFailure(EnqueuedJob):
+    index: int = Field(description="The request's position in the call's ``requests``.")
+
+
+class UnknownOutcome(BaseModel):
+    index: int = Field(description="The request's position in the call's ``requests``.")
+    job_id: str
+
+
+class EnqueueRefused(BaseModel):
+    """503 or 504 of an enqueue: which requests are known to be enqueued, which may be.
+
+    ``queue_unavailable`` (503): Redis unreachable or read-only; ``queue_full`` (503): Redis
+    out of memory; ``enqueue_outcome_unknown`` (504): the requests in ``unknown`` were sent
+    and Redis did not answer. A request in neither list was not enqueued. Sending the same
+    requests again is safe: job ids are deterministic, so one already waiting, delayed or
+    running is deduplicated.
+    """
+
+    error: Literal["queue_unavailable", "queue_full", "enqueue_outcome_unknown"]
+    message: str
+    accepted: list[AcceptedBeforeFailure] = Field(
+        default_factory=list,
+        description="Requests enqueued before the failure (only when the call spanned several "
+        "round trips: over 500 requests, or tiers on different Redis servers).",
+    )
+    unknown: list[UnknownOutcome] = Field(
+        default_factory=list,
+        description="Requests that may or may not be enqueued (``enqueue_outcome_unknown``).",
+    )
+
+
 class InvalidRequestBody(BaseModel):
     """400: nothing was changed; ``fields`` maps each bad field's path to its message."""
 

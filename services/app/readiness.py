@@ -1,4 +1,5 @@
-"""Readiness: can this process reach Redis and PostgreSQL right now?
+"""Readiness: can this process reach Redis and PostgreSQL right now? (And, in production and
+staging, does every Redis refuse to evict keys: ``maxmemory-policy noeviction``.)
 
 One check serves the API's ``/readyz`` and the ``speedtier ready`` probe of workers and the
 scheduler. Each check opens its own short-lived connection with a short timeout, so a hung
@@ -18,6 +19,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from shared.config import TIER_NAMES, Settings
+from shared.redis_persistence import eviction_policy, eviction_refusal
 
 if TYPE_CHECKING:
     from router.context import ServiceContext
@@ -54,7 +56,9 @@ def is_ready(readiness: Readiness) -> bool:
 def _check_every_redis(settings: Settings, timeout: float) -> str | None:
     """``REDIS_URL`` and each tier's own Redis: the first error (naming the tier's
     variable when it is a tier's Redis), or None when all answer."""
-    error = _check_redis(settings.redis_url, timeout)
+    # Production and staging refuse a Redis that may evict queued work, at start and here.
+    strict = settings.environment in ("production", "staging")
+    error = _check_redis(settings.redis_url, timeout, strict)
     if error is not None:
         return error
     checked = {settings.redis_url}
@@ -63,13 +67,13 @@ def _check_every_redis(settings: Settings, timeout: float) -> str | None:
         if url in checked:
             continue
         checked.add(url)
-        error = _check_redis(url, timeout)
+        error = _check_redis(url, timeout, strict)
         if error is not None:
             return f"SPEEDTIER_{tier.upper()}_REDIS_URL: {error}"
     return None
 
 
-def _check_redis(url: str | None, timeout: float) -> str | None:
+def _check_redis(url: str | None, timeout: float, refuse_eviction: bool = False) -> str | None:
     if not url:
         return "REDIS_URL is not set"
     try:
@@ -83,11 +87,12 @@ def _check_redis(url: str | None, timeout: float) -> str | None:
         return f"{type(exc).__name__}: {exc}"
     try:
         client.ping()
+        refusal = eviction_refusal(url, eviction_policy(client)) if refuse_eviction else None
     except redis.RedisError as exc:
         return f"{type(exc).__name__}: {exc}"
     finally:
         client.close()
-    return None
+    return refusal
 
 
 def postgresql_error(url: str | None, timeout: float = CHECK_TIMEOUT_SECONDS) -> str | None:

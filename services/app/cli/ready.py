@@ -21,13 +21,14 @@ from shared.runtime_file import resolve
     help="Seconds each check may take.",
 )
 def ready(timeout: float) -> None:
-    """Exit 0 when Redis and PostgreSQL answer, 1 (naming what failed) otherwise."""
+    """Exit 0 when Redis and PostgreSQL answer (and, in production and staging, every Redis
+    refuses to evict keys), 1 (naming what failed) otherwise."""
     checks = check_readiness(resolve(load_settings()), timeout=timeout)
     for name, error in checks.items():
         if error is None:
             click.echo(f"{name}: ok")
         else:
-            click.echo(f"{name}: unreachable: {error}", err=True)
+            click.echo(f"{name}: not ready: {error}", err=True)
     if not is_ready(checks):
         sys.exit(1)
 

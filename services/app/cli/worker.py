@@ -22,7 +22,7 @@ from services.app.worker_pool import WorkerPool
 from shared import heartbeat, metrics
 from shared.config import TIER_NAMES, Settings, load_settings
 from shared.observability import configure_logging
-from shared.redis_persistence import verify_redis_persistence
+from shared.redis_persistence import EvictionWatch, verify_redis_persistence
 from shared.runtime_file import resolve
 
 WORKER_THREADS = metrics.gauge(
@@ -55,10 +55,12 @@ def _run_one(tier: str, threads: int, prefetch: int, pooled: bool = False) -> No
         start_metrics(settings)
     beat_file = heartbeat.heartbeat_path(component, os.getpid() if pooled else None)
     live = WORKER_THREADS.labels(tier)
+    eviction = EvictionWatch(settings)
 
     def beat() -> None:
         heartbeat.beat(beat_file)
         live.set(threads)
+        eviction.tick()  # a Redis set to evict keys since the start is reported
 
     try:
         serve(

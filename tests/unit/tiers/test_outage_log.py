@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from tiers.outage_log import OutageLog
+from tiers.outage_log import OutageLog, SharedOutage
 
 LOGGER = logging.getLogger("test.outage_log")
 
@@ -43,3 +43,24 @@ def test_recovered_without_an_outage_says_nothing(caplog: pytest.LogCaptureFixtu
     caplog.set_level(logging.DEBUG, logger=LOGGER.name)
     OutageLog(LOGGER, "consumer of q.fast").recovered()
     assert caplog.records == []
+
+
+def test_a_shared_outage_warns_once_for_all_its_members_and_ends_with_the_last(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = [0.0]
+    shared = SharedOutage(LOGGER, "worker consumers", clock=lambda: clock[0])
+    caplog.set_level(logging.DEBUG, logger=LOGGER.name)
+    # Given twelve consumers failing every 0.1 s for 2 s
+    for _ in range(20):
+        for n in range(12):
+            shared.failed(f"q{n}", "cannot reach redis", ConnectionError("refused"))
+        clock[0] += 0.1
+    # Then one warning; and the outage ends when the last consumer answers, not the first
+    assert len(warnings(caplog)) == 1
+    for n in range(11):
+        shared.recovered(f"q{n}")
+    assert len(warnings(caplog)) == 1
+    shared.recovered("q11")
+    assert len(warnings(caplog)) == 2
+    assert "reached redis again after 240 failed attempt(s)" in warnings(caplog)[-1]

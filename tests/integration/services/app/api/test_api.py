@@ -452,7 +452,7 @@ def test_speedtier_ready_exit_status(redis_url: str, database_url: str) -> None:
     assert up.exit_code == 0, up.output
     assert "redis: ok" in up.output and "postgresql: ok" in up.output
     assert down.exit_code == 1
-    assert "redis: unreachable" in down.output
+    assert "redis: not ready" in down.output
 
 
 # -- OpenAPI -------------------------------------------------------------------------------
