@@ -145,6 +145,7 @@ def settings_page() -> str:
     from pydantic_core import PydanticUndefined
 
     from shared.config import Settings, environment_variables
+    from shared.config_services import ServiceSettings
 
     variables = environment_variables()
     out = [
@@ -156,21 +157,37 @@ def settings_page() -> str:
         "and Slack's) and the short `SPEEDTIER_ENV` and `SPEEDTIER_FLAGS`. Dictionaries are "
         "JSON. A value a process cannot use stops it at start with one line naming the "
         "variable ([start-up errors](../operations/configuration.md)).\n\n",
-        "| variable | type | default | limits | meaning |\n| --- | --- | --- | --- | --- |\n",
     ]
-    for name, field in Settings.model_fields.items():
-        if field.default_factory is not None:
-            default = json.dumps(field.default_factory())  # type: ignore[call-arg]
-        elif field.default is PydanticUndefined or field.default is None:
-            default = "unset"
-        else:
-            default = json.dumps(field.default) if isinstance(field.default, str) else field.default
+    services = set(ServiceSettings.model_fields)
+    platform = [name for name in Settings.model_fields if name not in services]
+    for title, names in (
+        ("The platform (`shared.config`)", platform),
+        (
+            "The services (`shared.config_services`)",
+            [n for n in Settings.model_fields if n in services],
+        ),
+    ):
+        out.append(f"## {title}\n\n")
         out.append(
-            f"| `{variables[name]}` | {_cell(_type_name(field.annotation))} | `{default}` "
-            f"| {_cell(_limits(field))} | {_cell(field.description or '')} |\n"
+            "| variable | type | default | limits | meaning |\n| --- | --- | --- | --- | --- |\n"
         )
+        for name in names:
+            field = Settings.model_fields[name]
+            if field.default_factory is not None:
+                default = json.dumps(field.default_factory())  # type: ignore[call-arg]
+            elif field.default is PydanticUndefined or field.default is None:
+                default = "unset"
+            elif isinstance(field.default, str):
+                default = json.dumps(field.default)
+            else:
+                default = field.default
+            out.append(
+                f"| `{variables[name]}` | {_cell(_type_name(field.annotation))} | `{default}` "
+                f"| {_cell(_limits(field))} | {_cell(field.description or '')} |\n"
+            )
+        out.append("\n")
     out.append(
-        "\n`PROMETHEUS_MULTIPROC_DIR` (prometheus_client's, not a setting): where every process "
+        "`PROMETHEUS_MULTIPROC_DIR` (prometheus_client's, not a setting): where every process "
         "writes its metric values so that the API, a worker pool and the scheduler report the "
         "sum over their processes. The chart sets it to `/tmp/prometheus-metrics`; unset, "
         "`speedtier worker` and `speedtier api` use a fresh temporary directory and "
