@@ -27,6 +27,7 @@ from shared.config_values import (
 from shared.config_values import parse_fernet_keys as parse_fernet_keys
 from shared.config_values import parse_rate as parse_rate
 from shared.errors import NotConfigured
+from shared.runtime_file import DEFAULT_DATA_DIR
 
 TIER_NAMES = ("fast", "slow", "maintenance")
 ENV_PREFIX = "SPEEDTIER_"
@@ -118,7 +119,7 @@ class Settings(ServiceSettings):
         "start uses one of its data directory's own.",
     )
     data_dir: str = Field(
-        ".speedtier", description="Embedded Redis/PostgreSQL data and `runtime.json`."
+        DEFAULT_DATA_DIR, description="Embedded Redis/PostgreSQL data and `runtime.json`."
     )
     allow_volatile_redis: bool = Field(
         False,

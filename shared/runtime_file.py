@@ -5,7 +5,10 @@ that process is gone.
 
 What a command configures itself wins: a set ``REDIS_URL`` or ``DATABASE_URL`` is kept, and
 the namespace is taken from the file only when ``SPEEDTIER_REDIS_NAMESPACE`` is not set and
-the command talks to the same Redis as ``up``.
+the command talks to the same Redis as ``up``. Likewise the environment: ``up`` runs as
+development, and a command beside it with ``SPEEDTIER_ENV`` unset (which means production)
+runs as ``up`` does (:func:`adopt_environment`), so the tour's ``speedtier jobs show`` needs
+no production token or key.
 """
 
 from __future__ import annotations
@@ -13,12 +16,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import MutableMapping
 from pathlib import Path
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
-from shared.config import Settings
+if TYPE_CHECKING:
+    from shared.config import Settings
 
 FILE_NAME = "runtime.json"
+#: ``SPEEDTIER_DATA_DIR``'s default (``Settings.data_dir``).
+DEFAULT_DATA_DIR = ".speedtier"
 
 
 class Running(TypedDict):
@@ -27,10 +34,16 @@ class Running(TypedDict):
     redis_url: str
     database_url: str
     redis_namespace: str | None
+    environment: str | None
 
 
 def write(
-    data_dir: str, *, redis_url: str, database_url: str, redis_namespace: str | None = None
+    data_dir: str,
+    *,
+    redis_url: str,
+    database_url: str,
+    redis_namespace: str | None = None,
+    environment: str | None = None,
 ) -> Path:
     path = Path(data_dir) / FILE_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -39,6 +52,7 @@ def write(
         "redis_url": redis_url,
         "database_url": database_url,
         "redis_namespace": redis_namespace,
+        "environment": environment,
     }
     scratch = path.with_suffix(".tmp")
     scratch.write_text(json.dumps(payload))
@@ -61,10 +75,12 @@ def read(data_dir: str) -> Running | None:
         payload = json.loads((Path(data_dir) / FILE_NAME).read_text())
         os.kill(int(payload["pid"]), 0)
         namespace = payload.get("redis_namespace")
+        environment = payload.get("environment")
         return Running(
             redis_url=str(payload["redis_url"]),
             database_url=str(payload["database_url"]),
             redis_namespace=str(namespace) if namespace else None,
+            environment=str(environment) if environment else None,
         )
     except PermissionError:  # alive, but another user's: its services are not ours to use
         return None
@@ -92,6 +108,18 @@ def resolve(settings: Settings) -> Settings:
     if running["redis_namespace"] and same_redis and not namespace_set:
         update["redis_namespace"] = running["redis_namespace"]
     return settings.model_copy(update=update) if update else settings
+
+
+def adopt_environment(environ: MutableMapping[str, str] | None = None) -> None:
+    """Set ``SPEEDTIER_ENV`` to the running ``up``'s environment when it is unset and an
+    ``up`` runs from the data directory (``SPEEDTIER_DATA_DIR``); otherwise change nothing.
+    Called before a command reads its settings."""
+    env = os.environ if environ is None else environ
+    if "SPEEDTIER_ENV" in env:
+        return
+    running = read(env.get("SPEEDTIER_DATA_DIR") or DEFAULT_DATA_DIR)
+    if running is not None and running["environment"]:
+        env["SPEEDTIER_ENV"] = running["environment"]
 
 
 def namespace_for(data_dir: str, prefix: str = "speedtier") -> str:

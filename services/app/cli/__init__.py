@@ -79,4 +79,7 @@ def load_context() -> ServiceContext:
 @click.pass_context
 def main(ctx: click.Context) -> None:
     """speedtier: speed-tier job platform next to Rails."""
+    from shared import runtime_file
+
+    runtime_file.adopt_environment()  # beside a running `speedtier up`, run as it does
     ctx.obj = load_context

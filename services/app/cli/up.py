@@ -173,6 +173,7 @@ def _run_processes(
             redis_url=redis_url,
             database_url=database_url,
             redis_namespace=namespace,
+            environment=settings.environment,
         )
         _say(f"API         http://{host}:{port}  (Ctrl-C stops everything)")
         _say("other speedtier commands run from this folder use these services")
