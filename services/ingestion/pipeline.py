@@ -105,7 +105,7 @@ def ingest_document(
     (the caller commits). A document in another status is left as it is.
 
     Parameters:
-      document: the document as the caller just read it in this session
+      document: the document as the caller just read it in this database session
         (``store.get_document``), so the pass does not read it again; None: the pass reads
         it.
       chunker / embedder: the shared chunk/embed component.

@@ -30,6 +30,7 @@ Confluence page id, a Zendesk ``<article id>:<locale>``.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
@@ -130,7 +131,7 @@ def _item(document: FetchedDocument | None) -> FetchedItem | None:
     )
 
 
-class _KnowledgeSource:
+class _KnowledgeSource(ABC):
     """What the three share: content fetched by the knowledge-sync client, no recorded
     quota (their 429/529 with Retry-After is a ``Delay`` raised by the call itself)."""
 
@@ -138,8 +139,9 @@ class _KnowledgeSource:
     connection_model: Any = NoSettings
     source_type = ""
 
+    @abstractmethod
     def _client(self) -> Any:
-        raise NotImplementedError
+        """The knowledge-sync client module of this source (``notion``, ``confluence``...)."""
 
     def fetch(self, access: ConnectorAccess, external_id: str) -> FetchedItem | None:
         return _item(self._client().fetch_document(_config(access, self.source_type), external_id))
