@@ -19,7 +19,7 @@ def register(platform: ServiceContext) -> None:
     from services.indexing.chunking import Chunker
     from services.indexing.embedders import embedder_from_settings
     from services.indexing.ocr import OcrLimits
-    from services.ingestion.actors import IngestionContext, build_handlers
+    from services.ingestion.actors import IngestionActors, IngestionContext
     from services.ingestion.connector_sync.registry import CONNECTORS
     from services.ingestion.connector_sync.sync import SyncContext
     from services.ingestion.families import families
@@ -68,7 +68,7 @@ def register(platform: ServiceContext) -> None:
     bounds = SweepBounds(
         limit=settings.ingestion_tick_limit, tenant_slice=settings.ingestion_tenant_slice
     )
-    for family in families(build_handlers(platform.sessions, platform.router, ctx)):
+    for family in families(IngestionActors(platform.sessions, platform.router, ctx)):
         platform.add_family(family)
     platform.add_tick(ingestion_sweep_tick(platform.sessions, platform.router, bounds))
     platform.add_tick(ingestion_refresh_tick(platform.sessions, platform.router, bounds, recrawl))

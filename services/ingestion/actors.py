@@ -3,7 +3,6 @@ the commit (router.unit_of_work)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,14 +16,7 @@ from services.indexing.ocr import DEFAULT_OCR_LIMITS, OcrLimits
 from services.ingestion import ingestion_job, url_refresh
 from services.ingestion.connector_sync.job import run_sync
 from services.ingestion.connector_sync.sync import SyncContext
-from services.ingestion.families import (
-    INGEST_KIND,
-    INGEST_RETRY,
-    REFRESH_KIND,
-    SYNC_KIND,
-    SYNC_RETRY,
-    ingest_request,
-)
+from services.ingestion.families import INGEST_RETRY, SYNC_RETRY, ingest_request
 from services.web.feed_fetch import FeedFetch
 from services.web.fetch import PageFetch
 from shared.db.base import utcnow
@@ -47,57 +39,61 @@ class IngestionContext:
     connectors: SyncContext | None = None
 
 
-def build_handlers(
-    sessions: sessionmaker[Session], router: Router, ctx: IngestionContext
-) -> dict[str, Callable[..., Any]]:
-    """The actor bodies, bound to their dependencies."""
+@dataclass(frozen=True)
+class IngestionActors:
+    """The three actor bodies, as methods bound to their dependencies."""
 
-    def ingest_document(organization_id: int, document_id: int, **_routing: Any) -> None:
+    sessions: sessionmaker[Session]
+    router: Router
+    ctx: IngestionContext
+
+    def ingest_document(self, organization_id: int, document_id: int, **_routing: Any) -> None:
         attempt = current_attempt(INGEST_RETRY)
         ingestion_job.run_ingestion(
-            sessions,
+            self.sessions,
             organization_id=organization_id,
             document_id=document_id,
-            chunker=ctx.chunker,
-            embedder=ctx.embedder,
+            chunker=self.ctx.chunker,
+            embedder=self.ctx.embedder,
             final_attempt=attempt.is_final,
             now=utcnow(),
-            fetch=ctx.fetch,
-            recrawl_interval_seconds=ctx.recrawl_interval_seconds,
-            ocr=ctx.ocr,
-            fetch_feed=ctx.fetch_feed,
+            fetch=self.ctx.fetch,
+            recrawl_interval_seconds=self.ctx.recrawl_interval_seconds,
+            ocr=self.ctx.ocr,
+            fetch_feed=self.ctx.fetch_feed,
             delay_ends_job=attempt.delay_ends_job,
         )
 
-    def refresh_document(organization_id: int, document_id: int, **_routing: Any) -> None:
-        with unit_of_work(sessions, router) as uow:
+    def refresh_document(self, organization_id: int, document_id: int, **_routing: Any) -> None:
+        with unit_of_work(self.sessions, self.router) as uow:
             outcome = url_refresh.refresh_document(
                 uow.session,
                 organization_id=organization_id,
                 document_id=document_id,
-                fetch=ctx.fetch,
+                fetch=self.ctx.fetch,
                 now=utcnow(),
-                recrawl_interval_seconds=ctx.recrawl_interval_seconds,
-                fetch_feed=ctx.fetch_feed,
+                recrawl_interval_seconds=self.ctx.recrawl_interval_seconds,
+                fetch_feed=self.ctx.fetch_feed,
             )
             if outcome.result == "changed":  # a failed enqueue is swept later
                 uow.enqueue(ingest_request(organization_id, document_id))
             uow.commit()
 
     def sync_connector(
+        self,
         organization_id: int,
         binding_id: int,
         full: bool = False,
         scheduled: bool = False,
         **_routing: Any,
     ) -> None:
-        if ctx.connectors is None:
+        if self.ctx.connectors is None:
             raise Unrecoverable("connector syncs are not configured in this process")
         attempt = current_attempt(SYNC_RETRY)
         run_sync(
-            sessions,
-            router,
-            ctx.connectors,
+            self.sessions,
+            self.router,
+            self.ctx.connectors,
             organization_id=organization_id,
             binding_id=binding_id,
             full=full,
@@ -105,9 +101,3 @@ def build_handlers(
             final_attempt=attempt.is_final,
             delay_ends_job=attempt.delay_ends_job,
         )
-
-    return {
-        INGEST_KIND: ingest_document,
-        REFRESH_KIND: refresh_document,
-        SYNC_KIND: sync_connector,
-    }

@@ -15,8 +15,7 @@ gets a long run time and the external-service backoff.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,6 +23,9 @@ from router.requests import JobRequest
 from shared.inputs import NUL_FREE, Id
 from tiers.families import Family
 from tiers.policies import RetryPolicy, WindowRule
+
+if TYPE_CHECKING:
+    from services.ingestion.actors import IngestionActors
 
 PAUSE_FLAG = "pause_api2_ingestion"
 INGEST_KIND = "ingest_document"
@@ -134,13 +136,13 @@ def refresh_request(
     return _document_request(REFRESH_KIND, organization_id, document_id, knowledge_base_id)
 
 
-def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
-    """The ingestion families, bound to their actor bodies."""
+def families(actors: IngestionActors) -> list[Family]:
+    """The ingestion families, each bound to its actor body by reference."""
     return [
         Family(
             name="ingestion",
             kind=INGEST_KIND,
-            handler=handlers[INGEST_KIND],
+            handler=actors.ingest_document,
             params=DocumentParams,
             job_id=lambda _org, p: ingest_job_id(p.document_id),
             fixed_tier="fast",
@@ -151,7 +153,7 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
         Family(
             name="ingestion_refresh",
             kind=REFRESH_KIND,
-            handler=handlers[REFRESH_KIND],
+            handler=actors.refresh_document,
             params=DocumentParams,
             job_id=lambda _org, p: refresh_job_id(p.document_id),
             fixed_tier="slow",
@@ -162,7 +164,7 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
         Family(
             name="kb_connector_sync",
             kind=SYNC_KIND,
-            handler=handlers[SYNC_KIND],
+            handler=actors.sync_connector,
             params=ConnectorSyncParams,
             job_id=lambda _org, p: sync_job_id(p.binding_id),
             fixed_tier="slow",

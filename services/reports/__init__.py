@@ -13,12 +13,12 @@ if TYPE_CHECKING:
 
 def register(platform: ServiceContext) -> None:
     """The report family, the 04:00 and 20:00 UTC ticks and the enqueue route."""
-    from services.reports.actors import build_context, report_handler
+    from services.reports.actors import ReportActors, build_context
     from services.reports.families import families
     from services.reports.ticks import report_ticks
 
     context = build_context(platform)
-    for family in families(report_handler(context)):
+    for family in families(ReportActors(context)):
         platform.add_family(family)
     for tick in report_ticks(context, platform.router):
         platform.add_tick(tick)

@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
 
 from router.context import ServiceContext
 from services.rails.client import RailsClient
@@ -44,8 +43,14 @@ def build_context(platform: ServiceContext) -> ReportsContext:
     )
 
 
-def report_handler(context: ReportsContext) -> Callable[..., Any]:
+@dataclass(frozen=True)
+class ReportActors:
+    """The report job's actor body, as a method bound to its context."""
+
+    context: ReportsContext
+
     def daily_agent_eval_report(
+        self,
         organization_id: int,
         date: str,
         send_email: bool = False,
@@ -60,6 +65,4 @@ def report_handler(context: ReportsContext) -> Callable[..., Any]:
                 "source": source,
             }
         )
-        run_report(context, organization_id, params)
-
-    return daily_agent_eval_report
+        run_report(self.context, organization_id, params)

@@ -24,12 +24,11 @@ from services.rails.delivery_claims import unresolved
 from services.reports.families import PAUSE_FLAG, REPORT_JOB_PREFIX, TIER
 from services.reports.shadow import SHADOW_WINDOW, shadow_runs
 from services.reports.store import new_goodjob_rows, reportable_organizations
-from services.reports.ticks import TODAY_TICK, YESTERDAY_TICK
+from services.reports.ticks import CADENCES
 from shared.db.engine import session_scope
 from tiers.job_store import as_text
 
 _REPORT_KEYS = ("slack/daily-agent-eval-report-", "email/daily-agent-eval-report-", "combined/")
-_CRONS = {YESTERDAY_TICK: "0 4 * * *", TODAY_TICK: "0 20 * * *"}
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ def run_checks(platform: ServiceContext, since: datetime | None = None) -> list[
     paused = platform.flags.is_enabled(PAUSE_FLAG)
     checks = [Check(not paused, f"{PAUSE_FLAG} is {'on' if paused else 'off'} (expected off)")]
     wrong = []
-    for name, cron in _CRONS.items():
+    for name, cron in CADENCES.items():
         try:
             tick = platform.tick(name)
         except KeyError:

@@ -7,15 +7,17 @@ backfill variants of one day are distinct jobs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import date
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from router.requests import JobRequest
 from tiers.families import Family
 from tiers.policies import RetryPolicy
+
+if TYPE_CHECKING:
+    from services.reports.actors import ReportActors
 
 PAUSE_FLAG = "pause_api2_daily_agent_evaluation_reports"
 KIND = "daily_agent_evaluation_report"
@@ -66,12 +68,13 @@ def report_request(
     )
 
 
-def families(handler: Callable[..., Any]) -> list[Family]:
+def families(actors: ReportActors) -> list[Family]:
+    """The report family, bound to its actor body by reference."""
     return [
         Family(
             name=FAMILY,
             kind=KIND,
-            handler=handler,
+            handler=actors.daily_agent_eval_report,
             params=ReportParams,
             job_id=report_job_id,
             fixed_tier=TIER,

@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 YESTERDAY_TICK = "daily-agent-eval-report-yesterday"
 TODAY_TICK = "daily-agent-eval-report-today"
+#: The seed's cadences (UTC), read by the ticks below and by ``speedtier reports check``.
+CADENCES = {YESTERDAY_TICK: "0 4 * * *", TODAY_TICK: "0 20 * * *"}
 _REDRIVE = re.compile(r"^redrive-(yesterday|today|\d{4}-\d{2}-\d{2})-\d+$")
 
 
@@ -153,16 +155,16 @@ def _pinned_engines(
 
 
 def report_ticks(context: ReportsContext, router: Router) -> list[Tick]:
-    def make(name: str, cron: str, sentinel: str) -> Tick:
+    def make(name: str, sentinel: str) -> Tick:
         def run(slot: str) -> dict[str, Any]:
             return run_tick(context, router, slot, sentinel)
 
         return Tick(
             name=name,
-            cron=cron,
+            cron=CADENCES[name],
             run=run,
             description=f"daily agent evaluation reports for {sentinel}, in each org's zone",
             pause_flag=PAUSE_FLAG,
         )
 
-    return [make(YESTERDAY_TICK, "0 4 * * *", YESTERDAY), make(TODAY_TICK, "0 20 * * *", TODAY)]
+    return [make(YESTERDAY_TICK, YESTERDAY), make(TODAY_TICK, TODAY)]

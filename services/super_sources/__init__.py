@@ -25,7 +25,7 @@ def install(platform: ServiceContext, registry: SourceRegistry) -> None:
     from services.connectors.nodes import RateLimitState
     from services.indexing.chunking import Chunker
     from services.indexing.embedders import embedder_from_settings
-    from services.super_sources.actors import build_handlers
+    from services.super_sources.actors import SuperSourceActors
     from services.super_sources.context import SuperContext
     from services.super_sources.families import families
     from shared.credentials import CredentialBox
@@ -51,7 +51,7 @@ def install(platform: ServiceContext, registry: SourceRegistry) -> None:
         box=CredentialBox.from_setting(key.get_secret_value() if key else None),
         timeout=settings.http_timeout_seconds,
     )
-    for family in families(build_handlers(platform.sessions, platform.router, ctx)):
+    for family in families(SuperSourceActors(platform.sessions, platform.router, ctx)):
         platform.add_family(family)
 
     def webhook_routes() -> list[Blueprint]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,6 +18,8 @@ from services.super_sources.webhooks import handle_delivery
 
 @dataclass(frozen=True)
 class SuperSourceActors:
+    """The three actor bodies, as methods bound to their dependencies."""
+
     sessions: sessionmaker[Session]
     router: Router
     ctx: SuperContext
@@ -92,14 +93,3 @@ class SuperSourceActors:
             connection_id=connection_id,
             event=event,
         )
-
-
-def build_handlers(
-    sessions: sessionmaker[Session], router: Router, ctx: SuperContext
-) -> dict[str, Callable[..., Any]]:
-    actors = SuperSourceActors(sessions, router, ctx)
-    return {
-        "super_import": actors.super_import,
-        "super_index": actors.super_index,
-        "super_webhook": actors.super_webhook,
-    }

@@ -22,9 +22,8 @@ table (unknown: slow). Every family gets five attempts with the external-service
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from datetime import datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,6 +32,9 @@ from services.connectors.nodes import NodeRef
 from shared.inputs import NUL_FREE, Id
 from tiers.families import Family
 from tiers.policies import RetryPolicy
+
+if TYPE_CHECKING:
+    from services.super_sources.actors import SuperSourceActors
 
 PAUSE_FLAG = "pause_api2_super_sources"
 
@@ -171,8 +173,8 @@ def index_request(
     return JobRequest("super_index", organization_id, params)
 
 
-def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
-    """The three families, bound to their actor bodies."""
+def families(actors: SuperSourceActors) -> list[Family]:
+    """The three families, each bound to its actor body by reference."""
     common: dict[str, Any] = {
         "provider": _source,
         "pause_flag": PAUSE_FLAG,
@@ -184,7 +186,7 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
         Family(
             name="super_import",
             kind="super_import",
-            handler=handlers["super_import"],
+            handler=actors.super_import,
             params=ImportParams,
             job_id=import_job_id,
             group_caps=IMPORT_CAPS,
@@ -194,7 +196,7 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
         Family(
             name="super_index",
             kind="super_index",
-            handler=handlers["super_index"],
+            handler=actors.super_index,
             params=IndexParams,
             job_id=index_job_id,
             group_caps=INDEX_CAPS,
@@ -203,7 +205,7 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
         Family(
             name="super_webhook",
             kind="super_webhook",
-            handler=handlers["super_webhook"],
+            handler=actors.super_webhook,
             params=WebhookParams,
             job_id=webhook_job_id,
             group_by="global",

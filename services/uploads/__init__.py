@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def register(platform: ServiceContext) -> None:
     from services.rails.client import RailsClient
-    from services.uploads.actors import build_handlers
+    from services.uploads.actors import UploadActors
     from services.uploads.completion import SyncCompletions
     from services.uploads.completion_effects import NativeEffects, native_effects
     from services.uploads.dispatch import UploadJobs
@@ -57,7 +57,7 @@ def register(platform: ServiceContext) -> None:
         native=native_effects(settings.native_effects),
         effects=NativeEffects(platform.sessions, platform.router.enqueue),
     )
-    for family in families(build_handlers(jobs, completions)):
+    for family in families(UploadActors(jobs, completions)):
         platform.add_family(family)
 
     def job_state(job_id: str) -> str | None:

@@ -17,8 +17,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
@@ -26,6 +25,9 @@ from router.requests import JobRequest
 from shared.inputs import Id, Text
 from tiers.families import Family
 from tiers.policies import UPLOAD_RETRY
+
+if TYPE_CHECKING:
+    from services.uploads.actors import UploadActors
 
 PAUSE_FLAG = "pause_api2_conversation_upload_checks"
 CHECK_KIND = "check_conversation_upload"
@@ -95,12 +97,13 @@ def process_request(organization_id: int, upload_id: int, *, periodic: bool = Fa
     )
 
 
-def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
+def families(actors: UploadActors) -> list[Family]:
+    """The three upload families, each bound to its actor body by reference."""
     return [
         Family(
             name="conversation_upload_check",
             kind=CHECK_KIND,
-            handler=handlers[CHECK_KIND],
+            handler=actors.check_conversation_upload,
             params=CheckParams,
             job_id=lambda _org, p: f"conversation-upload-check-{p.conversation_upload_id}",
             fixed_tier="maintenance",
@@ -110,7 +113,7 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
         Family(
             name="conversation_upload_process",
             kind=PROCESS_KIND,
-            handler=handlers[PROCESS_KIND],
+            handler=actors.process_conversation_upload,
             params=ProcessParams,
             job_id=lambda _org, p: f"conversation-upload-process-{p.conversation_upload_id}",
             fixed_tier="maintenance",
@@ -121,7 +124,7 @@ def families(handlers: dict[str, Callable[..., Any]]) -> list[Family]:
         Family(
             name="provider_conversation_sync_completion",
             kind=COMPLETION_KIND,
-            handler=handlers[COMPLETION_KIND],
+            handler=actors.complete_provider_conversation_sync,
             params=CompletionParams,
             job_id=lambda _org, p: f"provider_conversation_sync_completion_{p.sync_run_id}",
             fixed_tier="maintenance",

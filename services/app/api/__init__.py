@@ -9,12 +9,11 @@ Authentication: every ``/internal`` route needs ``Authorization: Bearer
 token (and ``shared.config`` refuses a weak one there). In development or test without a token the
 ``/internal`` routes are open and a warning says so at start-up; with a token set they
 require it in every environment. An unset ``SPEEDTIER_ENV`` means production. Failed
-authentication is rate-limited per source address (``services.apikit.auth_throttle``).
+authentication is rate-limited per source address (``services.apikit.auth_throttle``). The
+token rule is :mod:`services.app.internal_token`, which the dashboard's sign-in shares.
 """
 
 from __future__ import annotations
-
-import logging
 
 from flask import Flask
 from werkzeug.middleware.proxy_fix import ProxyFix
@@ -27,13 +26,12 @@ from services.apikit.request import ApiRequest
 from services.apikit.validation import IdConverter
 from services.app.api import jobs_routes, metrics_route, openapi_document, probes
 from services.app.bootstrap import Platform, bootstrap
+from services.app.dashboard import blueprint as dashboard
+from services.app.internal_token import api_token, warn_if_open
 from shared import tracing
 from shared.config import Settings, load_settings, parse_rate
-from shared.errors import SpeedtierError
 from tiers.policies import WindowRule
 from tiers.rate_window import RateWindows
-
-log = logging.getLogger(__name__)
 
 PLATFORM_BLUEPRINTS = (
     probes.blueprint,
@@ -41,38 +39,6 @@ PLATFORM_BLUEPRINTS = (
     jobs_routes.blueprint,
     openapi_document.blueprint,
 )
-
-
-class MissingToken(SpeedtierError, RuntimeError):
-    """INTERNAL_API_TOKEN is required outside development and test."""
-
-
-def api_token(settings: Settings) -> str | None:
-    """The bearer token the app requires, or None when it may run open (development, test).
-
-    Raises:
-      MissingToken: outside development and test without ``INTERNAL_API_TOKEN``.
-    """
-    secret = settings.internal_api_token
-    token = secret.get_secret_value().strip() if secret is not None else ""
-    if token:
-        return token
-    if not settings.is_development:
-        raise MissingToken(
-            f"INTERNAL_API_TOKEN is not set; the internal API will not start in "
-            f"{settings.environment} without it"
-        )
-    return None
-
-
-def warn_if_open(settings: Settings) -> None:
-    """Say that ``/internal`` is open when no token is set (development and test only)."""
-    if api_token(settings) is None:
-        log.warning(
-            "INTERNAL_API_TOKEN is not set: /internal routes are OPEN to anyone who can reach "
-            "this port (allowed only because SPEEDTIER_ENV=%s)",
-            settings.environment,
-        )
 
 
 def auth_throttle(platform: Platform) -> AuthThrottle:
@@ -96,7 +62,8 @@ def create_app(
         than once per gunicorn worker.
 
     Raises:
-      MissingToken: outside development and test without ``INTERNAL_API_TOKEN``.
+      MissingToken: outside development and test without ``INTERNAL_API_TOKEN``
+        (:mod:`services.app.internal_token`).
     """
     settings = platform.settings if platform is not None else settings or load_settings()
     token = api_token(settings)  # before bootstrap: refuse to start before connecting
@@ -119,8 +86,6 @@ def create_app(
     register_error_handlers(app)
     for blueprint in (*PLATFORM_BLUEPRINTS, *platform.blueprints()):
         app.register_blueprint(blueprint)
-    from services.app.dashboard import blueprint as dashboard  # it reads api_token from here
-
     app.register_blueprint(dashboard)
     if tracing.is_on():
         # A server span per request, continuing the caller's traceparent header.

@@ -9,9 +9,10 @@ import click
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 
-from services.app.api import MissingToken, api_token, create_app, warn_if_open
+from services.app.api import create_app
 from services.app.api.access_log import ACCESS_LOG_FORMAT, AccessLog
 from services.app.api.gunicorn_worker import WORKER_CLASS
+from services.app.internal_token import MissingToken, api_token, warn_if_open
 from shared import metrics
 from shared.config import load_settings
 from shared.observability import configure_logging

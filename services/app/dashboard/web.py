@@ -32,9 +32,9 @@ from sqlalchemy.exc import OperationalError
 
 from services.apikit.auth_throttle import count_failure, throttled
 from services.apikit.context import current_platform
-from services.app.api import api_token
 from services.app.bootstrap import Platform
 from services.app.dashboard import auth, banner
+from services.app.internal_token import api_token
 from shared.errors import SpeedtierError
 from tiers.redis_retry import REDIS_DOWN
 

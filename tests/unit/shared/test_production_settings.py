@@ -12,7 +12,7 @@ import string
 
 import pytest
 
-from services.app.api import MissingToken, api_token
+from services.app.internal_token import MissingToken, api_token
 from shared.config import InvalidSettings, load_settings
 from shared.secret_strength import MIN_ENTROPY_BITS, estimated_entropy_bits, weakness
 

@@ -5,24 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import tiers.table
+from services.ingestion.actors import IngestionActors
 from services.ingestion.families import families as ingestion_families
+from services.knowledge_sync.actors import KnowledgeSyncActors
 from services.knowledge_sync.families import families as kb_families
 from tiers.families import Family
 
 
-class _NoHandlers:
-    """Every handler a family asks for, by key or by attribute, doing nothing."""
-
-    def __getitem__(self, _key: str) -> Any:
-        return lambda **_: None
-
-    def __getattr__(self, _name: str) -> Any:
-        return lambda **_: None
-
-
 def _families() -> dict[str, Family]:
-    handlers: Any = _NoHandlers()
-    return {f.name: f for f in [*ingestion_families(handlers), *kb_families(handlers)]}
+    nothing: Any = None  # the families only bind the actors' methods; none runs here
+    ingestion = IngestionActors(sessions=nothing, router=nothing, ctx=nothing)
+    kb = KnowledgeSyncActors(sessions=nothing, router=nothing, sync=nothing, crawl=nothing)
+    return {f.name: f for f in [*ingestion_families(ingestion), *kb_families(kb)]}
 
 
 def test_the_tier_table_holds_no_group_caps() -> None:

@@ -24,10 +24,11 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from services.apikit.enqueue import enqueue_blueprint
-from services.app.api import MissingToken, create_app
+from services.app.api import create_app
 from services.app.api.openapi_document import openapi_path
 from services.app.bootstrap import Platform
 from services.app.cli import main
+from services.app.internal_token import MissingToken
 from shared.config import load_settings
 from tests import REPO
 from tests import platform_harness as h
