@@ -41,10 +41,16 @@ from services.apikit.schemas import (
     StrictRequest,
 )
 from shared import metrics
-from shared.errors import ValidationFailed
+from shared.errors import ConflictingFields, ValidationFailed
+from shared.inputs import CONFLICTING
 
 ENQUEUE_RESPONSES: dict[int, ResponseSpec] = {
     202: ("Every job is durably in Redis; one answer per request, in order.", EnqueueAccepted),
+    409: (
+        "A request's fields contradict each other (a pinned id naming another record): "
+        "`conflicting_fields`, `fields` naming each; nothing was enqueued.",
+        ErrorBody,
+    ),
     503: ("Redis is unreachable; nothing can be assumed accepted, retry later.", ErrorBody),
 }
 _ENVELOPE = frozenset({"kind", "organization_id"})
@@ -134,11 +140,15 @@ class EnqueueContract:
 
         Raises:
           ValidationFailed: with a message per field path (``requests[0].organization_id``).
+          ConflictingFields: every error is a field contradicting another (a pinned id).
         """
         try:
             body = self.body_model().model_validate_json(raw)
         except ValidationError as exc:
-            raise ValidationFailed(self._errors(exc)) from None
+            errors = self._errors(exc)
+            if all(item["type"] == CONFLICTING for item in exc.errors(include_url=False)):
+                raise ConflictingFields(errors) from None
+            raise ValidationFailed(errors) from None
         return [
             JobRequest(
                 item.kind,

@@ -5,6 +5,10 @@ cause                                       status  body
 ==========================================  ======  =========================================
 ``ValidationFailed`` (bad JSON, types,      400     ``{"error": "invalid_request",
 missing fields, unknown kinds, NUL)                  "fields": {path: message}}``
+``ConflictingFields`` (well-formed fields   409     ``{"error": "conflicting_fields",
+that contradict each other or the stored             "message": ..., "fields": {...}}``
+record: a pinned id of another record, a
+setting of another provider)
 body over ``SPEEDTIER_API_MAX_BODY_BYTES``  413     ``{"error": "payload_too_large", ...}``
 (declared or streamed)
 no route, a path id that is not an id       404     ``{"error": "not_found"}``
@@ -31,7 +35,7 @@ from flask import Flask, Response, current_app, jsonify
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException, InternalServerError, RequestEntityTooLarge
 
-from shared.errors import QueueUnavailable, ValidationFailed
+from shared.errors import ConflictingFields, QueueUnavailable, ValidationFailed
 from tiers.redis_retry import REDIS_DOWN
 
 log = logging.getLogger(__name__)
@@ -86,6 +90,10 @@ def _validation_failed(exc: ValidationFailed) -> Response:
     return invalid_request(exc.errors)
 
 
+def _conflicting_fields(exc: ConflictingFields) -> Response:
+    return error_response(409, "conflicting_fields", message=str(exc), fields=exc.errors)
+
+
 def unavailable(error: str, message: str, retry_after: int = RETRY_AFTER_SECONDS) -> Response:
     """503 ``{"error": error, "message": message}`` with ``Retry-After: retry_after``."""
     response = error_response(503, error, message=message)
@@ -135,6 +143,7 @@ def _snake(name: str) -> str:
 def register_error_handlers(app: Flask) -> None:
     """Answer every error of ``app`` in JSON."""
     app.register_error_handler(ValidationFailed, _validation_failed)
+    app.register_error_handler(ConflictingFields, _conflicting_fields)
     app.register_error_handler(QueueUnavailable, _queue_unavailable)
     for error in REDIS_UNAVAILABLE:
         app.register_error_handler(error, _queue_unavailable)
