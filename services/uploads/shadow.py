@@ -224,7 +224,7 @@ def _parity(run: ShadowRun) -> ParityRun:
         subject=f"upload {r.get('conversation_upload_id')}",
         summary="native reading matches what rails wrote"
         if run.matched
-        else f"{len(found)} differences from what rails wrote",
+        else f"{len(found)} difference{'' if len(found) == 1 else 's'} from what rails wrote",
         differences=found,
         job_id=r.get("job_id"),
     )
