@@ -48,8 +48,8 @@ from tests.fixtures_platform import MakePlatform
 
 TOKEN = "fuzz-internal-token"
 INTERNAL = {"Authorization": f"Bearer {TOKEN}"}
-#: Generated cases per operation and phase: with the document's 40 operations, some 2,000
-#: requests, 40 to 70 s on 2 shared cores.
+#: Generated cases per operation and phase: with the document's 40 operations, some 4,000
+#: requests, 35 to 90 s on 2 shared cores.
 MAX_EXAMPLES = 10
 SEED = 30
 PHASES = ("examples", "coverage", "fuzzing", "stateful")
