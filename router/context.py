@@ -14,6 +14,7 @@ product be typed, read and tested without importing the assembly that loads it.
 | ``broker`` | the control Redis's client: what every tier shares (rate windows, counters) |
 | ``brokers`` | each tier's broker: its job store (job state, the slot reaper), its queues |
 | ``add_family`` / ``add_tick`` / ``add_routes`` | contributes its jobs, ticks and routes |
+| ``add_parity`` | contributes its shadow runs (the dashboard's Parity page) |
 | ``tick`` | finds a registered tick (a CLI re-drive) |
 """
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from router.ticks import Tick
     from shared.config import Settings
     from shared.flags import Flags
+    from shared.parity import ParitySource
     from tiers.broker import TierBroker
     from tiers.families import Family
     from tiers.tier_brokers import TierBrokers
@@ -66,6 +68,10 @@ class ServiceContext(Protocol):
         """Serve the blueprints ``build`` returns from the internal API. ``build`` runs when
         the API's app is made: a process that serves no API (a worker, the scheduler) never
         imports the routes, nor Flask, so ``build`` imports them itself."""
+
+    def add_parity(self, product: str, source: ParitySource) -> None:
+        """Report ``product``'s shadow runs: ``source(since)`` reads them (the dashboard's
+        Parity page calls it per request; it reads Redis or PostgreSQL, never Rails)."""
 
     def tick(self, name: str) -> Tick:
         """A registered tick by name.

@@ -129,6 +129,13 @@ class ValidationFailed(SpeedtierError):
         self.errors = errors
 
 
+class ConflictingFields(ValidationFailed):
+    """A request the API document accepts whose fields contradict each other or the stored
+    record it names (a pinned id naming another record, a credential or setting of another
+    provider than the stored connection's); ``errors`` maps each field path to why. The API
+    answers 409: the request is well formed, the state it meets refuses it."""
+
+
 class QueueUnavailable(SpeedtierError):
     """The queue store (Redis) could not durably accept the work.
 

@@ -110,6 +110,18 @@ TRIMMED = StringRule(trimmed, NOT_BLANK_PATTERN)
 
 #: A string without NUL.
 Text = Annotated[str, NUL_FREE]
+
+#: The pydantic error type of a value that contradicts another field of the same request (a
+#: pinned id naming another record): the API answers it 409 ``conflicting_fields``, not 400,
+#: since the API document cannot say one field is a function of another.
+CONFLICTING: str = "conflicting_fields"
+
+
+def conflicting(message: str) -> PydanticCustomError:
+    """A validator's error for a value that contradicts another field (:data:`CONFLICTING`)."""
+    return PydanticCustomError(CONFLICTING, message)
+
+
 #: Reads a whole-number float as an int. In an ``Annotated``, put range constraints before it
 #: (``Annotated[int, Field(ge=1), WHOLE_NUMBER]``) or give them as the field's own
 #: ``Field(...)``: after it, pydantic documents them as ``ge``/``le``, which JSON Schema

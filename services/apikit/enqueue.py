@@ -41,14 +41,21 @@ from services.apikit.schemas import (
     MAX_REQUESTS_PER_CALL,
     EnqueueAccepted,
     EnqueueRefused,
+    ErrorBody,
     OrganizationId,
     StrictRequest,
 )
 from shared import metrics
-from shared.errors import ValidationFailed
+from shared.errors import ConflictingFields, ValidationFailed
+from shared.inputs import CONFLICTING
 
 ENQUEUE_RESPONSES: dict[int, ResponseSpec] = {
     202: ("Every job is durably in Redis; one answer per request, in order.", EnqueueAccepted),
+    409: (
+        "A request's fields contradict each other (a pinned id naming another record): "
+        "`conflicting_fields`, `fields` naming each; nothing was enqueued.",
+        ErrorBody,
+    ),
     503: (
         "Redis is unreachable, read-only (`queue_unavailable`) or out of memory "
         "(`queue_full`): nothing was enqueued but the requests in `accepted`; send again after "
@@ -149,11 +156,15 @@ class EnqueueContract:
 
         Raises:
           ValidationFailed: with a message per field path (``requests[0].organization_id``).
+          ConflictingFields: every error is a field contradicting another (a pinned id).
         """
         try:
             body = self.body_model().model_validate_json(raw)
         except ValidationError as exc:
-            raise ValidationFailed(self._errors(exc)) from None
+            errors = self._errors(exc)
+            if all(item["type"] == CONFLICTING for item in exc.errors(include_url=False)):
+                raise ConflictingFields(errors) from None
+            raise ValidationFailed(errors) from None
         return [
             JobRequest(
                 item.kind,

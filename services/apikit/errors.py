@@ -5,6 +5,10 @@ cause                                       status  body
 ==========================================  ======  =========================================
 ``ValidationFailed`` (bad JSON, types,      400     ``{"error": "invalid_request",
 missing fields, unknown kinds, NUL)                  "fields": {path: message}}``
+``ConflictingFields`` (well-formed fields   409     ``{"error": "conflicting_fields",
+that contradict each other or the stored             "message": ..., "fields": {...}}``
+record: a pinned id of another record, a
+setting of another provider)
 body over ``SPEEDTIER_API_MAX_BODY_BYTES``  413     ``{"error": "payload_too_large", ...}``
 (declared or streamed)
 no route, a path id that is not an id       404     ``{"error": "not_found"}``
@@ -41,7 +45,13 @@ from flask import Flask, Response, current_app, jsonify
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException, InternalServerError, RequestEntityTooLarge
 
-from shared.errors import EnqueueOutcomeUnknown, QueueFull, QueueUnavailable, ValidationFailed
+from shared.errors import (
+    ConflictingFields,
+    EnqueueOutcomeUnknown,
+    QueueFull,
+    QueueUnavailable,
+    ValidationFailed,
+)
 from shared.outages import is_infrastructure_outage
 from tiers.redis_retry import REDIS_DOWN
 
@@ -97,6 +107,10 @@ def invalid_request(fields: dict[str, str]) -> Response:
 
 def _validation_failed(exc: ValidationFailed) -> Response:
     return invalid_request(exc.errors)
+
+
+def _conflicting_fields(exc: ConflictingFields) -> Response:
+    return error_response(409, "conflicting_fields", message=str(exc), fields=exc.errors)
 
 
 def unavailable(error: str, message: str, retry_after: int = RETRY_AFTER_SECONDS) -> Response:
@@ -216,6 +230,7 @@ def _snake(name: str) -> str:
 def register_error_handlers(app: Flask) -> None:
     """Answer every error of ``app`` in JSON."""
     app.register_error_handler(ValidationFailed, _validation_failed)
+    app.register_error_handler(ConflictingFields, _conflicting_fields)
     app.register_error_handler(QueueUnavailable, _queue_unavailable)
     app.register_error_handler(QueueFull, _queue_full)
     app.register_error_handler(EnqueueOutcomeUnknown, _outcome_unknown)

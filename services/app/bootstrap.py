@@ -26,6 +26,7 @@ from shared.egress.session import set_default_guard
 from shared.errors import NotConfigured
 from shared.flags import Flags
 from shared.observability import ACTOR_THROWS, configure_logging, init_sentry
+from shared.parity import ParitySource
 from shared.redis_persistence import verify_redis_persistence
 from shared.rollouts import PostHogRollouts
 from shared.tracing import configure_tracing
@@ -70,6 +71,8 @@ class Platform:
     ticks: list[Tick] = field(default_factory=list)
     #: Each product's route builders (``add_routes``); :meth:`blueprints` runs them.
     route_builders: list[Callable[[], Iterable[Blueprint]]] = field(default_factory=list)
+    #: Each product's shadow-run source by product name (``add_parity``).
+    parity_sources: dict[str, ParitySource] = field(default_factory=dict)
     _blueprints: list[Blueprint] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -111,6 +114,9 @@ class Platform:
     def add_routes(self, build: Callable[[], Iterable[Blueprint]]) -> None:
         self.route_builders.append(build)
         self._blueprints = None
+
+    def add_parity(self, product: str, source: ParitySource) -> None:
+        self.parity_sources[product] = source
 
     def blueprints(self) -> list[Blueprint]:
         """The products' blueprints, built at the first call (the API's app factory), so a

@@ -23,23 +23,50 @@ from services.ingestion.connector_sync.adapters import KbConnector
 from services.ingestion.schemas import Audience, Name
 from shared.db.models.kb_connectors import KbConnection, KbConnectorBinding
 from shared.egress.session import default_guard
-from shared.errors import ValidationFailed
-from shared.inputs import NUL_FREE, Id
+from shared.errors import ConflictingFields, ValidationFailed
+from shared.inputs import NUL_FREE, NUL_FREE_PATTERN, Id
 
 Provider = Literal["notion", "confluence", "google_drive", "sharepoint", "zendesk"]
 FieldName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_]*$")]
 Secret = Annotated[str, Field(min_length=1, max_length=8192), NUL_FREE]
 ItemId = Annotated[str, Field(min_length=1, max_length=1024), NUL_FREE]
+_NUL_FREE_TEXT = {"type": "string", "pattern": NUL_FREE_PATTERN}
+_SETTING_VALUE = {
+    "anyOf": [
+        _NUL_FREE_TEXT,
+        {"type": ["number", "boolean", "null", "object"]},
+        {
+            "type": "array",
+            "items": {"anyOf": [_NUL_FREE_TEXT, {"type": ["number", "boolean", "null"]}]},
+        },
+    ]
+}
 Settings = Annotated[
     dict[str, Any],
     Field(
+        json_schema_extra={
+            "propertyNames": _NUL_FREE_TEXT,
+            "additionalProperties": _SETTING_VALUE,
+        },
         max_length=20,
         description="The provider's settings (docs/products/ingestion.md lists them per provider).",
     ),
 ]
+
+
+def _names_by_pattern(schema: dict[str, Any]) -> None:
+    """Every key is a field name: pydantic writes the key's pattern as ``patternProperties``,
+    which leaves a key outside the pattern unconstrained; the validator refuses it, and so
+    does the document with the pattern under ``propertyNames``."""
+    for pattern, value in schema.pop("patternProperties", {}).items():
+        schema.setdefault("propertyNames", {})["pattern"] = pattern
+        schema["additionalProperties"] = value
+
+
 Credentials = Annotated[
     dict[FieldName, Secret],
     Field(
+        json_schema_extra=_names_by_pattern,
         min_length=1,
         max_length=10,
         description="Notion: `api_token`; Confluence and Zendesk: `email`, `api_token`; "
@@ -213,6 +240,33 @@ def checked(connector: KbConnector, model: type[BaseModel], values: Any, prefix:
         raise ValidationFailed(errors) from None
 
 
+def fitted(connector: KbConnector, model: type[BaseModel], values: Any, prefix: str) -> Any:
+    """:func:`checked` for a body that names a stored connection rather than a provider:
+    the API document lists every provider's fields, so a refusal here is a body that does
+    not fit the stored connection's provider, ConflictingFields (409) naming each field. A
+    NUL in a value stays a 400, as everywhere (the document's values are NUL-free)."""
+    try:
+        return model.model_validate(values).model_dump(mode="json", exclude_defaults=True)
+    except ValidationError as exc:
+        items = exc.errors(include_url=False)
+        errors: dict[str, str] = {}
+        for item in items:
+            errors.setdefault(field_path((prefix, *item["loc"])), item["msg"])
+        if any(item["type"] == "nul_character" for item in items):
+            raise ValidationFailed(errors) from None
+        raise _not_fitting(connector, errors) from None
+
+
+def _not_fitting(connector: KbConnector, errors: dict[str, str]) -> ConflictingFields:
+    provider = connector.provider
+    return ConflictingFields(
+        {
+            path: f"{message} (the connection's provider is {provider})"
+            for path, message in errors.items()
+        }
+    )
+
+
 def checked_host(connector: KbConnector, settings: Mapping[str, Any], prefix: str) -> None:
     """Refuse connection ``settings`` whose provider host (``site``...) is an address the
     egress guard refuses: ValidationFailed naming the field that made the host."""
@@ -226,6 +280,8 @@ def checked_host(connector: KbConnector, settings: Mapping[str, Any], prefix: st
 
 
 def checked_item(connector: KbConnector, item_id: str) -> str:
+    """``item_id`` as the stored connection's provider names an item; ConflictingFields
+    (409) when it is not (the document lists every provider's forms)."""
     if not re.fullmatch(connector.item_pattern, item_id):
-        raise ValidationFailed({"item_id": f"must be {connector.item_help}"})
+        raise _not_fitting(connector, {"item_id": f"must be {connector.item_help}"})
     return item_id

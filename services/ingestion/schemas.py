@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, BeforeValidator, ConfigDict, Field
 
 from services.apikit.schemas import StrictRequest
-from services.web.urls import normalize_url
+from services.web.urls import HTTP_URL
 from shared.db.models.ingestion import KbDocument, KbDocumentVersion, KnowledgeBase
 from shared.errors import ValidationFailed
 from shared.inputs import MAX_ID, NUL_FREE, TRIMMED, WHOLE_NUMBER, Id, JsonInt
@@ -32,6 +32,11 @@ MAX_CONNECTOR = 200
 MAX_URL_LENGTH = 2048
 MAX_VERSION = 2**31 - 1
 
+HttpUrlText = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_URL_LENGTH, description="An absolute http(s) URL."),
+    HTTP_URL,
+]
 Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH), TRIMMED]
 AudienceEntry = Annotated[str, Field(min_length=1, max_length=200), TRIMMED]
 Audience = Annotated[
@@ -46,12 +51,6 @@ Version = Annotated[int, Field(ge=1, le=MAX_VERSION), WHOLE_NUMBER]
 RefreshSchedule = Literal["hourly", "daily", "weekly"]
 DocumentStatus = Literal["processing", "ready", "failed"]
 VersionCause = Literal["upload", "recrawl", "refresh", "connector", "feed", "rollback"]
-
-
-def _http_url(value: str) -> str:
-    if normalize_url(value) is None:
-        raise ValueError("must be an absolute http(s) URL without credentials")
-    return value
 
 
 # -- knowledge bases -----------------------------------------------------------------------
@@ -134,9 +133,7 @@ class DocumentJsonCreate(StrictRequest):
 
     name: Name | None = None
     text: Annotated[str, Field(min_length=1), NUL_FREE] | None = None
-    url: (
-        Annotated[str, Field(max_length=MAX_URL_LENGTH), NUL_FREE, AfterValidator(_http_url)] | None
-    ) = None
+    url: HttpUrlText | None = None
     crawl_depth: JsonInt = Field(0, ge=0, le=MAX_CRAWL_DEPTH, description="Same-host link depth.")
     connector: Connector | None = Field(
         None, description="The connector binding the URL document came through."
@@ -158,9 +155,35 @@ class UploadedFile(StrictRequest):
     content_type: Annotated[str, NUL_FREE] | None = None
 
 
+#: One ``audience`` form part: entries separated by commas (each trimmed, a blank one
+#: ignored), at most :data:`MAX_AUDIENCE` entries of at most 200 characters, no NUL.
+AUDIENCE_TEXT_PATTERN = rf"^[^,\x00]{{0,200}}(?:,[^,\x00]{{0,200}}){{0,{MAX_AUDIENCE - 1}}}$"
+#: A repeated ``audience`` part holding one entry.
+AUDIENCE_PART_PATTERN = r"^[^,\x00]{0,200}$"
+
+
+def _form_audience(schema: dict[str, Any]) -> None:
+    """A form field is text on the wire: ``audience`` is one comma-separated part or
+    repeated parts of one entry each, what :func:`services.ingestion.inputs.file_input` reads."""
+    schema["properties"]["audience"] = {
+        "description": "Who may retrieve the document (empty: everyone in the organization): "
+        "comma-separated in one part, or one entry per repeated part.",
+        "anyOf": [
+            {"type": "string", "pattern": AUDIENCE_TEXT_PATTERN},
+            {
+                "type": "array",
+                "maxItems": MAX_AUDIENCE,
+                "items": {"type": "string", "pattern": AUDIENCE_PART_PATTERN},
+            },
+        ],
+    }
+
+
 class FileUploadForm(FileUploadFields):
     """``multipart/form-data``: a ``file`` part, ``name`` (default: the file's name) and
     ``audience`` (repeated, or comma-separated)."""
+
+    model_config = ConfigDict(json_schema_extra=_form_audience)
 
     file: bytes = Field(min_length=1, description="The document's bytes (1 byte to 10 MB).")
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl
+from pydantic import BaseModel, ConfigDict, Field
 
 from router.requests import JobRequest
+from services.web.urls import HTTP_URL, MAX_URL_LENGTH, whatwg_url
 from shared.db.models.rails import KnowledgeBaseSource
 from shared.inputs import NUL_FREE, Id, JsonInt
 from tiers.families import Family
@@ -56,10 +57,18 @@ class CrawlStartParams(_Routed):
     crawl_task_id: Id
 
 
+#: What a crawl takes: an http(s) URL of at most pydantic's ``HttpUrl`` limit.
+CrawlUrl = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_URL_LENGTH, description="An absolute http(s) URL."),
+    HTTP_URL,
+]
+
+
 class CrawlUrlParams(_Routed):
     crawl_task_id: Id
-    url: HttpUrl
-    parent_url: HttpUrl | None = None
+    url: CrawlUrl
+    parent_url: CrawlUrl | None = None
     depth: JsonInt = Field(0, ge=0, le=100)
 
 
@@ -159,7 +168,7 @@ def families(actors: KnowledgeSyncActors) -> list[Family]:
             kind="crawl_url",
             handler=actors.crawl_url,
             params=CrawlUrlParams,
-            job_id=lambda _org, p: crawl_url_job_id(p.crawl_task_id, str(p.url)),
+            job_id=lambda _org, p: crawl_url_job_id(p.crawl_task_id, whatwg_url(p.url)),
             provider=_crawler,
             pause_flag=PAUSE_FLAG,
         ),

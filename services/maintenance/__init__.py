@@ -17,6 +17,7 @@ def register(platform: ServiceContext) -> None:
     from services.maintenance.actors import MaintenanceActors
     from services.maintenance.counter_caches import CounterCacheRun
     from services.maintenance.families import families
+    from services.maintenance.shadow import parity_source
     from services.rails.client import RailsClient
 
     settings = platform.settings
@@ -45,6 +46,7 @@ def register(platform: ServiceContext) -> None:
     platform.add_tick(ticks.expired_evaluations_tick(rails, jobs))
     platform.add_tick(ticks.unit21_tick(platform.sessions, platform.router))
     platform.add_tick(ticks.counter_cache_tick(platform.sessions, platform.router))
+    platform.add_parity("maintenance", parity_source(jobs))
     platform.add_routes(_routes)
 
 

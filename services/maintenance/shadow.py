@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from shared.observability import current_job
+from shared.parity import ParityRun, ParitySource
 from tiers.job_store import JobStore
 
 #: The last runs kept, and for how long (past a 24-hour bake window).
@@ -45,8 +47,10 @@ def log_key(jobs: JobStore) -> str:
 def comparison(step: str, before: int, answer: dict[str, Any], after: int) -> dict[str, Any]:
     """One step's shadow record."""
     fixed = answer.get("fixed")
+    job = current_job.get()
     return {
         "ran_at": datetime.now(UTC).isoformat(),
+        "job_id": job.get("job_id") if job else None,
         "step": step,
         "native_would_fix": before,
         "rails_fixed": fixed,
@@ -90,3 +94,35 @@ def shadow_runs(jobs: JobStore, since: datetime) -> list[ShadowRun]:
     raw = jobs.client.lrange(log_key(jobs), 0, KEEP - 1)
     runs = [ShadowRun(json.loads(item)) for item in raw]
     return sorted((run for run in runs if run.ran_at >= since), key=lambda run: run.ran_at)
+
+
+def parity_source(jobs: JobStore) -> ParitySource:
+    """The counter-repair shadow runs as the dashboard's Parity page reads them (a run
+    measures the region, not one organization)."""
+
+    def read(since: datetime) -> list[ParityRun]:
+        return [_parity(run) for run in shadow_runs(jobs, since)]
+
+    return read
+
+
+def _parity(run: ShadowRun) -> ParityRun:
+    r = run.record
+    found: list[str] = []
+    if r["native_would_fix"] != r["rails_fixed"]:
+        found.append(
+            f"count: native would fix {r['native_would_fix']}, rails fixed {r['rails_fixed']}"
+        )
+    if r["drift_after"]:
+        found.append(f"rows: {r['drift_after']} parents out of parity after rails' fix")
+    return ParityRun(
+        product="maintenance",
+        organization_id=None,
+        ran_at=run.ran_at,
+        matched=run.matched,
+        subject=f"counter step {r['step']}",
+        summary=f"native would fix {r['native_would_fix']}, rails fixed {r['rails_fixed']}, "
+        f"out of parity after {r['drift_after']}",
+        differences=tuple(found),
+        job_id=r.get("job_id"),
+    )

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 def register(platform: ServiceContext) -> None:
     """The report family, the 04:00 and 20:00 UTC ticks and the enqueue route."""
     from services.reports.actors import ReportActors, build_context
-    from services.reports.families import families
+    from services.reports.families import REPORT_JOB_PREFIX, TIER, families
+    from services.reports.shadow import parity_source
     from services.reports.ticks import report_ticks
 
     context = build_context(platform)
@@ -22,6 +23,8 @@ def register(platform: ServiceContext) -> None:
         platform.add_family(family)
     for tick in report_ticks(context, platform.router):
         platform.add_tick(tick)
+    jobs = platform.brokers.of_tier(TIER).jobs
+    platform.add_parity("reports", parity_source(jobs, REPORT_JOB_PREFIX))
     platform.add_routes(_routes)
 
 

@@ -31,6 +31,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.reports.store import ReportRow, collect_rows
+from shared.parity import ParityRun, ParitySource
 from shared.rollouts import DAILY_AGENT_EVALUATION_REPORT_COLLECT_SHADOW
 from tiers.job_store import JobStore, as_text
 
@@ -129,3 +130,32 @@ def shadow_runs(
             continue
         runs.append(run)
     return sorted(runs, key=lambda run: (run.ran_at, run.job_id))
+
+
+def parity_source(jobs: JobStore, prefix: str) -> ParitySource:
+    """The report shadow runs as the dashboard's Parity page reads them."""
+
+    def read(since: datetime) -> list[ParityRun]:
+        return [_parity(run) for run in shadow_runs(jobs, prefix, since)]
+
+    return read
+
+
+def _parity(run: ShadowRun) -> ParityRun:
+    record = run.record
+    error = record.get("error")
+    found = list(record.get("differences", []))
+    if error:
+        found.insert(0, f"native raised: {error}")
+    organization_id = record.get("organization_id")
+    return ParityRun(
+        product="reports",
+        organization_id=int(organization_id) if organization_id is not None else None,
+        ran_at=run.ran_at,
+        matched=run.matched,
+        subject=f"report {record.get('date', '?')}",
+        summary=f"rails {record.get('control_rows')} rows, native "
+        f"{record.get('candidate_rows', '-')} rows",
+        differences=tuple(str(line) for line in found),
+        job_id=run.job_id,
+    )

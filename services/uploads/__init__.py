@@ -21,6 +21,7 @@ def register(platform: ServiceContext) -> None:
     from services.uploads.dispatch import UploadJobs
     from services.uploads.families import families
     from services.uploads.object_store import ObjectStore, object_store
+    from services.uploads.shadow import parity_source
     from services.uploads.ticks import upload_scan_tick
     from shared.rollouts import CONVERSATION_UPLOAD_SYNC_COMPLETION
 
@@ -64,6 +65,7 @@ def register(platform: ServiceContext) -> None:
         return (jobs_store.record(job_id) or {}).get("state")
 
     platform.add_tick(upload_scan_tick(platform.sessions, platform.router, job_state, jobs_store))
+    platform.add_parity("uploads", parity_source(jobs_store))
     platform.add_routes(_routes)
 
 

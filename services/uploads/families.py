@@ -17,12 +17,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from router.requests import JobRequest
-from shared.inputs import Id, Text
+from shared.inputs import Id, conflicting
 from tiers.families import Family
 from tiers.policies import UPLOAD_RETRY
 
@@ -45,6 +45,17 @@ def completion_job_id(upload_id: int) -> str:
     return f"provider_conversation_sync_completion_{sync_run_id(upload_id)}"
 
 
+SyncRunId = Annotated[
+    str,
+    Field(
+        pattern=r"^xcally-upload-[1-9][0-9]{0,18}$",
+        max_length=33,
+        description="Pinned: `xcally-upload-<conversation_upload_id>` of this request; "
+        "another upload's id answers 409 `conflicting_fields`.",
+    ),
+]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -63,15 +74,15 @@ class CompletionParams(_Strict):
     conversation_upload_id: Id
     #: The conversation the XCALLY processor created or reused (the ledger row's target).
     conversation_id: Id
-    #: Pinned: ``xcally-upload-<conversation_upload_id>``; anything else is refused.
-    sync_run_id: Text
+    #: Pinned: ``xcally-upload-<conversation_upload_id>``; another upload's id is a conflict.
+    sync_run_id: SyncRunId
 
     @field_validator("sync_run_id")
     @classmethod
     def _pinned(cls, value: str, info: ValidationInfo) -> str:
         upload_id = info.data.get("conversation_upload_id")
         if upload_id is not None and value != sync_run_id(upload_id):
-            raise ValueError(f"must be {sync_run_id(upload_id)!r} (pinned to the upload)")
+            raise conflicting(f"must be {sync_run_id(upload_id)!r} (pinned to the upload)")
         return value
 
 

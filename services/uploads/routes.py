@@ -119,8 +119,9 @@ def _flagged(requests: list[JobRequest]) -> list[JobRequest]:
 def completion_blueprint() -> Blueprint:
     """``POST /internal/provider_conversation_sync_completions/enqueue`` (ENG-2948).
 
-    401 without the token; 400 naming each bad field (``sync_run_id`` must be
-    ``xcally-upload-<conversation_upload_id>``); 409 ``sync_completion_disabled`` when
+    401 without the token; 400 naming each bad field; 409 ``conflicting_fields`` when a
+    ``sync_run_id`` is not ``xcally-upload-<conversation_upload_id>`` of its request (both are
+    proven rejections); 409 ``sync_completion_disabled`` when
     ``api2_conversation_upload_sync_completion`` is off for an organization of the batch (a
     proven rejection: Rails' fallback is allowed, nothing was enqueued); 503 when Redis is
     down; 202 ``added``, or ``deduplicated`` onto the pinned
@@ -148,7 +149,8 @@ def completion_blueprint() -> Blueprint:
             **ENQUEUE_RESPONSES,
             409: (
                 "api2_conversation_upload_sync_completion is off for an organization of the "
-                "batch; nothing was enqueued.",
+                "batch (`sync_completion_disabled`), or a `sync_run_id` names another upload "
+                "(`conflicting_fields`); nothing was enqueued.",
                 ErrorBody,
             ),
         },

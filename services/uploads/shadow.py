@@ -35,6 +35,8 @@ from services.uploads.errors import UploadProcessingFailed
 from services.uploads.identities import data_source_of, employee_of
 from shared.db.models import Client, Conversation, ConversationMembership, ConversationUpload
 from shared.db.tenant import select_scoped
+from shared.observability import current_job
+from shared.parity import ParityRun, ParitySource
 from tiers.job_store import JobStore
 
 log = logging.getLogger(__name__)
@@ -158,6 +160,8 @@ def shadow_process(
             "matched": False,
             "differences": [f"native reading raised {type(exc).__name__}: {exc}"[:500]],
         }
+    job = current_job.get()
+    result["job_id"] = job.get("job_id") if job else None
     key = log_key(jobs)
     try:
         pipe = jobs.client.pipeline()
@@ -196,4 +200,31 @@ def shadow_runs(
             and (organization_id is None or run.record.get("organization_id") == organization_id)
         ),
         key=lambda run: run.ran_at,
+    )
+
+
+def parity_source(jobs: JobStore) -> ParitySource:
+    """The upload shadow runs as the dashboard's Parity page reads them."""
+
+    def read(since: datetime) -> list[ParityRun]:
+        return [_parity(run) for run in shadow_runs(jobs, since)]
+
+    return read
+
+
+def _parity(run: ShadowRun) -> ParityRun:
+    r = run.record
+    found = tuple(str(line) for line in r.get("differences", []))
+    organization_id = r.get("organization_id")
+    return ParityRun(
+        product="uploads",
+        organization_id=int(organization_id) if organization_id is not None else None,
+        ran_at=run.ran_at,
+        matched=run.matched,
+        subject=f"upload {r.get('conversation_upload_id')}",
+        summary="native reading matches what rails wrote"
+        if run.matched
+        else f"{len(found)} difference{'' if len(found) == 1 else 's'} from what rails wrote",
+        differences=found,
+        job_id=r.get("job_id"),
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-from services.web.urls import normalize_url, origin
+from services.web.urls import normalize_url, origin, takeable
 
 # Boilerplate dropped before conversion (links are collected before, from the whole page).
 _BOILERPLATE = (
@@ -39,7 +39,9 @@ def _links(tree: LexborHTMLParser, base: str, page_url: str) -> list[str]:
         if "nofollow" in (anchor.attributes.get("rel") or "").lower().split():
             continue
         link = normalize_url(anchor.attributes.get("href") or "", base=base)
-        if link is not None and link != page_url and origin(link) == page_origin:
+        if link is None or not takeable(link):
+            continue
+        if link != page_url and origin(link) == page_origin:
             links.setdefault(link)
     return list(links)
 

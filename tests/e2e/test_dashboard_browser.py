@@ -35,6 +35,7 @@ from services.rails import delivery_claims
 from tests import REPO
 from tests import platform_harness as h
 from tests.fixtures_platform import CREDENTIALS_KEY, TOKEN, MakePlatform
+from tests.shadow_runs import record_shadow_runs
 
 pytestmark = pytest.mark.slow
 
@@ -409,3 +410,20 @@ def _answers(url: str) -> bool:
         return requests.get(url, timeout=5).status_code == 200
     except requests.RequestException:  # not listening yet, or still booting its worker
         return False
+
+
+def test_the_parity_page_shows_each_products_divergences(
+    browser: WebDriver, site: str, platform: Platform
+) -> None:
+    recorded = record_shadow_runs(platform)
+    sign_in(browser, site)
+    click(browser, By.LINK_TEXT, "Parity")
+    org = recorded.organization_id
+    reports = see(browser, f'tr[data-parity="reports|{org}"]')
+    assert reports.split() == ["reports", str(org), "1", "1"]
+    assert see(browser, 'tr[data-parity="maintenance|region"]').split()[-1] == "0"
+    runs = see(browser, f'table[data-group="uploads|{org}"]')
+    assert "diverged" in runs and "upload gone" in runs
+    shot(browser, "parity")
+    click(browser, By.LINK_TEXT, recorded.report_job_id)
+    assert recorded.report_job_id in browser.current_url

@@ -25,6 +25,9 @@ page                               what it shows / does
 ``/dashboard/ledger``              upload delivery ledger rows in flight (read-only: the
                                    uploads reconciler moves them)
 ``/dashboard/audit``               the operator actions taken (``api2.operator_actions``)
+``/dashboard/parity``              each product's shadow runs of the bake window per
+                                   organization, divergences first (``parity``; what the
+                                   products register with ``add_parity``)
 =================================  ===========================================================
 
 Sign-in, sign-out, CSRF and the sign-in limit: ``auth``, ``signin``; the security headers
@@ -37,6 +40,7 @@ except through ``shared.flags``, nor a claim except through
 from services.app.dashboard import (  # noqa: F401  (each module adds its routes)
     busy_routes,
     failed_routes,
+    parity_routes,
     routes,
     signin,
     tenant_routes,

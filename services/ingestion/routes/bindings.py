@@ -9,6 +9,7 @@ from flask import request
 from flask.typing import ResponseReturnValue
 
 from services.apikit.openapi import describe
+from services.apikit.schemas import ErrorBody
 from services.apikit.validation import parse_json
 from services.ingestion import store
 from services.ingestion.api_auth import current_organization_id
@@ -19,8 +20,8 @@ from services.ingestion.connector_schemas import (
     BindingOut,
     DocumentBindingCreate,
     SyncBody,
-    checked,
     checked_item,
+    fitted,
 )
 from services.ingestion.families import sync_job_id, sync_request
 from services.ingestion.inputs import json_body
@@ -37,6 +38,13 @@ from services.ingestion.routes.context import (
 from shared.db.models.kb_connectors import KbConnectorBinding
 
 ACCEPTED = "Its sync job is enqueued (`enqueued`); the documents it lands are ingested."
+NOT_FITTING: dict[int, Any] = {
+    409: (
+        "A setting or the item id does not fit the connection's provider "
+        "(`conflicting_fields`, `fields` naming each); nothing was bound.",
+        ErrorBody,
+    )
+}
 
 
 def _accepted(row: KbConnectorBinding, job: bool, enqueued: bool) -> BindingAccepted:
@@ -87,7 +95,7 @@ def _provider_of(organization_id: int, connection_id: int) -> str:
     "`root_page_ids`; Confluence `space_keys`; Zendesk `locales`, `brand_ids`. With "
     "`item_id`, the binding is one document made from that item. " + ACCEPTED,
     body=BindingCreate,
-    responses={201: ("The binding.", BindingAccepted), **AUTH, **MISSING},
+    responses={201: ("The binding.", BindingAccepted), **AUTH, **MISSING, **NOT_FITTING},
 )
 def create_binding(knowledge_base_id: int) -> ResponseReturnValue:
     body = parse_json(BindingCreate, json_body())
@@ -100,7 +108,7 @@ def create_binding(knowledge_base_id: int) -> ResponseReturnValue:
     if body.item_id is not None:
         values["item_id"] = checked_item(connector, body.item_id)
     else:
-        values["settings"] = checked(connector, connector.settings_model, body.settings, "settings")
+        values["settings"] = fitted(connector, connector.settings_model, body.settings, "settings")
     return _bind(knowledge_base_id, values, body.sync)
 
 
@@ -109,7 +117,7 @@ def create_binding(knowledge_base_id: int) -> ResponseReturnValue:
     description="The document's content is replaced by the item's at each sync (and on the "
     "base's refresh schedule); it is deleted when the provider says the item is gone. " + ACCEPTED,
     body=DocumentBindingCreate,
-    responses={201: ("The binding.", BindingAccepted), **AUTH, **MISSING},
+    responses={201: ("The binding.", BindingAccepted), **AUTH, **MISSING, **NOT_FITTING},
 )
 def bind_document(knowledge_base_id: int, document_id: int) -> ResponseReturnValue:
     body = parse_json(DocumentBindingCreate, json_body())

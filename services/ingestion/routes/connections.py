@@ -19,6 +19,7 @@ from services.ingestion.connector_schemas import (
     ConnectionUpdate,
     checked,
     checked_host,
+    fitted,
 )
 from services.ingestion.inputs import json_body
 from services.ingestion.routes.context import (
@@ -34,6 +35,13 @@ from services.ingestion.schemas import PageQuery
 
 CONFLICT: dict[int, Any] = {
     409: ("A connection of that provider and name exists, or bindings still use it.", ErrorBody)
+}
+UPDATE_CONFLICT: dict[int, Any] = {
+    409: (
+        "A connection of that provider and name exists; or a credential or setting does not "
+        "fit the stored connection's provider (`conflicting_fields`, `fields` naming each).",
+        ErrorBody,
+    )
 }
 NO_KEY: dict[int, Any] = {
     503: ("No credentials key is configured (SPEEDTIER_CONNECTOR_CREDENTIALS_KEY).", ErrorBody)
@@ -104,13 +112,15 @@ def get_connection(connection_id: int) -> ResponseReturnValue:
 @describe(
     "Replace a connection's credentials, settings or name",
     description="Credentials given replace the stored ones as a whole (a rotated token, "
-    "say); the next sync of every binding uses them.",
+    "say); the next sync of every binding uses them. The body names no provider, so the "
+    "document lists every provider's fields; those of another provider than the stored "
+    "connection's answer 409 `conflicting_fields`.",
     body=ConnectionUpdate,
     responses={
         200: ("The connection.", ConnectionOut),
         **AUTH,
         **MISSING,
-        **CONFLICT,
+        **UPDATE_CONFLICT,
         **NO_KEY,
     },
 )
@@ -125,11 +135,11 @@ def update_connection(connection_id: int) -> ResponseReturnValue:
         connector = parts.connectors[row.provider]
         credentials = settings = None
         if body.credentials is not None:
-            credentials = checked(
+            credentials = fitted(
                 connector, connector.credentials_model, body.credentials, "credentials"
             )
         if body.settings is not None:
-            settings = checked(connector, connector.connection_model, body.settings, "settings")
+            settings = fitted(connector, connector.connection_model, body.settings, "settings")
             checked_host(connector, settings, "settings")
         row = store.update_connection(
             session,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import socket
 from typing import Any
 
@@ -387,8 +388,12 @@ def test_every_documented_request_schema_states_the_rules_the_validators_apply(
             # A URI, a date or a file is parsed as such (NUL makes it invalid: 400).
             free_text = schema.get("format") not in ("uri", "binary", "date", "date-time")
             pattern = schema.get("pattern", "")
-            # NUL refused outright, or only listed characters allowed (a host name's)
-            listed = pattern.startswith("^[") and not pattern.startswith("^[^")
+            # NUL refused outright, or only listed characters allowed (a host name's, a
+            # URL's): no wildcard, and every negated class names NUL
+            bare = re.sub(r"\\.|\[(?:\\.|[^\]])*\]", "", pattern)
+            negated = re.findall(r"\[\^((?:\\.|[^\]])*)\]", pattern)
+            listed = pattern.startswith("^") and "." not in bare
+            listed = listed and all("\\x00" in cls for cls in negated)
             assert not free_text or pattern.startswith("^[^\\x00]*") or listed, where
         for key, value in schema.items():
             if key not in ("$ref", "discriminator"):
@@ -401,7 +406,162 @@ def test_every_documented_request_schema_states_the_rules_the_validators_apply(
     assert {"#/components/schemas/DocumentJsonCreate", "#/components/schemas/EnqueueBody"} <= seen
 
 
-# -- 6. PostgreSQL down -------------------------------------------------------------------
+# -- 6. what JSON Schema cannot say, answered so that the document holds ---------------------
+
+COMPLETIONS = "/internal/provider_conversation_sync_completions/enqueue"
+
+
+def assert_conflict(response: TestResponse, field: str) -> None:
+    assert response.status_code == 409, (field, response.status_code, response.json)
+    body = response.json
+    assert body is not None and body["error"] == "conflicting_fields"
+    assert field in body["fields"], body
+
+
+def responses_of(client: FlaskClient, method: str, path: str) -> dict[str, Any]:
+    document = client.get("/internal/openapi.json", headers=INTERNAL).json
+    assert document is not None
+    return document["paths"][path][method]["responses"]  # type: ignore[no-any-return]
+
+
+def test_a_sync_run_id_of_another_upload_is_a_documented_409(
+    client: FlaskClient, platform: Platform
+) -> None:
+    item = {
+        "kind": "complete_provider_conversation_sync",
+        "organization_id": 7,
+        "conversation_upload_id": 1,
+        "conversation_id": 1,
+        "sync_run_id": "xcally-upload-2",
+    }
+    for path in (COMPLETIONS, "/internal/jobs/enqueue"):
+        response = client.post(path, json={"requests": [item]}, headers=INTERNAL)
+        assert_conflict(response, "requests[0].sync_run_id")
+        assert "409" in responses_of(client, "post", path)
+        # not of the pinned form at all: a 400, as the document's pattern says
+        wrong = client.post(
+            path, json={"requests": [{**item, "sync_run_id": "run-1"}]}, headers=INTERNAL
+        )
+        assert_refused(wrong, "requests[0].sync_run_id", "should match pattern")
+    assert queued(platform) == 0
+
+
+def test_a_body_that_does_not_fit_the_stored_connections_provider_is_a_documented_409(
+    tenant: Tenant, client: FlaskClient
+) -> None:
+    created = tenant.call(
+        "POST",
+        "/connections",
+        {"provider": "notion", "name": "wiki", "credentials": {"api_token": "secret-token"}},
+    )
+    assert created.status_code == 201, created.json
+    connection = created.json["id"]  # type: ignore[index]
+    base = tenant.create_base()
+    document = tenant.call(
+        "POST", f"/knowledge-bases/{base}/documents", {"name": "n", "text": "words"}
+    ).json["id"]  # type: ignore[index]
+    # Confluence's credentials and settings, Confluence's scope, a Confluence page id
+    update, bind = "/connections/{connection_id}", "/knowledge-bases/{knowledge_base_id}/connectors"
+    bind_document = "/knowledge-bases/{knowledge_base_id}/documents/{document_id}/connector"
+    cases = [
+        ("PUT", update, {"credentials": {"email": "a@b.c"}}, "credentials"),
+        ("PUT", update, {"settings": {"site": "acme"}}, "settings.site"),
+        (
+            "POST",
+            bind,
+            {"connection_id": connection, "settings": {"space_keys": ["ENG"]}},
+            "settings.space_keys",
+        ),
+        ("PUT", bind_document, {"connection_id": connection, "item_id": "12345"}, "item_id"),
+    ]
+    for method, documented, body, field in cases:
+        path = documented.format(
+            connection_id=connection, knowledge_base_id=base, document_id=document
+        )
+        response = tenant.call(method, path, body)
+        assert response.status_code == 409, (path, response.json)
+        assert response.json["error"] == "conflicting_fields"  # type: ignore[index]
+        assert any(name.startswith(field) for name in response.json["fields"]), response.json  # type: ignore[index]
+        assert "notion" in json.dumps(response.json["fields"])  # type: ignore[index]
+        assert "409" in responses_of(client, method.lower(), documented), documented
+    # A key that is no field name fits no provider: the document's propertyNames say so
+    schemas = client.get("/internal/openapi.json", headers=INTERNAL).json["components"]["schemas"]  # type: ignore[index]
+    names = schemas["ConnectionUpdate"]["properties"]["credentials"]["anyOf"][0]["propertyNames"]
+    assert re.fullmatch(names["pattern"], "api_token") and not re.fullmatch(names["pattern"], "0")
+    refused = tenant.call("PUT", f"/connections/{connection}", {"credentials": {"0": "x"}})
+    assert refused.status_code == 400, refused.json
+    # What fits the stored provider is taken
+    fitting = tenant.call(
+        "PUT", f"/connections/{connection}", {"credentials": {"api_token": "rotated-token"}}
+    )
+    assert fitting.status_code == 200, fitting.json
+
+
+def test_a_url_is_the_documents_pattern_and_its_normal_form_never_grows(
+    tenant: Tenant, client: FlaskClient
+) -> None:
+    document = client.get("/internal/openapi.json", headers=INTERNAL).json
+    assert document is not None
+    schemas = document["components"]["schemas"]
+    crawl = schemas["CrawlUrlRequest"]["properties"]["url"]
+    assert crawl["maxLength"] == 2083 and crawl["pattern"].startswith("^[Hh][Tt][Tt][Pp]")
+    pattern = re.compile(crawl["pattern"])
+    # A bare host at the limit: WHATWG's normal form adds a "/" (2084), still accepted
+    host = (("a" * 62 + ".") * 34)[: 2083 - len("https://") - 1] + "b"
+    longest = f"https://{host}"
+    assert len(longest) == 2083 and pattern.fullmatch(longest)
+    crawl_item = {"kind": "crawl_url", "organization_id": 7, "crawl_task_id": 1}
+    for url, status in (
+        (longest, 202),
+        ("https://xn--mnchen-3ya.de/a?b=c#d", 202),
+        ("HTTPS://Example.COM:443", 202),
+        ("https://münchen.de/", 400),  # an IDN in its xn-- form only
+        ("https://example.com?q=1", 400),  # a path from "/" before a query
+        ("https://example.com/a b", 400),
+        ("https://a.0/", 400),  # WHATWG reads the host as an IPv4 address, and refuses it
+        ("ftp://example.com/", 400),
+    ):
+        assert bool(pattern.fullmatch(url)) == (status == 202), url
+        body = {"requests": [{**crawl_item, "url": url, "parent_url": url}]}
+        response = client.post("/internal/knowledge_base_sync/enqueue", json=body, headers=INTERNAL)
+        assert response.status_code == status, (url, response.json)
+    # A URL document takes the same rule
+    base = tenant.create_base()
+    documents = f"/knowledge-bases/{base}/documents"
+    assert tenant.call("POST", documents, {"url": "https://münchen.de/"}).status_code == 400
+    accepted = tenant.call("POST", documents, {"url": "https://example.com"})
+    assert accepted.status_code == 202, accepted.json
+
+
+def test_the_multipart_audience_is_documented_as_the_text_it_is_on_the_wire(
+    tenant: Tenant, client: FlaskClient
+) -> None:
+    operation = client.get("/internal/openapi.json", headers=INTERNAL).json["paths"][  # type: ignore[index]
+        "/knowledge-bases/{knowledge_base_id}/documents"
+    ]["post"]
+    reference = operation["requestBody"]["content"]["multipart/form-data"]["schema"]["$ref"]
+    form = client.get("/internal/openapi.json", headers=INTERNAL).json["components"]["schemas"][  # type: ignore[index]
+        reference.rsplit("/", 1)[1]
+    ]
+    text, parts = form["properties"]["audience"]["anyOf"]
+    assert text["type"] == "string" and parts["type"] == "array"
+    path = f"/knowledge-bases/{tenant.create_base()}/documents"
+
+    def upload(audience: Any) -> TestResponse:
+        data = {"file": (io.BytesIO(b"some words"), "a.txt", "text/plain"), "audience": audience}
+        return tenant.client.post(
+            path, data=data, headers=tenant.auth, content_type="multipart/form-data"
+        )
+
+    for audience in ("{}", "staff, sales", ["staff", "sales"], "true"):
+        assert re.fullmatch(text["pattern"], audience if isinstance(audience, str) else "x")
+        assert upload(audience).status_code == 202, audience
+    too_long = "a" * 201
+    assert not re.fullmatch(text["pattern"], too_long)
+    assert upload(too_long).status_code == 400
+
+
+# -- 7. PostgreSQL down -------------------------------------------------------------------
 
 
 def unused_port() -> int:

@@ -28,8 +28,10 @@ from shared.db.base import utcnow
 from shared.db.engine import session_scope
 from shared.db.models import ConversationUpload, ConversationUploadDelivery, Organization
 from shared.db.models.operator import OperatorAction
+from shared.parity import ParityRun
 from tests import platform_harness as h
 from tests.fixtures_platform import AUTH, TOKEN, MakePlatform
+from tests.shadow_runs import record_shadow_runs
 
 HARNESS = (*SERVICE_MODULES, "tests.platform_harness")
 
@@ -367,3 +369,40 @@ def test_postgresql_down_a_retry_still_stands_and_switches_say_so(
     # And the pages that need PostgreSQL say so
     switches = client.get("/dashboard/switches")
     assert switches.status_code == 503 and b"PostgreSQL is unreachable" in switches.data
+
+
+def test_the_parity_page_lists_each_products_shadow_runs(app: Flask, platform: Platform) -> None:
+    # Given a diverged report run and upload reading of one organization, a matching counter
+    # step of the region, each recorded by its product and read through what it registered
+    recorded = record_shadow_runs(platform)
+    assert set(platform.parity_sources) == {"maintenance", "reports", "uploads"}
+    client = signed_in(app)
+
+    page = client.get("/dashboard/parity").text
+
+    # Then each product and organization has its row, divergences first, linking to its job
+    groups = page.split('id="parity-groups"')[1].split("</table>")[0]
+    org = recorded.organization_id
+    assert groups.index(f'data-parity="reports|{org}"') < groups.index('"maintenance|region"')
+    assert re.search(rf'data-parity="uploads\|{org}">.*?<span class="bad">1</span>', groups)
+    assert re.search(r'data-parity="maintenance\|region">.*?<span class="ok">0</span>', groups)
+    assert "rows: rails 1, native 0" in page and "agent 5: missing from native" in page
+    assert "upload gone" in page and f"upload {recorded.upload_id}" in page
+    assert "native would fix 2, rails fixed 2, out of parity after 0" in page
+    for job_id in (recorded.report_job_id, recorded.counter_job_id, recorded.upload_job_id):
+        assert f'href="/dashboard/jobs/{job_id}"' in page
+    # One product, and a product no one registered
+    only = client.get("/dashboard/parity?product=uploads").text
+    assert "upload gone" in only and "agent 5" not in only
+    assert client.get("/dashboard/parity?product=nope").status_code == 400
+
+
+def test_an_unreadable_shadow_source_is_never_shown_as_parity(
+    app: Flask, platform: Platform
+) -> None:
+    def broken(since: object) -> list[ParityRun]:
+        raise ConnectionError("redis went away")
+
+    platform.add_parity("reports", broken)
+    page = signed_in(app).get("/dashboard/parity").text
+    assert 'data-unreadable="reports"' in page and "redis went away" in page

@@ -220,25 +220,27 @@ def test_binding_a_base_enqueues_its_sync(tenant: Tenant, platform: Platform) ->
 
 
 @pytest.mark.parametrize(
-    ("body", "field"),
+    ("body", "field", "status"),
     [
-        ({"settings": {"drive_id": "a/b"}}, "settings.drive_id"),
-        ({"settings": {"export_format": "pdf"}}, "settings.export_format"),
-        ({"settings": {"folder": "x"}}, "settings.folder"),
-        ({"item_id": "no-slash"}, "item_id"),
-        ({"connection_id": "1"}, "connection_id"),
-        ({"sync": "yes"}, "sync"),
+        # what the connection's provider (Google Drive) does not take: a conflict with it
+        ({"settings": {"drive_id": "a/b"}}, "settings.drive_id", 409),
+        ({"settings": {"export_format": "pdf"}}, "settings.export_format", 409),
+        ({"settings": {"folder": "x"}}, "settings.folder", 409),
+        ({"item_id": "no-slash"}, "item_id", 409),
+        # what the document refuses
+        ({"connection_id": "1"}, "connection_id", 400),
+        ({"sync": "yes"}, "sync", 400),
     ],
 )
-def test_bad_bindings_are_400_naming_the_field(
-    tenant: Tenant, body: dict[str, Any], field: str
+def test_bad_bindings_are_refused_naming_the_field(
+    tenant: Tenant, body: dict[str, Any], field: str, status: int
 ) -> None:
     ident = connect(tenant)
     base = tenant.create_base()
     response = tenant.call(
         "POST", f"/knowledge-bases/{base}/connectors", {"connection_id": ident, **body}
     )
-    assert response.status_code == 400, response.json
+    assert response.status_code == status, response.json
     assert field in response.json["fields"]  # type: ignore[index]
     assert tenant.call("GET", f"/knowledge-bases/{base}/connectors").json["bindings"] == []  # type: ignore[index]
 
@@ -296,7 +298,8 @@ def test_sharepoint_needs_a_site_or_a_drive(tenant: Tenant) -> None:
     base = tenant.create_base()
     path = f"/knowledge-bases/{base}/connectors"
     missing = tenant.call("POST", path, {"connection_id": ident, "settings": {}})
-    assert missing.status_code == 400 and "settings" in missing.json["fields"]  # type: ignore[index]
+    # no scope is a SharePoint binding's conflict with its connection's provider
+    assert missing.status_code == 409 and "settings" in missing.json["fields"]  # type: ignore[index]
     ok = tenant.call("POST", path, {"connection_id": ident, "settings": {"site_id": "contoso,1,2"}})
     assert ok.status_code == 201
 
@@ -310,7 +313,7 @@ def test_binding_a_document_to_one_item(tenant: Tenant) -> None:
     document = added.json["id"]  # type: ignore[index]
     path = f"/knowledge-bases/{base}/documents/{document}/connector"
     bad = tenant.call("PUT", path, {"connection_id": ident, "item_id": "not a page"})
-    assert bad.status_code == 400 and "item_id" in bad.json["fields"]  # type: ignore[index]
+    assert bad.status_code == 409 and "item_id" in bad.json["fields"]  # type: ignore[index]
     page = "59833787-2cf9-4fdf-8782-e53db20768a5"
     response = tenant.call("PUT", path, {"connection_id": ident, "item_id": page, "sync": False})
     assert response.status_code == 201, response.json

@@ -152,7 +152,7 @@ def test_the_route_refuses_bad_input_and_a_disabled_flag(
         json=_body(uploads.org_id, upload, conversation, sync_run_id=f"xcally-upload-{upload + 1}"),
         headers=AUTH,
     )
-    assert wrong.status_code == 400
+    assert wrong.status_code == 409 and wrong.get_json()["error"] == "conflicting_fields"
     assert "requests[0].sync_run_id" in wrong.get_json()["fields"]
     missing = on.post(
         ROUTE,
