@@ -39,11 +39,11 @@ max unpack size, ...); ``dispatch.lua``'s text         Dramatiq's keys: ``<ns>:<
 ``workers``, ``consumer_whitelist``,                   set-up) and the liveness heartbeat
 ``queue_prefetch``, ``delay_prefetch``,
 ``worker_threads``, ``worker_timeout``
-``ConsumerThread`` (its keyword ``__init__``;          ``TierConsumerThread`` overrides or calls
-``run``, ``close``, ``pause``, ``stop``,               them: delayed messages moved when due,
-``handle_message``, ``handle_delayed_messages``,       messages handed back on stop, acks after
-``post_process_message``, ``requeue_messages``;        the settle lands, pause and wake
-attributes ``consumer``, ``delay_queue``,
+``ConsumerThread`` (its keyword ``__init__``;          ``TierConsumerThread``
+``run``, ``close``, ``pause``, ``stop``,               (``tiers.consumer_thread``) overrides or
+``handle_message``, ``handle_delayed_messages``,       calls them: delayed messages moved when
+``post_process_message``, ``requeue_messages``;        due, messages handed back on stop, acks
+attributes ``consumer``, ``delay_queue``,              after the settle lands, pause and wake
 ``running``, ``paused``, ``paused_event``)
 =====================================================  ==========================================
 
