@@ -52,7 +52,6 @@ class TierBroker(RedisBroker):
         client: Any = None,
         lease_seconds: float = 30.0,
         heartbeat_timeout_ms: int = 60_000,
-        maintenance_chance: int = 10_000,
     ) -> None:
         super().__init__(  # type: ignore[no-untyped-call]
             url=url,
@@ -60,7 +59,6 @@ class TierBroker(RedisBroker):
             namespace=namespace,
             middleware=list(middleware) if middleware is not None else [],
             heartbeat_timeout=heartbeat_timeout_ms,
-            maintenance_chance=maintenance_chance,
         )
         self.jobs = JobStore(self.client, namespace, lease_seconds)
         #: queue -> redis ids this process fetched and still holds (queued for a thread,
