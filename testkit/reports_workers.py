@@ -25,9 +25,7 @@ def worker_main(values: dict[str, Any], retry: tuple[int, float], threads: int) 
     from shared.config import load_settings
     from tiers.worker import serve
 
-    platform = bootstrap(
-        load_settings(**values), component="reports-worker", maintenance_chance=200_000
-    )
+    platform = bootstrap(load_settings(**values), component="reports-worker")
     by_name = platform.registry.by_name()
     by_name[FAMILY] = dataclasses.replace(
         by_name[FAMILY], retry=RetryPolicy(max_attempts=retry[0], base_seconds=retry[1])

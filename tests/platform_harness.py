@@ -189,7 +189,6 @@ def make_broker(
     lease_seconds: float = 30.0,
     heartbeat_timeout_ms: int = 60_000,
     cancel_grace_seconds: float = 30.0,
-    maintenance_chance: int = 200_000,
 ) -> TierBroker:
     import dramatiq
 
@@ -203,7 +202,6 @@ def make_broker(
         lease_seconds=lease_seconds,
         heartbeat_timeout_ms=heartbeat_timeout_ms,
         cancel_grace_seconds=cancel_grace_seconds,
-        maintenance_chance=maintenance_chance,
     )
     for family in fams.values():
         dramatiq.Actor(

@@ -16,6 +16,7 @@ from dramatiq.middleware import Middleware, MiddlewareError
 
 from tiers.consumer import TierConsumer
 from tiers.faults import fault_point
+from tiers.fetch_screen import dead_letter, screen_fetch
 from tiers.hooks import HookTable
 from tiers.job_store import EnqueueResult, JobStore, as_text
 from tiers.middleware.group_slots import GROUP_PARKED
@@ -51,7 +52,6 @@ class TierBroker(RedisBroker):
         client: Any = None,
         lease_seconds: float = 30.0,
         heartbeat_timeout_ms: int = 60_000,
-        maintenance_chance: int = 10_000,
     ) -> None:
         super().__init__(  # type: ignore[no-untyped-call]
             url=url,
@@ -59,7 +59,6 @@ class TierBroker(RedisBroker):
             namespace=namespace,
             middleware=list(middleware) if middleware is not None else [],
             heartbeat_timeout=heartbeat_timeout_ms,
-            maintenance_chance=maintenance_chance,
         )
         self.jobs = JobStore(self.client, namespace, lease_seconds)
         #: queue -> redis ids this process fetched and still holds (queued for a thread,
@@ -146,7 +145,10 @@ class TierBroker(RedisBroker):
             self.left_in_queue[queue_name] = left
         if not fetched:
             return []
-        screened = self._screened(queue_name, fetched, fetched_ids)
+        screened, rejected = screen_fetch(fetched, fetched_ids, self.actors)
+        self._held[queue_name].update(m.options[REDIS_MESSAGE_ID] for _, m in screened)
+        if rejected:
+            dead_letter(self.jobs, self.broker_id, queue_name, rejected)
         decoded = [message for _, message in screened]
         parked: list[Message[Any]] = []
         if verdicts is not None:
@@ -163,34 +165,6 @@ class TierBroker(RedisBroker):
         fault_point("fetch.after")
         return decoded
 
-    def _screened(
-        self,
-        queue_name: str,
-        fetched: Sequence[bytes | None],
-        fetched_ids: Sequence[str] | None = None,
-    ) -> list[tuple[int, Message[Any]]]:
-        """The fetched messages a worker can run, decoded, with their places in ``fetched``,
-        now held by this process; the others are dead-lettered (:meth:`_reject`) under the
-        ids they were fetched under (``fetched_ids``, in order; None: not known, the id
-        their data carries or, for undecodable data, one found in the worker's ack set)."""
-        screened: list[tuple[int, Message[Any]]] = []
-        rejected: list[tuple[bytes, Message[Any] | None, str, str | None]] = []
-        for at, data in enumerate(fetched):
-            if data is None:
-                continue
-            fetched_id = fetched_ids[at] if fetched_ids is not None else None
-            message, reason = self._screen(data, fetched_id)
-            if reason:
-                rejected.append((data, message, reason, fetched_id))
-                continue
-            assert message is not None
-            screened.append((at, message))
-        held = self._held[queue_name]
-        held.update(message.options[REDIS_MESSAGE_ID] for _, message in screened)
-        if rejected:
-            self._reject(queue_name, rejected)
-        return screened
-
     def _drop_parked(
         self, queue_name: str, decoded: list[Message[Any]], parked: list[Message[Any]]
     ) -> list[Message[Any]]:
@@ -202,69 +176,6 @@ class TierBroker(RedisBroker):
             GROUP_PARKED.labels(message.actor_name, tier_of_queue(queue_name)).inc()
             log.info("job %s not run: parked", message.options[JOB_ID])
         return [m for m in decoded if m.options[REDIS_MESSAGE_ID] not in gone]
-
-    def _screen(self, data: bytes, fetched_id: str | None) -> tuple[Message[Any] | None, str]:
-        """The decoded message and, when no worker can run it, why."""
-        try:
-            message = Message.decode(data)
-        except Exception as exc:
-            return None, f"undecodable message: {exc}"
-        options = message.options
-        if not isinstance(options.get(REDIS_MESSAGE_ID), str):
-            return message, "message without a redis message id"
-        if fetched_id is not None and options[REDIS_MESSAGE_ID] != fetched_id:
-            # Its acks and settles would name an id the queue does not hold: it would run,
-            # and stay in the worker's ack set, to come back after every restart.
-            return message, f"message queued as {fetched_id} carries id {options[REDIS_MESSAGE_ID]}"
-        if not isinstance(options.get(JOB_ID), str) or not options[JOB_ID]:
-            return message, "message without a job id (enqueue through the router)"
-        if message.actor_name not in self.actors:
-            return message, f"no actor {message.actor_name!r} in this worker"
-        return message, ""
-
-    def _reject(
-        self,
-        queue_name: str,
-        rejected: Sequence[tuple[bytes, Message[Any] | None, str, str | None]],
-    ) -> None:
-        entries: list[tuple[str, str, str]] = []
-        unknown = [data for data, message, _, at in rejected if message is None and at is None]
-        found = self._ids_of(queue_name, unknown) if unknown else {}
-        for data, message, reason, fetched_id in rejected:
-            options = message.options if message is not None else {}
-            redis_id = fetched_id or options.get(REDIS_MESSAGE_ID)
-            if redis_id is None and found.get(data):
-                redis_id = found[data].pop()
-            if not isinstance(redis_id, str):
-                log.error("%s on %s: its id could not be found; left as is", reason, queue_name)
-                continue
-            job_id = options.get(JOB_ID)
-            entries.append((redis_id, job_id if isinstance(job_id, str) else "", reason))
-            log.error(
-                "dead-lettered message %s on %s (job %s): %s; data starts %r",
-                redis_id,
-                queue_name,
-                job_id or "-",
-                reason,
-                data[:200],
-            )
-        if entries:
-            self.jobs.reject(queue_name, self.broker_id, entries)
-
-    def _ids_of(self, queue_name: str, datas: Sequence[bytes]) -> dict[bytes, list[str]]:
-        """Redis ids of fetched messages known only by their data (undecodable ones), found
-        among this worker's unacked messages of the queue; identical data, several ids."""
-        acks = f"{self.namespace}:__acks__.{self.broker_id}.{queue_name}"
-        ids = [as_text(i) for i in self.client.smembers(acks)]
-        if not ids:
-            return {}
-        values = self.client.hmget(f"{self.namespace}:{queue_name}.msgs", ids)
-        wanted = set(datas)
-        found: dict[bytes, list[str]] = {}
-        for redis_id, value in zip(ids, values, strict=True):
-            if value in wanted:
-                found.setdefault(value, []).append(redis_id)
-        return found
 
     # -- what this process holds ---------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """A dead worker's messages back to their queues on a schedule, not at a random draw.
 
 Dramatiq returns a dead worker's unacked messages in its maintenance, which rides on a
-random share of fetches (``maintenance_chance``): at the default 1 %, a dead worker's jobs
+random share of fetches (its broker's ``maintenance_chance``): a dead worker's jobs would
 come back anywhere from seconds to minutes after its heartbeat timeout. Here the draw is
 never made (``TierBroker._should_do_maintenance``), and one thread of each worker, every poll
 interval:

@@ -15,10 +15,12 @@ timeout)``, ``__next__``, ``ack``, ``nack``,           script, held delayed mess
 ``RedisBroker._dispatch(command)``                     overridden by ``TierBroker._dispatch``:
                                                        the dispatch script sent on a kept
                                                        connection (``ScriptSender``)
-``RedisBroker._should_do_maintenance(command)``        the draw that makes one fetch in a hundred
-                                                       do Dramatiq's maintenance (dead workers'
-                                                       messages back); ``TierBroker`` and the
-                                                       queue watch draw it themselves
+``RedisBroker._should_do_maintenance(command)``        the draw that makes a random share of
+                                                       commands do Dramatiq's maintenance (dead
+                                                       workers' messages back); overridden by
+                                                       ``TierBroker`` never to draw it: the
+                                                       maintenance runs on a schedule
+                                                       (``tiers.dead_workers``)
 ``RedisBroker._max_unpack_size()``                     the largest batch one Lua ``unpack`` takes
                                                        (``maxstack.lua``), the fetch's limit
 ``RedisBroker.scripts["dispatch"]`` and its argument   ``TierBroker._dispatch`` calls the script
@@ -39,11 +41,11 @@ max unpack size, ...); ``dispatch.lua``'s text         Dramatiq's keys: ``<ns>:<
 ``workers``, ``consumer_whitelist``,                   set-up) and the liveness heartbeat
 ``queue_prefetch``, ``delay_prefetch``,
 ``worker_threads``, ``worker_timeout``
-``ConsumerThread`` (its keyword ``__init__``;          ``TierConsumerThread`` overrides or calls
-``run``, ``close``, ``pause``, ``stop``,               them: delayed messages moved when due,
-``handle_message``, ``handle_delayed_messages``,       messages handed back on stop, acks after
-``post_process_message``, ``requeue_messages``;        the settle lands, pause and wake
-attributes ``consumer``, ``delay_queue``,
+``ConsumerThread`` (its keyword ``__init__``;          ``TierConsumerThread``
+``run``, ``close``, ``pause``, ``stop``,               (``tiers.consumer_thread``) overrides or
+``handle_message``, ``handle_delayed_messages``,       calls them: delayed messages moved when
+``post_process_message``, ``requeue_messages``;        due, messages handed back on stop, acks
+attributes ``consumer``, ``delay_queue``,              after the settle lands, pause and wake
 ``running``, ``paused``, ``paused_event``)
 =====================================================  ==========================================
 
@@ -117,7 +119,7 @@ INTERNALS: tuple[Internal, ...] = (
         _BROKER,
         "_should_do_maintenance",
         "method",
-        "the maintenance draw",
+        "overridden by TierBroker: never drawn",
         ("self", "command"),
     ),
     Internal(_BROKER, "_max_unpack_size", "method", "the fetch's batch limit", ("self",)),

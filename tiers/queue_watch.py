@@ -33,14 +33,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from tiers.lua_scripts import load_script
 from tiers.outage_log import OutageLog
 from tiers.redis_values import now_ms
-
-if TYPE_CHECKING:
-    from tiers.broker import TierBroker
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +50,15 @@ SLEEP_POLLS = 10
 LONGEST_SLEEP_SECONDS = 5.0
 
 
+class WatchedBroker(Protocol):
+    """What the watch reads of its worker's broker (``tiers.broker.TierBroker``, whose
+    consumers import this module): its Redis, key prefix and worker id."""
+
+    client: Any
+    namespace: str
+    broker_id: str
+
+
 class QueueWatch:
     """Watches the queues whose consumers sleep, for one worker (one broker).
 
@@ -62,7 +68,7 @@ class QueueWatch:
       sleep_polls: the longest a consumer sleeps, in poll intervals.
     """
 
-    def __init__(self, broker: TierBroker, poll_ms: int, sleep_polls: int = SLEEP_POLLS) -> None:
+    def __init__(self, broker: WatchedBroker, poll_ms: int, sleep_polls: int = SLEEP_POLLS) -> None:
         self.broker = broker
         self.interval = max(poll_ms, 2) / 2000
         self.longest_sleep = max(sleep_polls * poll_ms / 1000, LONGEST_SLEEP_SECONDS)

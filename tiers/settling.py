@@ -1,7 +1,8 @@
 """A run's settle on its way to Redis, and the marks a delivered message carries about it.
 
 The worker thread that ran a job hands its settle to the settle sender and goes on; the
-message's post-processing waits for the answer (``tiers.consumer``, ``tiers.middleware.outcomes``).
+message's post-processing waits for the answer (``tiers.consumer_thread``,
+``tiers.middleware.outcomes``).
 """
 
 from __future__ import annotations

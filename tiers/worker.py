@@ -21,7 +21,7 @@ from dramatiq.worker import WorkerThread
 
 from tiers.ack_retries import AckRetries
 from tiers.broker import TierBroker
-from tiers.consumer import TierConsumerThread
+from tiers.consumer_thread import TierConsumerThread
 from tiers.dead_workers import DeadWorkers
 from tiers.gc_tuning import tune_worker_collector
 from tiers.outage_log import SharedOutage

@@ -37,7 +37,7 @@ is progress, not a stall: the streak starts again from that delay.
 records the settlement, its slot release and its next delivery in one atomic step. The
 worker thread does not wait for it: the settle goes to the job store's settle sender (one
 round trip for the settles of every thread meanwhile), and the message's ack and release
-wait for its answer (``tiers.consumer.Settling``).
+wait for its answer (``tiers.settling.Settling``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import time
 
 from tests import platform_harness as h
 from tiers.broker import TierBroker
-from tiers.consumer import TierConsumerThread
+from tiers.consumer_thread import TierConsumerThread
 from tiers.work_queue import WorkQueue
 from tiers.worker import TierWorkerThread, serve
 

@@ -178,10 +178,7 @@ def test_a_message_carrying_another_id_than_its_queued_one_is_dead_lettered_unde
 def test_a_dead_workers_job_returns_within_the_heartbeat_timeout_and_a_poll(
     redis_url: str, redis_client: redis.Redis, namespace: str
 ) -> None:
-    # Dramatiq's default maintenance chance (1 %): the return must not depend on a draw
-    broker = h.make_broker(
-        redis_url, namespace, heartbeat_timeout_ms=TIMEOUT_MS, maintenance_chance=10_000
-    )
+    broker = h.make_broker(redis_url, namespace, heartbeat_timeout_ms=TIMEOUT_MS)
     make_router(broker).enqueue(request("d", sleep=2.0))
     dying = h.start_worker_process(redis_url, namespace, threads=1, heartbeat_timeout_ms=TIMEOUT_MS)
     assert dying.pid is not None

@@ -241,7 +241,6 @@ def worker_main(values: dict[str, Any], threads: int) -> None:
         load_settings(**values),
         services=["tests.integration.services.super_sources.tracker"],
         component="worker-test",
-        maintenance_chance=200_000,
     )
     queues = platform.registry.queues_of_tier("fast") + platform.registry.queues_of_tier("slow")
     serve(platform.broker, queues, threads=threads, poll_ms=50, drain_seconds=5)
