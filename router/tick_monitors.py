@@ -20,12 +20,22 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from shared.observability import send_checkin
 
-if TYPE_CHECKING:
-    from router.ticks import Tick
+
+class Monitored(Protocol):
+    """What a monitor needs of a tick (``router.ticks.Tick``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def cron(self) -> str: ...
+
+    def job_id(self, slot: str) -> str: ...
+
 
 Status = Literal["in_progress", "ok", "error"]
 _IDS = uuid.UUID("6f1f8c1e-3d5a-4c8e-9b7a-5e2d1c0b9a87")
@@ -40,12 +50,12 @@ class MonitorSettings:
     max_runtime_minutes: int = 30
 
 
-def checkin_id(tick: Tick, slot: str) -> str:
+def checkin_id(tick: Monitored, slot: str) -> str:
     """The check-in id of one slot, the same in the scheduler and the worker."""
     return uuid.uuid5(_IDS, tick.job_id(slot)).hex
 
 
-def monitor_config(tick: Tick, settings: MonitorSettings) -> dict[str, Any]:
+def monitor_config(tick: Monitored, settings: MonitorSettings) -> dict[str, Any]:
     return {
         "schedule": {"type": "crontab", "value": tick.cron},
         "timezone": "UTC",
@@ -54,7 +64,7 @@ def monitor_config(tick: Tick, settings: MonitorSettings) -> dict[str, Any]:
     }
 
 
-def check_in(tick: Tick, slot: str, status: Status, settings: MonitorSettings) -> None:
+def check_in(tick: Monitored, slot: str, status: Status, settings: MonitorSettings) -> None:
     """Send one check-in of ``tick``'s monitor for ``slot``."""
     send_checkin(
         monitor_slug=tick.name,

@@ -15,7 +15,6 @@ from typing import Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import SettingsConfigDict, SettingsError
 
-from shared.config_refusals import refusals as refusals
 from shared.config_services import ServiceSettings
 from shared.config_values import (
     DATABASE_SCHEMES,
@@ -27,7 +26,7 @@ from shared.config_values import (
 from shared.config_values import parse_fernet_keys as parse_fernet_keys
 from shared.config_values import parse_rate as parse_rate
 from shared.errors import NotConfigured
-from shared.runtime_file import DEFAULT_DATA_DIR
+from shared.secret_strength import GENERATE, weakness
 
 TIER_NAMES = ("fast", "slow", "maintenance")
 ENV_PREFIX = "SPEEDTIER_"
@@ -119,7 +118,7 @@ class Settings(ServiceSettings):
         "start uses one of its data directory's own.",
     )
     data_dir: str = Field(
-        DEFAULT_DATA_DIR, description="Embedded Redis/PostgreSQL data and `runtime.json`."
+        ".speedtier", description="Embedded Redis/PostgreSQL data and `runtime.json`."
     )
     allow_volatile_redis: bool = Field(
         False,
@@ -255,7 +254,7 @@ class Settings(ServiceSettings):
 
     @property
     def is_production_like(self) -> bool:
-        """Production or staging: weak settings are refused (``shared.config_refusals``)."""
+        """Production or staging: weak settings are refused (:func:`refusals`)."""
         return self.environment in ("production", "staging")
 
     @property
@@ -296,3 +295,43 @@ def load_settings(**overrides: object) -> Settings:
             f"refusing to start in SPEEDTIER_ENV={settings.environment}: " + refused[0]
         )
     return settings
+
+
+GENERATE_KEY = (
+    "python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'"
+)
+
+
+def refusals(settings: Settings) -> list[str]:
+    """The weak settings this deployment will not start with, one line each naming its
+    variable (the first is what :func:`load_settings` reports; bootstrap asks again for
+    settings built by hand).
+
+    ==========================================  ============================================
+    refused                                     where
+    ==========================================  ============================================
+    ``INTERNAL_API_TOKEN`` shorter than 32      production and staging (its absence is the
+    characters or under ~96 bits of entropy     API's own refusal: workers do not need it)
+    no ``SPEEDTIER_CONNECTOR_CREDENTIALS_KEY``  production and staging
+    ``SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS``  every environment, unless
+    without its acknowledgement                 ``..._PRIVATE_NETWORKS_ACKNOWLEDGED=true``
+    ==========================================  ============================================
+    """
+    found: list[str] = []
+    if settings.is_production_like:
+        secret = settings.internal_api_token
+        token = secret.get_secret_value().strip() if secret else ""
+        weak = weakness(token) if token else None  # unset: the API's own refusal
+        if weak is not None:
+            found.append(f"INTERNAL_API_TOKEN is too weak ({weak}); generate one with {GENERATE}")
+        if settings.connector_credentials_key is None:
+            found.append(
+                "SPEEDTIER_CONNECTOR_CREDENTIALS_KEY is not set; stored credentials are "
+                f"encrypted with it (generate one with {GENERATE_KEY})"
+            )
+    if settings.crawl_allow_private_networks and not settings.crawl_private_networks_acknowledged:
+        found.append(
+            "SPEEDTIER_CRAWL_ALLOW_PRIVATE_NETWORKS=true turns the SSRF guard off and needs "
+            "SPEEDTIER_CRAWL_PRIVATE_NETWORKS_ACKNOWLEDGED=true as well"
+        )
+    return found

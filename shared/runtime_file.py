@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from shared.config import Settings
 
 FILE_NAME = "runtime.json"
-#: ``SPEEDTIER_DATA_DIR``'s default (``Settings.data_dir``).
+#: ``SPEEDTIER_DATA_DIR``'s default: ``Settings.data_dir``'s, written here too so that a command
+#: reads the file without importing the settings model (a test keeps the two equal).
 DEFAULT_DATA_DIR = ".speedtier"
 
 

@@ -49,3 +49,9 @@ def test_a_file_from_an_older_up_names_no_environment(tmp_path: Path) -> None:
     environ = {"SPEEDTIER_DATA_DIR": str(tmp_path)}
     runtime_file.adopt_environment(environ)
     assert "SPEEDTIER_ENV" not in environ
+
+
+def test_the_default_data_dir_is_the_settings_default() -> None:
+    from shared.config import Settings
+
+    assert Settings.model_fields["data_dir"].default == runtime_file.DEFAULT_DATA_DIR
