@@ -84,7 +84,7 @@ def handler(organization_id: int, item: str, kind: str) -> None:
 class SettledLedger(Middleware):
     """Counts, once the outcome is settled, each run the job record shows completed by this
     very delivery. It counts after the message's ack, which waits for the settle's answer
-    (``tiers.consumer.Settling``): after the run itself the settle may still be on its way,
+    (``tiers.settling.Settling``): after the run itself the settle may still be on its way,
     and a count taken then missed most runs (494 of 3,000 in one quick run), so a run done
     twice could go unseen."""
 
