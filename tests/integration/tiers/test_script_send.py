@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 import redis
-from redis.cache import CacheConfig
 from redis.commands.core import Script
 
 from tiers.script_send import ScriptSender
@@ -177,12 +176,26 @@ def test_a_single_connection_client_is_served_through_its_own_connection(
         client.close()
 
 
+class _WrappingConnection:
+    """A connection that wraps redis-py's and does not expose its command packer, as a
+    client-side cache's proxy connections do (redis-py's ``CacheProxyConnection``, which
+    needs Redis 7.4 to be built: this stands in for it on any server)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._inner = redis.Connection(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_command_packer":
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
 def test_a_client_whose_connections_wrap_another_is_served_too(
     redis_url: str, namespace: str
 ) -> None:
-    # A client-side cache (RESP3) hands out proxies around redis-py's connections, whose
-    # commands redis-py packs itself
-    client = redis.Redis.from_url(redis_url, protocol=3, cache_config=CacheConfig())
+    # A connection that wraps another hands its commands to redis-py's own packing
+    pool = redis.ConnectionPool.from_url(redis_url, connection_class=_WrappingConnection)
+    client = redis.Redis(connection_pool=pool)
     sender = ScriptSender(client)
     try:
         echo = script(client, ECHO)
