@@ -206,6 +206,7 @@ def redis_full(
 
 def evicting_redis(database_url: str | None, *, jobs: int) -> Row:
     """A production process started on an evicting Redis must refuse to."""
+    from bench.common import BENCH_CREDENTIALS_KEY
     from shared.config import load_settings
     from shared.redis_persistence import EvictingRedis, verify_redis_persistence
 
@@ -213,7 +214,12 @@ def evicting_redis(database_url: str | None, *, jobs: int) -> Row:
         client = redis.Redis.from_url(server.url)
         client.config_set("maxmemory-policy", "allkeys-lru")
         started = time.time()
-        settings = load_settings(redis_url=server.url, environment="production")
+        # Everything else a production start needs, so the Redis is what is judged
+        settings = load_settings(
+            redis_url=server.url,
+            environment="production",
+            connector_credentials_key=BENCH_CREDENTIALS_KEY,
+        )
         try:
             verify_redis_persistence(settings)
             refused = False
