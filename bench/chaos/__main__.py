@@ -30,11 +30,18 @@ SCENARIOS = (
     "redis_full",
     "evicting_redis",
     "postgres_read_only",
+    "connection_kills",
 )
 #: The scenarios of ``bench.chaos.worker_faults`` and ``bench.chaos.store_faults`` (the others
 #: are in ``bench.chaos.scenarios``).
 WORKER_FAULTS = ("stalled_worker", "poison_job", "mismatched_id", "dead_worker")
-STORE_FAULTS = ("redis_stall", "redis_full", "evicting_redis", "postgres_read_only")
+STORE_FAULTS = (
+    "redis_stall",
+    "redis_full",
+    "evicting_redis",
+    "postgres_read_only",
+    "connection_kills",
+)
 FULL: dict[str, dict[str, Any]] = {
     "worker_kills": {"jobs": 10_000, "kills": 100},
     "redis_restarts": {"jobs": 10_000, "restarts": 3},
@@ -49,6 +56,7 @@ FULL: dict[str, dict[str, Any]] = {
     "redis_full": {"jobs": 2_000, "full": 10.0},
     "evicting_redis": {"jobs": 1},
     "postgres_read_only": {"jobs": 2_000, "down": 30.0},
+    "connection_kills": {"jobs": 5_000, "kills": 20},
 }
 QUICK: dict[str, dict[str, Any]] = {
     "worker_kills": {"jobs": 1_000, "kills": 10},
@@ -64,6 +72,7 @@ QUICK: dict[str, dict[str, Any]] = {
     "redis_full": {"jobs": 300, "full": 1.5},
     "evicting_redis": {"jobs": 1},
     "postgres_read_only": {"jobs": 200, "down": 3.0},
+    "connection_kills": {"jobs": 1_000, "kills": 5},
 }
 
 

@@ -17,6 +17,11 @@ scenario                 fault, and what counts against it
                          a start is counted as every job lost
 ``postgres_read_only``   the database made read-only and its sessions ended (a failover)
                          while jobs write to it; attempts spent on it are extra attempts
+``connection_kills``     every client connection of the workers dropped (``CLIENT KILL``)
+                         again and again during a drain: fetches, claims, starts, settles
+                         and acks all meet a lost connection. The recovery is the longest
+                         time from a kill to the next completion (a settle or ack retried
+                         on the settle sender's thread would hold the others for seconds)
 =======================  ==================================================================
 """
 
@@ -33,12 +38,20 @@ import redis
 from bench.chaos.cluster import (
     Stores,
     Workers,
+    enqueue,
     mixed_requests,
     settings_for,
     tally,
     wait_for_completion,
 )
-from bench.chaos.scenarios import Row, _first_completion_after, _items, _row, stores
+from bench.chaos.scenarios import (
+    Row,
+    _designed_failures,
+    _first_completion_after,
+    _items,
+    _row,
+    stores,
+)
 
 
 def redis_stall(
@@ -302,3 +315,38 @@ def postgres_read_only(
 
 
 __all__ = ["evicting_redis", "postgres_read_only", "redis_full", "redis_stall", "tally"]
+
+
+def connection_kills(
+    database_url: str | None, *, jobs: int, kills: int, every: float = 0.3, timeout: float = 120
+) -> Row:
+    """``jobs`` of the mixed workload drained while every other client connection of the
+    Redis is killed ``kills`` times, ``every`` seconds apart."""
+    with stores(database_url) as (shared, server, _pg, platform):
+        client = redis.Redis.from_url(server.url)
+        requests = mixed_requests(jobs)
+        enqueue(platform.router, requests)
+        workers = Workers(shared)
+        started = time.time()
+        workers.start()
+        recoveries: list[float] = []
+        killed = 0
+        try:
+            for _ in range(kills):
+                time.sleep(every)
+                killed += int(client.client_kill_filter(_type="normal", skipme=True))
+                recoveries.append(_first_completion_after(client, shared.namespace, time.time()))
+            wait_for_completion(client, shared.namespace, _items(requests), timeout=timeout)
+        finally:
+            workers.stop()
+        items = _items(requests)
+        return _row(
+            "connection_kills",
+            client,
+            shared.namespace,
+            items,
+            f"{kills} CLIENT KILLs of every worker connection ({killed} connections)",
+            started,
+            max(recoveries) if recoveries else None,
+            _designed_failures(items),
+        )
