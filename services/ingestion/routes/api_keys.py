@@ -8,9 +8,9 @@ from flask.typing import ResponseReturnValue
 from services.apikit.openapi import describe
 from services.apikit.validation import parse_json
 from services.ingestion import store
+from services.ingestion.account_schemas import ApiKeyCreate, ApiKeyCreated
 from services.ingestion.inputs import json_body
 from services.ingestion.routes.context import answer, request_session
-from services.ingestion.schemas import ApiKeyCreate, ApiKeyCreated
 
 
 @describe(

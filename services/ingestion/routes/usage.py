@@ -7,9 +7,9 @@ from flask.typing import ResponseReturnValue
 from services.apikit.openapi import describe
 from services.apikit.validation import parse_fields
 from services.ingestion import store
+from services.ingestion.account_schemas import UsageQuery, UsageRow, UsageSummary
 from services.ingestion.api_auth import current_organization_id
 from services.ingestion.routes.context import AUTH, answer, query_args, request_session
-from services.ingestion.schemas import UsageQuery, UsageRow, UsageSummary
 
 
 def summary_of(totals: list[store.UsageTotals], query: UsageQuery) -> UsageSummary:
