@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -40,3 +41,19 @@ class ParityRun:
 
 #: A product's shadow runs since a moment (UTC), oldest first.
 ParitySource = Callable[[datetime], list[ParityRun]]
+
+
+@dataclass(frozen=True)
+class KeptShadowRun:
+    """One shadow run as a product keeps it: a JSON record holding at least ``ran_at`` (ISO
+    8601) and ``matched``; each product adds what it compared."""
+
+    record: dict[str, Any]
+
+    @property
+    def ran_at(self) -> datetime:
+        return datetime.fromisoformat(str(self.record["ran_at"]))
+
+    @property
+    def matched(self) -> bool:
+        return bool(self.record.get("matched"))

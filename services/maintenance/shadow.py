@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared.observability import current_job
-from shared.parity import ParityRun, ParitySource
+from shared.parity import KeptShadowRun, ParityRun, ParitySource
 from tiers.job_store import JobStore
 
 #: The last runs kept, and for how long (past a 24-hour bake window).
@@ -70,16 +70,8 @@ def record(jobs: JobStore, run: dict[str, Any]) -> None:
 
 
 @dataclass(frozen=True)
-class ShadowRun:
-    record: dict[str, Any]
-
-    @property
-    def ran_at(self) -> datetime:
-        return datetime.fromisoformat(str(self.record["ran_at"]))
-
-    @property
-    def matched(self) -> bool:
-        return bool(self.record.get("matched"))
+class ShadowRun(KeptShadowRun):
+    """One kept comparison of a counter repair step with Rails' #fix."""
 
     def describe(self) -> str:
         r = self.record

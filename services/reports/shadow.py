@@ -31,7 +31,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from services.reports.store import ReportRow, collect_rows
-from shared.parity import ParityRun, ParitySource
+from shared.parity import KeptShadowRun, ParityRun, ParitySource
 from shared.rollouts import DAILY_AGENT_EVALUATION_REPORT_COLLECT_SHADOW
 from tiers.job_store import JobStore, as_text
 
@@ -97,19 +97,10 @@ def shadow_collect(
 
 
 @dataclass(frozen=True)
-class ShadowRun:
+class ShadowRun(KeptShadowRun):
     """One job's comparison, as kept on its record."""
 
-    job_id: str
-    record: dict[str, Any]
-
-    @property
-    def ran_at(self) -> datetime:
-        return datetime.fromisoformat(str(self.record["ran_at"]))
-
-    @property
-    def matched(self) -> bool:
-        return bool(self.record.get("matched"))
+    job_id: str = ""
 
 
 def shadow_runs(
@@ -123,7 +114,7 @@ def shadow_runs(
         raw = jobs.client.hget(key, "data:shadow")
         if raw is None:
             continue
-        run = ShadowRun(as_text(key)[len(key_prefix) - len(prefix) :], json.loads(raw))
+        run = ShadowRun(json.loads(raw), job_id=as_text(key)[len(key_prefix) - len(prefix) :])
         if run.ran_at < since:
             continue
         if organization_id is not None and run.record.get("organization_id") != organization_id:

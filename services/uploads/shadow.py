@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -36,7 +35,7 @@ from services.uploads.identities import data_source_of, employee_of
 from shared.db.models import Client, Conversation, ConversationMembership, ConversationUpload
 from shared.db.tenant import select_scoped
 from shared.observability import current_job
-from shared.parity import ParityRun, ParitySource
+from shared.parity import KeptShadowRun, ParityRun, ParitySource
 from tiers.job_store import JobStore
 
 log = logging.getLogger(__name__)
@@ -174,17 +173,8 @@ def shadow_process(
     return result
 
 
-@dataclass(frozen=True)
-class ShadowRun:
-    record: dict[str, Any]
-
-    @property
-    def ran_at(self) -> datetime:
-        return datetime.fromisoformat(str(self.record["ran_at"]))
-
-    @property
-    def matched(self) -> bool:
-        return bool(self.record.get("matched"))
+class ShadowRun(KeptShadowRun):
+    """One kept comparison of an upload's native processing with Rails'."""
 
 
 def shadow_runs(
