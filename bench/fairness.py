@@ -1,14 +1,15 @@
-"""Fairness under a backlog: one organization's 10,000 jobs must not hold back 20 other
-organizations' single jobs.
+"""Fairness under a backlog: one organization's 10,000 jobs (or a backlog spread over
+``--busy-orgs`` organizations) must not hold back 20 other organizations' single jobs.
 
 The family (``b_fair``) caps each organization at 2 running jobs in the fast tier
 (``Family(group_caps={"fast": 2})``); each job sleeps 20 ms. With the workers running:
 
 1. idle: 20 small organizations enqueue one job each on an idle system; their waits
    (enqueue -> handler start) are the reference;
-2. backlog: organization A enqueues 10,000 jobs, then the 20 small organizations enqueue one
-   job each again. The run stops once every small job has run, plus a short tail; A's backlog
-   is not drained.
+2. backlog: organization A enqueues 10,000 jobs (with ``busy_orgs`` above 1: the backlog
+   interleaved over that many organizations, job i to organization i mod N), then the 20
+   small organizations enqueue one job each again. The run stops once every small job has
+   run, plus a short tail; the backlog is not drained.
 
 Reported: the small organizations' p50/p95 wait in both phases and their ratio, how many of
 A's jobs started before the last small job started, and fetches per job: messages handed to a
@@ -42,12 +43,15 @@ from bench.common import (
 QUEUE = "b_fair.fast"
 KIND = "bench_fair"
 BIG_ORG = 1
+#: Busy organizations beyond the first are numbered from here (clear of SMALL_ORGS).
+BUSY_ORG_BASE = 1_000
 SMALL_ORGS = list(range(101, 121))
 
 #: Worker settings: the fast tier's default shape, Dramatiq's default prefetch (threads * 2,
 #: ``prefetch=0``), and a 100 ms poll so an idle worker notices new work within 0.1 s.
 DEFAULTS: dict[str, Any] = {
     "backlog": 10_000,
+    "busy_orgs": 1,
     "job_seconds": 0.02,
     "processes": 2,
     "threads": 8,
@@ -133,8 +137,9 @@ def run(*, quick: bool = False, redis_url: str = REDIS_URL, **overrides: Any) ->
         before_backlog = pool.counters()
 
         # 2. backlog: A's jobs, then the 20 small jobs again
+        busy = [BIG_ORG] + [BUSY_ORG_BASE + n for n in range(1, settings["busy_orgs"])]
         big = [
-            JobRequest(KIND, BIG_ORG, {"item": f"a-{i}", "sleep": job_seconds})
+            JobRequest(KIND, busy[i % len(busy)], {"item": f"a-{i}", "sleep": job_seconds})
             for i in range(settings["backlog"])
         ]
         started = time.perf_counter()
@@ -158,7 +163,8 @@ def run(*, quick: bool = False, redis_url: str = REDIS_URL, **overrides: Any) ->
     load_starts = {e["item"]: e["t"] for e in reader.of("start", set(loaded))}
     last_small_start = max(load_starts.values())
     first_small_enqueue = min(loaded.values())
-    big_starts = [e["t"] for e in reader.events if e["ev"] == "start" and e["org"] == BIG_ORG]
+    busy_orgs = set(busy)
+    big_starts = [e["t"] for e in reader.events if e["ev"] == "start" and e["org"] in busy_orgs]
     delivered = after["delivered"] - before_backlog["delivered"]
     completed = after["completed"] - before_backlog["completed"]
     ratio = load_stats["p95_ms"] / idle_stats["p95_ms"]
@@ -212,7 +218,9 @@ def summary(result: dict[str, Any]) -> str:
         [
             ["20 small orgs, idle system", f"{idle['p50_ms']} ms", f"{idle['p95_ms']} ms",
              f"{idle['max_ms']} ms"],
-            [f"20 small orgs behind A's {big['jobs_enqueued']:,} jobs", f"{load['p50_ms']} ms",
+            [f"20 small orgs behind {big['jobs_enqueued']:,} jobs of "
+             f"{s['busy_orgs']:,} busy org(s)",
+             f"{load['p50_ms']} ms",
              f"{load['p95_ms']} ms", f"{load['max_ms']} ms"],
             ["backlog / idle", "", f"**{result['p95_ratio']}x** (target <= 2x: "
              f"{verdict(targets['p95_ratio_met'])})", ""],
@@ -223,10 +231,11 @@ def summary(result: dict[str, Any]) -> str:
         f"({int(counters['delivered']):,} deliveries to worker threads, "
         f"{int(counters['completed']):,} runs, {int(counters['skipped'])} parked/stale at "
         f"claim; target <= 2: {verdict(targets['fetches_per_job_met'])}).",
-        f"A's jobs started before the last small job started: "
+        f"Busy organizations' jobs started before the last small job started: "
         f"{big['started_before_last_small_start']:,} "
         f"({big['started_while_small_waited']} of them while small jobs waited); "
-        f"A's group at the end: {big['group_admitted_at_end']} admitted, "
+        f"A's (the first busy organization's) group at the end: "
+        f"{big['group_admitted_at_end']} admitted, "
         f"{big['group_parked_at_end']:,} parked.",
         f"Group cap 2 per organization, {s['job_seconds'] * 1000:.0f} ms jobs; "
         f"{s['processes']} worker processes x {s['threads']} threads, "
@@ -242,6 +251,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.fairness", description=__doc__)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--backlog", type=int)
+    parser.add_argument(
+        "--busy-orgs", type=int, help="organizations the backlog is interleaved over (1)"
+    )
     parser.add_argument("--processes", type=int)
     parser.add_argument("--threads", type=int)
     parser.add_argument("--prefetch", type=int)
@@ -253,6 +265,7 @@ def main(argv: list[str] | None = None) -> None:
         quick=options.quick,
         redis_url=options.redis_url,
         backlog=options.backlog,
+        busy_orgs=options.busy_orgs,
         processes=options.processes,
         threads=options.threads,
         prefetch=options.prefetch,
