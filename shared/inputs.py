@@ -38,7 +38,8 @@ WHITESPACE = (
 
 def _character_class(characters: str) -> str:
     """``characters`` as the inside of a regular-expression class, runs as ranges, every
-    character escaped as ``\\uXXXX`` (read the same by Python, ECMAScript and Rust)."""
+    character escaped as ``\\u`` and four hex digits (read the same by Python, ECMAScript
+    and Rust)."""
     codes = sorted(map(ord, characters))
     runs: list[list[int]] = []
     for code in codes:
