@@ -13,13 +13,10 @@ from dramatiq.common import dq_name, q_name, xq_name
 from dramatiq.message import Message
 
 from services.app.bootstrap import Platform, window_overrides
-from services.app.scheduler import emissions_key, latest_fire_time, next_fire_time
+from services.app.scheduler import emissions_key, next_fire_time, previous_fire_time
 from tiers.job_store import as_text
 from tiers.options import PROVIDER, WINDOW_ADMITTED, WINDOW_RESERVATION, WINDOW_SCOPE
 from tiers.run_rates import recent_counts
-
-#: Ticks fire at least weekly; a last slot is looked for this far back.
-LOOKBACK = (3600.0, 86_400.0, 8 * 86_400.0)
 
 
 @dataclass(frozen=True)
@@ -141,14 +138,6 @@ class TickRow:
     emission: str  # what the scheduler noted at its last emission
 
 
-def _last_fire(cron: str, now: datetime) -> datetime | None:
-    for lookback in LOOKBACK:
-        fire = latest_fire_time(cron, now, lookback)
-        if fire is not None:
-            return fire
-    return None
-
-
 def tick_rows(platform: Platform, now: datetime | None = None) -> list[TickRow]:
     moment = now or datetime.now(UTC)
     client = platform.broker.client
@@ -158,7 +147,7 @@ def tick_rows(platform: Platform, now: datetime | None = None) -> list[TickRow]:
     }
     rows = []
     for tick in sorted(platform.ticks, key=lambda t: t.name):
-        last = _last_fire(tick.cron, moment)
+        last = previous_fire_time(tick.cron, moment)
         nxt = next_fire_time(tick.cron, moment + timedelta(seconds=1))
         last_slot = tick.slot(last) if last else None
         record = platform.brokers.record(tick.job_id(last_slot)) if last_slot else None
