@@ -151,6 +151,14 @@ def families() -> dict[str, Family]:
                 **common,
             ),
             Family(
+                name="t_wide",
+                kind="t_wide",
+                job_id=lambda o, p: f"wide-{p.item}",
+                fixed_tier="fast",
+                group_caps={"fast": 8},
+                **common,
+            ),
+            Family(
                 name="t_serial",
                 kind="t_serial",
                 job_id=lambda o, p: f"serial-{p.item}",

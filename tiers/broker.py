@@ -15,6 +15,7 @@ from dramatiq.message import Message
 from dramatiq.middleware import Middleware, MiddlewareError
 
 from tiers.consumer import TierConsumer
+from tiers.fair_order import count_ready, ready_from
 from tiers.faults import fault_point
 from tiers.fetch_screen import dead_letter, screen_fetch
 from tiers.hooks import HookTable
@@ -68,8 +69,8 @@ class TierBroker(RedisBroker):
         #: queue -> prefetched messages a closed consumer could not hand back (Redis was
         #: down).
         self._leftovers: defaultdict[str, list[Message[Any]]] = defaultdict(list)
-        #: queue -> how many messages it held after this process's last fetch from it (0
-        #: when that fetch did not say): its consumer takes bigger batches from a deep queue.
+        #: queue -> how many ready messages it held after this process's last fetch from it:
+        #: its consumer takes bigger batches from a deep queue.
         self.left_in_queue: dict[str, int] = {}
         #: queue -> set when a settle of this process pushed a message to it (:meth:`wake`).
         self._wakes: defaultdict[str, threading.Event] = defaultdict(threading.Event)
@@ -120,29 +121,17 @@ class TierBroker(RedisBroker):
         return 0
 
     def fetch_messages(self, queue_name: str, count: int) -> list[Message[Any]]:
-        """Dramatiq's fetch, screened and decoded (once: the consumer hands out these
-        objects): a message no worker can run (undecodable, unknown actor, no job id, or
-        carrying another redis id than the one it was queued under) is dead-lettered, under
-        the id it was fetched under, and its job failed here, so it neither stops the
-        consumer nor comes back. A main queue's batch is claimed in the same round trip
-        (``fetch_claim.lua``; grouped jobs take their slots). A fetch that does Dramatiq's
-        maintenance (only when asked for: ``maintain``) goes through Dramatiq's own script
-        and is claimed in a second round trip; when that claim cannot reach Redis the
-        messages are claimed one by one when their runs start."""
-        delayed = queue_name.endswith(".DQ")
-        maintenance = self._should_do_maintenance("fetch")
-        fetched_ids: list[str] | None = None
-        if maintenance:
-            fetch = self._dispatch("fetch", maintenance=maintenance)
-            fetched: list[bytes | None] = fetch(queue_name, count)
-            verdicts = None
-            self.left_in_queue[queue_name] = 0  # not known: taken as shallow
-        else:
-            limit = min(count, self._max_unpack_size())  # type: ignore[no-untyped-call]
-            fetched, verdicts, left, fetched_ids = self.jobs.fetch_and_claim(
-                queue_name, self.broker_id, limit, list(self.actors)
-            )
-            self.left_in_queue[queue_name] = left
+        """Dramatiq's fetch, claimed in the same round trip (``fetch_claim.lua``: grouped jobs
+        take their slots), screened and decoded (once: the consumer hands out these objects).
+        A message no worker can run (undecodable, unknown actor, no job id, or carrying
+        another redis id than the one it was queued under) is dead-lettered, under the id it
+        was fetched under, and its job failed here, so it neither stops the consumer nor
+        comes back; one the script could not claim is claimed when its run starts."""
+        limit = min(count, self._max_unpack_size())  # type: ignore[no-untyped-call]
+        fetched, verdicts, left, fetched_ids = self.jobs.fetch_and_claim(
+            queue_name, self.broker_id, limit, list(self.actors)
+        )
+        self.left_in_queue[queue_name] = left
         if not fetched:
             return []
         screened, rejected = screen_fetch(fetched, fetched_ids, self.actors)
@@ -150,16 +139,9 @@ class TierBroker(RedisBroker):
         if rejected:
             dead_letter(self.jobs, self.broker_id, queue_name, rejected)
         decoded = [message for _, message in screened]
-        parked: list[Message[Any]] = []
-        if verdicts is not None:
-            parked = self.jobs.keep_fetch_verdicts(
-                (message, verdicts[at]) for at, message in screened if verdicts[at]
-            )
-        elif not delayed:
-            try:
-                parked = self.jobs.claim_fetched(queue_name, self.broker_id, decoded)
-            except Exception as exc:  # the fetched messages must reach the consumer regardless
-                log.warning("claiming a fetched batch failed (%r); claiming at start", exc)
+        parked = self.jobs.keep_fetch_verdicts(
+            (message, verdicts[at]) for at, message in screened if verdicts[at]
+        )
         if parked:
             decoded = self._drop_parked(queue_name, decoded, parked)
         fault_point("fetch.after")
@@ -305,13 +287,10 @@ class TierBroker(RedisBroker):
         """``queue -> (ready, delayed)`` message counts."""
         pipe = self.client.pipeline(transaction=False)
         for name in queue_names:
-            pipe.llen(f"{self.namespace}:{name}")
+            count_ready(pipe, self.namespace, name)
             pipe.hlen(f"{self.namespace}:{dq_name(name)}.msgs")
-        replies = pipe.execute()
-        return {
-            name: (int(replies[2 * i]), int(replies[2 * i + 1]))
-            for i, name in enumerate(queue_names)
-        }
+        replies = iter(pipe.execute())
+        return {name: (ready_from(replies), int(next(replies))) for name in queue_names}
 
     def queue_failures(self, queue_names: Sequence[str]) -> dict[str, int]:
         """``queue -> failed`` messages in each queue's dead-letter set (kept by Dramatiq for

@@ -1,10 +1,9 @@
 """Claims made when a worker fetches a batch (its jobs marked started, grouped ones given
 their slots), and what the worker keeps of them until a thread starts each message.
 
-A fetched main-queue batch is claimed in the fetch's own round trip (``fetch_claim.lua``),
-or, after a fetch made by Dramatiq's script (the one that does its maintenance), in a
-second one (``claim_many.lua``). Each verdict waits here for the worker thread that picks
-the message up; a message handed back unrun has its claim undone.
+A fetched main-queue batch is claimed in the fetch's own round trip (``fetch_claim.lua``).
+Each verdict waits here for the worker thread that picks the message up; a message handed
+back unrun has its claim undone.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from typing import Any
 from dramatiq.message import Message
 from redis.commands.core import Script
 
-from tiers.options import ETA, GROUP, GROUP_CAP, JOB_ID, REDIS_MESSAGE_ID
+from tiers.options import GROUP, JOB_ID, REDIS_MESSAGE_ID
 from tiers.redis_values import as_text, now_ms
 from tiers.script_send import ScriptSender
 
@@ -42,45 +41,15 @@ class FetchClaims:
     #: not this worker.
     slots_at_fetch: dict[str, tuple[str, str]]
 
-    def claim_fetched(
-        self, queue: str, worker_id: str, messages: Sequence[Message[Any]]
-    ) -> list[Message[Any]]:
-        """Claim, in one round trip, the messages worker ``worker_id`` fetched from main queue
-        ``queue`` that carry a job id (claim.lua's verdicts: ``run``, ``stale``, ``done``,
-        ``parked``). A grouped job's claim takes or keeps its group slot with the running
-        lease; this worker keeps it fresh from then on (:attr:`slots_at_fetch`). Verdicts
-        wait in :attr:`claimed_at_fetch` for the worker thread; ``later`` (a message whose
-        queued copy could not be read to park it) is claimed when a thread starts it.
-
-        Returns the messages parked by the claim: they are already acked and wait in their
-        group, so the worker must drop them (never ack or hand back those deliveries)."""
-        batch = [
-            message
-            for message in messages
-            if JOB_ID in message.options and ETA not in message.options
-        ]
-        if not batch:
-            return []
-        args: list[Any] = [now_ms(), self.lease_ms, queue, worker_id]
-        for message in batch:
-            options = message.options
-            args += [
-                options[JOB_ID],
-                message.message_id,
-                options[REDIS_MESSAGE_ID],
-                options.get(GROUP, ""),
-                options.get(GROUP_CAP, 0),
-            ]
-        [verdicts] = self._fetches.send(self._scripts["claim_many"], self.namespace, [args])
-        return self.keep_fetch_verdicts(zip(batch, map(as_text, verdicts), strict=True))
-
     def fetch_and_claim(
         self, queue: str, worker_id: str, count: int, actors: Sequence[str]
     ) -> tuple[list[bytes | None], list[str], int, list[str]]:
         """Fetch up to ``count`` messages of main queue ``queue`` for worker ``worker_id``
         and claim those it can run (``actors``: its actor names) in one round trip
-        (fetch_claim.lua). Returns the fetched data and a verdict per message, as
-        :meth:`claim_fetched`'s, or "" for a message the script did not claim (the worker
+        (fetch_claim.lua). Returns the fetched data and a verdict per message (``run``,
+        ``stale``, ``done``, ``parked``, ``later``: the queued copy of a message to park could
+        not be read, claimed when a thread starts it), or "" for a message the script did
+        not claim (the worker
         screens it, and claims it at start if it runs it), and how many messages the queue
         still holds, and the redis id each message was fetched under; hand the claimed
         messages, once decoded, to :meth:`keep_fetch_verdicts`. A delay queue's messages

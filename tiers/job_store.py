@@ -71,7 +71,6 @@ class JobStore(FetchClaims):
                 "enqueue",
                 "claim",
                 "start",
-                "claim_many",
                 "fetch_claim",
                 "unclaim",
                 "settle",

@@ -36,6 +36,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from shared.config import TIER_NAMES
 from tiers.broker import TierBroker
+from tiers.fair_order import fair_key, list_key
 from tiers.job_store import as_text
 from tiers.redis_retry import REDIS_DOWN
 from tiers.tier_brokers import TierBrokers
@@ -120,17 +121,20 @@ class QueueDepthCollector:
 
     def oldest_ages(self, broker: TierBroker, queues: Sequence[str]) -> dict[str, float]:
         """queue -> seconds its oldest ready message has waited (0 when empty): the messages
-        at both ends of the list, read in two pipelined round trips."""
+        at both ends of the list and the next one of the fair order (the oldest of a busy
+        group's, or a new group's), read in two pipelined round trips."""
         client, ns = broker.client, broker.namespace
         pipe = client.pipeline(transaction=False)
         for queue in queues:
-            pipe.lindex(f"{ns}:{queue}", 0)
-            pipe.lindex(f"{ns}:{queue}", -1)
+            pipe.lindex(list_key(ns, queue), 0)
+            pipe.lindex(list_key(ns, queue), -1)
+            pipe.zrange(fair_key(ns, queue), 0, 0)
         ends = pipe.execute()
         pipe = client.pipeline(transaction=False)
         asked: list[str] = []
         for i, queue in enumerate(queues):
-            for redis_id in {end for end in ends[2 * i : 2 * i + 2] if end is not None}:
+            found = [*ends[3 * i : 3 * i + 2], *ends[3 * i + 2]]
+            for redis_id in {end for end in found if end is not None}:
                 pipe.hget(f"{ns}:{queue}.msgs", redis_id)
                 asked.append(queue)
         now = self.clock()

@@ -1,12 +1,13 @@
 -- Fetch up to count messages of a main queue and claim them, in one step: Dramatiq's fetch
--- (dispatch.lua's "fetch": this worker's heartbeat, the ids popped from the queue into its
--- ack set, their data) and claim_many.lua's claim of each fetched message this worker can
--- run, read from the message itself. A message is claimed here only when it is a whole
+-- (dispatch.lua's "fetch": this worker's heartbeat, the ids popped into its ack set, their
+-- data; popped here from the queue's list, then from its fair order, _fair.lua) and the
+-- claim (claim_fetched, _slots.lua) of each fetched message this worker can run, read from
+-- the message itself. A message is claimed here only when it is a whole
 -- Dramatiq message (its seven fields and no other) of one of this worker's actors, carrying
 -- its own redis id and a job id, and not delayed; any other gets the verdict "" and the
 -- worker screens it as before (dead-letters it, or claims it when a thread starts it).
 -- ARGV: now_ms, lease_ms, queue, worker_id, count, then the actor names this worker runs
--- Returns {data per message, verdict per message (claim_many.lua's verdicts, or ""), how
+-- Returns {data per message, verdict per message (run | stale | done | parked | later, or ""), how
 -- many messages the queue still holds, the redis id each message was fetched under (a
 -- message is acked or dead-lettered under that id, whatever id its data carries)}.
 -- A delay queue's messages (they carry an eta) are fetched here too, never claimed.
@@ -16,8 +17,15 @@ redis.call("zadd", ns .. ":__heartbeats__", now, worker_id)
 local queue_key = ns .. ":" .. queue
 local messages = queue_key .. ".msgs"
 local acks = ns .. ":__acks__." .. worker_id .. "." .. queue
-local ids = redis.call("lpop", queue_key, count)
-if not ids then
+-- The list first (ungrouped messages; messages handed back or returned from dead workers),
+-- then the fair order of admitted grouped messages (_fair.lua).
+local ids = redis.call("lpop", queue_key, count) or {}
+if #ids < count then
+    for _, redis_id in ipairs(fair_pop(queue, count - #ids)) do
+        ids[#ids + 1] = redis_id
+    end
+end
+if #ids == 0 then
     return {{}, {}, 0, {}}
 end
 redis.call("sadd", acks, unpack(ids))
@@ -71,4 +79,5 @@ for i, redis_id in ipairs(ids) do
     end
     verdicts[i] = verdict
 end
-return {datas, verdicts, redis.call("llen", queue_key), ids}
+return {datas, verdicts, redis.call("llen", queue_key) + redis.call("zcard", queue_key .. ".fq"),
+    ids}

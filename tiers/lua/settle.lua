@@ -11,7 +11,8 @@
 -- A run whose epoch is not the record's (a later run of the same delivery started elsewhere:
 -- this worker stalled past its heartbeat timeout) is refused as "stale", as is a run of a
 -- superseded message; a record without an epoch (written by older scripts) fences nothing.
--- An accepted settle clears the record's "open" mark (start.lua: the run did not die).
+-- An accepted settle clears the record's "open" mark (start.lua: the run did not die), and a
+-- grouped run's measured time is charged to its group in the queue's fair order.
 -- Returns "stale" (the record points at another message: slot and state left alone),
 -- "released" (recorded, and the freed group slot passed to a parked message of the same
 -- queue) or "ok".
@@ -41,7 +42,7 @@ if rates_key and rates_key ~= "" then
 end
 
 local record = ns .. ":job:" .. job_id
-local current = redis.call("hmget", record, "cur", "epoch")
+local current = redis.call("hmget", record, "cur", "epoch", "queue", "started_at", "fq")
 if current[1] and current[1] ~= redis_id then
     return "stale"
 end
@@ -53,6 +54,10 @@ local released = false
 if gk ~= "" then
     local _, pushed = release(gk, job_id, now, queued_lease)
     released = pushed or false
+    if current[3] then
+        -- The run's measured time is charged to its group (the fair order, _fair.lua).
+        fair_settle(current[3], gk, tonumber(current[4]), tonumber(current[5]), now)
+    end
 end
 if err ~= "" then
     redis.call("hset", record, "last_error", err)

@@ -4,17 +4,18 @@ The model (also explained on the page), for one group (family, tier, organizatio
 
 * ``r_queue``: runs that ended in the group's queue per minute, all organizations, over the
   last :data:`RATE_MINUTES` minutes (``tiers.run_rates``; over less when the queue began
-  working more recently, see :class:`Rates`); the pace at which the queue's FIFO list
-  drains. ``r_group``: the same for this group alone; the pace at which its slots
+  working more recently, see :class:`Rates`); the pace at which the queue's ready messages
+  drain. ``r_group``: the same for this group alone; the pace at which its slots
   come free.
 * The group has a message **waiting** in the queue (admitted under its cap): its next start
-  is that message's turn, ``position / r_queue`` from now (``position``: messages ahead of it
-  in the list, LPOS).
-  A waiting message no longer in the list was prefetched by a worker: it starts when one of
+  is that message's turn, ``position / r_queue`` from now (``position``: messages fetched
+  before it, ``tiers.fair_order.place_from``: the queue's list, then its fair order).
+  A waiting message no longer in the queue was prefetched by a worker: it starts when one of
   that worker's threads frees, ``1 / r_queue``.
 * Otherwise it has **parked** jobs (every slot taken by a running job): the next parked job
-  is admitted when a slot frees, in ``1 / r_group``, and then waits behind what the queue
-  holds, ``length / r_queue``.
+  is admitted when a slot frees, in ``1 / r_group``, and then waits at most behind what the
+  queue holds, ``length / r_queue`` (its place in the fair order is its group's virtual
+  time: often ahead of much of the queue, never behind more than all of it).
 * Nothing waiting or parked: no backlog, nothing to predict.
 
 With no run measured in the window the prediction is unknown (no worker has been taking
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 import redis
 
 from services.app.dashboard.snapshot import Group
+from tiers.fair_order import place_from, place_of
 
 #: The window the rates are measured over.
 RATE_MINUTES = 15
@@ -78,9 +80,11 @@ def positions(client: redis.Redis, namespace: str, groups: list[Group]) -> dict[
         return {}
     pipe = client.pipeline(transaction=False)
     for group, redis_id in asked:
-        pipe.lpos(f"{namespace}:{group.queue}", redis_id)
+        place_of(pipe, namespace, group.queue, redis_id)
+    replies = iter(pipe.execute())
     found: dict[str, int] = {}
-    for (group, _), position in zip(asked, pipe.execute(), strict=True):
+    for group, _ in asked:
+        position = place_from(replies)
         if position is not None:
             found[group.key] = min(found.get(group.key, position), int(position))
     return found

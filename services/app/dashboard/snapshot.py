@@ -29,6 +29,7 @@ from services.app.bootstrap import Platform
 from shared.config import TIER_NAMES
 from tiers.broker import TierBroker
 from tiers.dead_letters import DeadLetters
+from tiers.fair_order import count_ready, ready_from
 from tiers.job_store import as_text
 
 
@@ -119,7 +120,7 @@ def _snapshot_of(platform: Platform, broker: TierBroker, tiers: tuple[str, ...])
 
     pipe = client.pipeline(transaction=False)
     for queue in queues:
-        pipe.llen(f"{ns}:{queue}")
+        count_ready(pipe, ns, queue)
         pipe.hlen(f"{ns}:{dq_name(queue)}.msgs")
         for worker in workers:
             pipe.scard(f"{ns}:__acks__.{worker}.{queue}")
@@ -132,7 +133,7 @@ def _snapshot_of(platform: Platform, broker: TierBroker, tiers: tuple[str, ...])
     rows = []
     for queue in queues:
         family, tier = _family_of_queue(queue)
-        row = QueueRow(tier, family, queue, waiting=int(next(replies)))
+        row = QueueRow(tier, family, queue, waiting=ready_from(replies))
         row.delayed = int(next(replies))
         row.active = sum(int(next(replies)) for _ in workers)
         row.failed = failed[queue]

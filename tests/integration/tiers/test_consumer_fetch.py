@@ -14,6 +14,7 @@ from router.enqueue import Router
 from router.requests import JobRequest
 from tiers.broker import TierBroker
 from tiers.consumer import TierConsumer
+from tiers.fair_order import ready_count
 
 QUEUE = "t_plain.fast"
 
@@ -23,7 +24,7 @@ def enqueue(router: Router, items: range) -> None:
 
 
 def queued(redis_client: redis.Redis, namespace: str) -> int:
-    return int(redis_client.llen(f"{namespace}:{QUEUE}"))
+    return int(ready_count(redis_client, namespace, QUEUE))
 
 
 def consumer_of(broker: TierBroker, prefetch: int) -> TierConsumer:
@@ -107,13 +108,9 @@ def two_thread_consumer(
     broker: TierBroker,
     monkeypatch: pytest.MonkeyPatch,
     jobs: int,
-    *,
-    maintenance: int = 0,
 ) -> TierConsumer:
     """A consumer of ``jobs`` queued jobs, prefetch 40 and 2 threads (a share: a quarter of
-    40), whose fetches draw Dramatiq's maintenance (which does not say how deep the queue
-    is) or not, as told."""
-    monkeypatch.setattr(broker, "_should_do_maintenance", lambda command: maintenance)
+    40)."""
     enqueue(router, range(jobs))
     consumer = consumer_of(broker, prefetch=40)
     consumer.worker_threads = 2
@@ -155,18 +152,4 @@ def test_from_a_shallow_queue_a_fetch_takes_one_share(
     # When it fetches again, Then one share: the rest stays for other workers
     assert next(consumer) is not None
     assert queued(redis_client, namespace) == 5
-    consumer.close()
-
-
-def test_a_fetch_that_did_not_learn_the_queue_depth_takes_one_share(
-    router: Router,
-    broker: TierBroker,
-    redis_client: redis.Redis,
-    namespace: str,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    consumer = two_thread_consumer(router, broker, monkeypatch, 60, maintenance=1)
-    for _ in range(11):
-        assert next(consumer) is not None
-    assert queued(redis_client, namespace) == 40
     consumer.close()

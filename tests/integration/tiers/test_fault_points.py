@@ -12,6 +12,7 @@ from router.enqueue import Router
 from router.registry import Registry
 from router.requests import JobRequest
 from tests import platform_harness as h
+from tiers.fair_order import ready_count
 
 #: (fault point, family, handler runs in the end): a run is repeated only when the worker
 #: died after the handler returned and before the outcome was settled. A grouped job takes
@@ -51,5 +52,5 @@ def test_a_worker_killed_between_two_writes_loses_nothing(
     # neither a group slot nor a queued copy is left behind
     assert int(redis_client.get(f"{namespace}:runs:f") or 0) == expected_runs
     assert broker.jobs.group_state(f"{kind}.fast|1") == (0, 0)
-    assert redis_client.llen(f"{namespace}:{kind}.fast") == 0
+    assert ready_count(redis_client, namespace, f"{kind}.fast") == 0
     broker.close()

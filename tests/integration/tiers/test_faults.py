@@ -20,6 +20,7 @@ from router.requests import JobRequest
 from services.app.embedded import EmbeddedService, start_embedded_redis
 from tests import platform_harness as h
 from tiers.broker import TierBroker
+from tiers.fair_order import ready_count
 from tiers.options import ETA, JOB_ID, REDIS_MESSAGE_ID
 
 QUEUE = "t_plain.fast"
@@ -87,7 +88,7 @@ def test_messages_whose_fetch_reply_was_lost_are_handed_back(
     # Given messages a fetch moved to this worker's unacked set whose reply never arrived
     make_router(broker).enqueue_many([request(f"l{i}") for i in range(5)])
     broker._dispatch("fetch")(QUEUE, 5)  # the reply is dropped, as on a connection error
-    assert redis_client.llen(f"{namespace}:{QUEUE}") == 0
+    assert ready_count(redis_client, namespace, QUEUE) == 0
     # When the consumer reconnects and recovers
     assert broker.recover_unheld(QUEUE) == 5
     # Then they are back in the queue and run once each
@@ -154,7 +155,7 @@ def test_a_delayed_copy_moved_again_after_the_job_completed_does_not_revive_it(
     broker.enqueue(moved)
     # Then the completed record stands and nothing is queued
     assert h.state(broker, "plain-m") == "completed"
-    assert redis_client.llen(f"{namespace}:{QUEUE}") == 0
+    assert ready_count(redis_client, namespace, QUEUE) == 0
     assert runs(redis_client, namespace, "m") == 2
 
 
@@ -174,7 +175,7 @@ def test_a_worker_killed_around_moving_a_delayed_job_loses_nothing_and_repeats_n
         time.sleep(1.5)  # past another heartbeat timeout: nothing else comes back
     # Then the job ran once delayed and once to completion: no more
     assert runs(redis_client, namespace, "k") == 2
-    assert redis_client.llen(f"{namespace}:{QUEUE}") == 0
+    assert ready_count(redis_client, namespace, QUEUE) == 0
     broker.close()
 
 

@@ -1,7 +1,6 @@
 """A main queue's batch is fetched and claimed in one round trip (fetch_claim.lua); what the
 script cannot claim (not a whole message, an actor this worker does not run, no job id) is
-left unclaimed and screened by the worker as before; the fetch that does Dramatiq's
-maintenance still goes through Dramatiq's script and is claimed in a second round trip."""
+left unclaimed and screened by the worker as before."""
 
 from __future__ import annotations
 
@@ -61,7 +60,6 @@ def queued_message(client: redis.Redis, namespace: str) -> dict[str, Any]:
 def test_a_batch_is_fetched_and_claimed_in_one_round_trip(
     router: Router, broker: TierBroker, round_trips: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(broker, "_should_do_maintenance", lambda command: 0)
     router.enqueue_many([grouped(item) for item in "abc"])  # cap 2: c is parked
     consumer = broker.consume(QUEUE, prefetch=10, timeout=100)
     first = next(consumer)
@@ -86,18 +84,13 @@ def test_a_batch_is_fetched_and_claimed_in_one_round_trip(
         assert record is not None and record["attempts"] == "1"
 
 
-@pytest.mark.parametrize("maintenance", [0, 1], ids=["fetch_claim", "dispatch_then_claim"])
 def test_what_the_script_cannot_claim_is_screened_by_the_worker_and_takes_no_slot(
     router: Router,
     broker: TierBroker,
     redis_client: redis.Redis,
     namespace: str,
     round_trips: list[str],
-    maintenance: int,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # The same on both fetch paths
-    monkeypatch.setattr(broker, "_should_do_maintenance", lambda command: maintenance)
     router.enqueue(grouped("good"))
     good = queued_message(redis_client, namespace)
     group = f"{namespace}:group:{good['options'][GROUP]}"
@@ -120,49 +113,11 @@ def test_what_the_script_cannot_claim_is_screened_by_the_worker_and_takes_no_slo
     assert message is not None and message.options[JOB_ID] == "group-good"
     assert next(consumer) is None
     assert h.state(broker, "group-good") == "active"
-    assert round_trips[0] == ("dispatch" if maintenance else "fetch_claim")
+    assert round_trips[0] == "fetch_claim"
     # Then the others were dead-lettered, their jobs failed, and none took a group slot
     dead = {i.decode() for i in redis_client.zrange(f"{namespace}:{QUEUE[:-5]}.fast.XQ", 0, -1)}
     assert dead == {"bad-json", "bad-actor", "bad-field"}
     assert [h.state(broker, job) for job in ("ghost-1", "ghost-2")] == [None, None]
     assert {i.decode() for i in redis_client.zrange(group, 0, -1)} == {"group-good"}
-    consumer.requeue([message])
-    consumer.close()
-
-
-def test_the_maintenance_fetch_is_claimed_in_a_second_round_trip(
-    router: Router, broker: TierBroker, round_trips: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    router.enqueue_many([grouped(item) for item in "ab"])
-    monkeypatch.setattr(broker, "_should_do_maintenance", lambda command: 1)
-    consumer = broker.consume(QUEUE, prefetch=10, timeout=100)
-    first = next(consumer)
-    assert first is not None
-    assert round_trips == ["dispatch", "claim_many"]
-    assert [h.state(broker, f"group-{i}") for i in "ab"] == ["active", "active"]
-    second = next(consumer)
-    assert second is not None
-    consumer.requeue([first, second])
-    consumer.close()
-
-
-def test_a_fetch_that_draws_maintenance_returns_a_dead_workers_messages(
-    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
-) -> None:
-    # Given a job a worker fetched before it died (its heartbeat long past)
-    router.enqueue(grouped("orphan"))
-    (redis_id,) = redis_client.lrange(f"{namespace}:{QUEUE}", 0, -1)
-    redis_client.delete(f"{namespace}:{QUEUE}")
-    redis_client.sadd(f"{namespace}:__acks__.dead-worker.{QUEUE}", redis_id)
-    redis_client.zadd(f"{namespace}:__heartbeats__", {"dead-worker": 1})
-    # When a live worker's fetch draws Dramatiq's maintenance (once: one draw per fetch)
-    draws = iter([1])
-    broker._should_do_maintenance = lambda command: next(draws, 0)  # type: ignore[method-assign]
-    consumer = broker.consume(QUEUE, prefetch=10, timeout=100)
-    message = next(consumer)
-    # Then the dead worker's message is back and fetched, claimed, in that same fetch
-    assert message is not None and message.options[JOB_ID] == "group-orphan"
-    assert h.state(broker, "group-orphan") == "active"
-    assert redis_client.scard(f"{namespace}:__acks__.dead-worker.{QUEUE}") == 0
     consumer.requeue([message])
     consumer.close()

@@ -14,6 +14,7 @@ from router.registry import Registry
 from router.requests import JobRequest
 from tests import platform_harness as h
 from tiers.broker import ACKED_IN_SETTLE, TierBroker
+from tiers.fair_order import ready_count, ready_ids
 from tiers.options import GROUP, JOB_ID, REDIS_MESSAGE_ID
 
 QUEUE = "t_plain.fast"
@@ -60,7 +61,7 @@ def test_fetched_jobs_without_a_group_are_claimed_and_handed_back_unclaimed(
             "0",
         )
     assert broker.jobs.claimed_at_fetch == {}
-    assert redis_client.llen(f"{namespace}:{QUEUE}") == 3
+    assert ready_count(redis_client, namespace, QUEUE) == 3
     assert redis_client.scard(f"{namespace}:__acks__.{broker.broker_id}.{QUEUE}") == 0
     # And a worker then runs each exactly once
     with h.running_worker(broker):
@@ -97,7 +98,7 @@ def test_grouped_jobs_take_their_slot_at_fetch_and_keep_it_when_handed_back(
     assert lease is not None and lease - time.time() * 1000 > 3_000_000
     assert broker.jobs.fetched_slots() == []
     assert broker.jobs.claimed_at_fetch == {}
-    assert redis_client.llen(f"{namespace}:t_group.fast") == 1
+    assert ready_count(redis_client, namespace, "t_group.fast") == 1
 
 
 def test_a_message_without_a_slot_in_a_full_group_is_parked_at_fetch_and_runs_once_later(
@@ -114,7 +115,7 @@ def test_a_message_without_a_slot_in_a_full_group_is_parked_at_fetch_and_runs_on
     redis_client.zrem(group, "group-a")
     redis_client.zadd(group, {"holder": 1})  # a lease long past: the reaper frees it
     redis_client.zadd(f"{namespace}:__leases__", {group_key: 1})
-    queue_ids = {i.decode() for i in redis_client.lrange(f"{namespace}:t_group.fast", 0, -1)}
+    queue_ids = set(ready_ids(redis_client, namespace, "t_group.fast"))
     # When the batch is fetched, a is parked and acked in that step: only b reaches the worker
     message = next(consumer)
     assert message is not None and message.options[JOB_ID] == "group-b"
@@ -127,7 +128,7 @@ def test_a_message_without_a_slot_in_a_full_group_is_parked_at_fetch_and_runs_on
     assert not redis_client.hexists(f"{namespace}:t_group.fast.msgs", parked_id)
     # When the other holder's slot is reaped, a takes it, back in the queue under the same id
     assert broker.jobs.reap() == 1
-    assert redis_client.lrange(f"{namespace}:t_group.fast", 0, -1) == [parked_id.encode()]
+    assert ready_ids(redis_client, namespace, "t_group.fast") == [parked_id]
     consumer.requeue([message])
     consumer.close()
     # And a worker runs each job exactly once

@@ -14,6 +14,7 @@ from router.enqueue import Router
 from router.requests import JobRequest
 from tests import platform_harness as h
 from tiers.broker import TierBroker
+from tiers.fair_order import ready_ids
 from tiers.fetch_claims import QUEUED_LEASE_MS
 
 QUEUE = "t_serial.fast"
@@ -56,7 +57,7 @@ def test_a_release_passes_the_slot_down_the_line_and_leaves_nothing_behind(
     assert run_one(broker, consumer) == "released"
     assert h.state(broker, "serial-b") == "waiting"
     assert redis_client.zrange(f"{namespace}:group:{GROUP}", 0, -1) == [b"serial-b"]
-    assert redis_client.lrange(f"{namespace}:{QUEUE}", 0, -1) == [b_id.encode()]
+    assert ready_ids(redis_client, namespace, QUEUE) == [b_id]
     assert run_one(broker, consumer) == "released"
     assert run_one(broker, consumer) == "ok"
     consumer.close()  # type: ignore[attr-defined]
@@ -130,7 +131,7 @@ def test_a_job_a_claim_parks_at_its_start_survives_the_ack_of_its_delivery(
     redis_client.zadd(group, {"holder": 1})
     redis_client.zadd(f"{namespace}:__leases__", {GROUP: 1})
     acks = f"{namespace}:__acks__.{broker.broker_id}.{QUEUE}"
-    assert redis_client.lpop(queue) == a_id.encode()
+    assert redis_client.zrem(f"{queue}.fq", a_id) == 1
     redis_client.sadd(acks, a_id)
     delivered = Message.decode(redis_client.hget(f"{queue}.msgs", a_id))
     # When the worker claims a at its start, a is parked and its delivery acked

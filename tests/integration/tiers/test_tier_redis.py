@@ -28,6 +28,7 @@ from tests import platform_harness as h
 from tests.fixtures_platform import AUTH, MakePlatform
 from tests.fixtures_redis import MakeRedisServer
 from tests.platform_harness import wait_until
+from tiers.fair_order import ready_count
 from tiers.families import Family
 from tiers.policies import WindowRule
 from tiers.tier_brokers import TierBrokers
@@ -162,7 +163,7 @@ def test_each_tier_on_its_own_redis(
             )
             assert record in own, answer
             assert all(record not in keys for keys in others), answer
-        assert clients["fast"].llen(f"{namespace}:tr_fast.fast") > 0  # under the cap of 2
+        assert ready_count(clients["fast"], namespace, "tr_fast.fast") > 0  # under the cap of 2
         assert clients["fast"].exists(f"{namespace}:group:tr_fast.fast|1:parked")
         assert clients["slow"].llen(f"{namespace}:tr_slow.slow") == 12
         assert not any(key.startswith(f"{namespace}:tr_") for key in control_keys)

@@ -17,6 +17,7 @@ from router.requests import JobRequest
 from tests import platform_harness as h
 from tiers.broker import TierBroker
 from tiers.dead_letters import DeadLetters
+from tiers.fair_order import ready_count
 from tiers.middleware.job_metrics import JOBS
 from tiers.options import JOB_ID, REDIS_MESSAGE_ID
 
@@ -133,7 +134,7 @@ def test_a_job_that_kills_its_worker_every_time_fails_as_worker_died_after_three
     letters = DeadLetters(broker.jobs).latest([QUEUE])
     assert [(letter.job_id, letter.actionable) for letter in letters] == [("plain-p", True)]
     assert acked_anywhere(redis_client, namespace, record["cur"]) == []
-    assert redis_client.llen(f"{namespace}:{QUEUE}") == 0
+    assert ready_count(redis_client, namespace, QUEUE) == 0
     # and the jobs that died beside it once ran alone next time, and completed
     for item in beside:
         died_beside = broker.jobs.record(f"plain-{item}")
@@ -170,7 +171,7 @@ def test_a_message_carrying_another_id_than_its_queued_one_is_dead_lettered_unde
     # Then it is dead-lettered under the id it was queued under, and no ack set keeps it
     assert acked_anywhere(redis_client, namespace, "queued-id") == []
     assert redis_client.hget(f"{namespace}:{QUEUE}.msgs", "queued-id") is None
-    assert redis_client.llen(f"{namespace}:{QUEUE}") == 0
+    assert ready_count(redis_client, namespace, QUEUE) == 0
     assert count(redis_client, f"{namespace}:runs:m") == 0
     broker.close()
 

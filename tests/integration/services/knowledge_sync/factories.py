@@ -35,6 +35,7 @@ from shared.db.models import (
     PgSearchDocument,
 )
 from tests.platform_harness import wait_until
+from tiers.fair_order import ready_ids
 from tiers.policies import RetryPolicy
 from tiers.table import TIERS
 from tiers.worker import serve
@@ -196,7 +197,7 @@ def queued_messages(platform: Platform, queue: str) -> list[dict[str, Any]]:
     """Messages waiting in ``queue`` (its Redis list), decoded."""
     ns = platform.settings.redis_namespace
     client = platform.broker.client
-    ids = client.lrange(f"{ns}:{queue}", 0, -1)
+    ids = ready_ids(client, ns, queue)
     if not ids:
         return []
     raw = client.hmget(f"{ns}:{queue}.msgs", ids)

@@ -15,6 +15,7 @@ from router.enqueue import Router
 from router.requests import JobRequest
 from tests import platform_harness as h
 from tiers.broker import TierBroker
+from tiers.fair_order import ready_count
 
 
 @pytest.fixture
@@ -79,7 +80,7 @@ def test_small_organizations_are_not_starved_by_a_backlog(
         [JobRequest("t_group", org, {"item": f"small-{org}"}) for org in range(2, 12)]
     )
     # Then only the cap's worth of the backlog sits in the shared queue
-    assert redis_client.llen(f"{namespace}:t_group.fast") == 2 + 10
+    assert ready_count(redis_client, namespace, "t_group.fast") == 2 + 10
     # When a worker drains the tier
     with h.running_worker(broker, threads=2):
         h.wait_until(

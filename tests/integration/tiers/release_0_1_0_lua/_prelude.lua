@@ -1,0 +1,137 @@
+-- Shared helpers, prepended to every identity script (Redis scripts cannot import).
+-- Key layout under the namespace ns (Dramatiq's own keys are ns:<queue> and ns:<queue>.msgs):
+--   ns:job:<id>                hash: the job record (state, msg, cur, queue, org, attempts, ...;
+--                              epoch, open and unsettled, the runs started and died:
+--                              start.lua, absent in records no start of them touched)
+--   ns:group:<gk>              zset: job ids admitted to the group, scored by lease deadline (ms)
+--   ns:group:<gk>:parked       list: redis message ids held back because the group was full
+--   ns:group:<gk>:parked.msgs  hash: redis message id -> encoded message
+--   ns:__leases__              zset: group key -> earliest lease deadline, for the reaper.
+--                              Every group holding a job has its entry, at or below its
+--                              earliest deadline: admit() adds it, a lease refresh only
+--                              moves deadlines later, and only reap.lua removes an entry,
+--                              once its group is empty
+-- These layouts are read by every version of these scripts running at once (a rolling
+-- deploy): a new layout must be readable, and its entries safe, in the older scripts.
+local ns = KEYS[1]
+
+local function push(queue, redis_id, data)
+    redis.call("hset", ns .. ":" .. queue .. ".msgs", redis_id, data)
+    redis.call("rpush", ns .. ":" .. queue, redis_id)
+end
+
+local function admit(gk, job_id, deadline)
+    redis.call("zadd", ns .. ":group:" .. gk, deadline, job_id)
+    redis.call("zadd", ns .. ":__leases__", "LT", deadline, gk)
+end
+
+local function park(gk, redis_id, data)
+    local parked = ns .. ":group:" .. gk .. ":parked"
+    redis.call("hset", parked .. ".msgs", redis_id, data)
+    redis.call("rpush", parked, redis_id)
+end
+
+-- Put a message where its job now waits: a delay queue, its queue (taking a group slot when
+-- the group has room), or the group's parked list. Returns the job's new state.
+local function place(queue, redis_id, data, gk, cap, job_id, now, queued_lease)
+    if string.sub(queue, -3) == ".DQ" then
+        push(queue, redis_id, data)
+        return "delayed"
+    end
+    if gk ~= "" then
+        local group = ns .. ":group:" .. gk
+        if not redis.call("zscore", group, job_id) and redis.call("zcard", group) >= cap then
+            park(gk, redis_id, data)
+            return "parked"
+        end
+        admit(gk, job_id, now + queued_lease)
+    end
+    push(queue, redis_id, data)
+    return "waiting"
+end
+
+-- Free job_id's slot in group gk; if it held one, pass it to the oldest parked message.
+-- Returns 1 when a slot was freed (0 otherwise), and true as a second value when a parked
+-- message was pushed to its queue with it.
+local function release(gk, job_id, now, queued_lease)
+    local group = ns .. ":group:" .. gk
+    if redis.call("zrem", group, job_id) == 0 then
+        return 0
+    end
+    local parked = group .. ":parked"
+    while true do
+        local redis_id = redis.call("lpop", parked)
+        if not redis_id then
+            return 1
+        end
+        local data = redis.call("hget", parked .. ".msgs", redis_id)
+        redis.call("hdel", parked .. ".msgs", redis_id)
+        if data then
+            local message = cjson.decode(data)
+            local next_job = message["options"]["st_job"]
+            -- The slot passes from job_id to next_job. The group's __leases__ entry is there
+            -- (job_id was in the group) and at or below job_id's deadline, which is no later
+            -- than next_job's queued one (see the key layout): only the group's zset moves.
+            redis.call("zadd", group, now + queued_lease, next_job)
+            push(message["queue_name"], redis_id, data)
+            redis.call("hset", ns .. ":job:" .. next_job, "state", "waiting")
+            return 1, true
+        end
+    end
+end
+
+-- Claim a message a worker fetched or is about to run: the verdict run | stale | done |
+-- parked | later. A stale copy (the record points at another message) or a finished job is
+-- left alone; a grouped job takes (or keeps) its slot, leased until now + lease; with the
+-- group full and no slot held, park_it() parks the message (true) or cannot (false: later).
+local function claim(job_id, message_id, redis_id, gk, cap, now, lease, park_it)
+    local record = ns .. ":job:" .. job_id
+    local current = redis.call("hmget", record, "state", "msg", "cur")
+    local state, current_msg, current_redis = current[1], current[2], current[3]
+    if state then
+        if current_msg ~= message_id or current_redis ~= redis_id then
+            return "stale"
+        elseif state ~= "waiting" and state ~= "parked" and state ~= "delayed"
+            and state ~= "active" then
+            return "done"
+        end
+    end
+    if gk ~= "" then
+        local group, deadline = ns .. ":group:" .. gk, now + lease
+        -- Usually the job holds its slot (admitted when queued, or by a release): one
+        -- command moves its lease. 0 means it holds none, or already this very deadline.
+        if redis.call("zadd", group, "XX", "CH", deadline, job_id) == 0
+            and not redis.call("zscore", group, job_id) then
+            if redis.call("zcard", group) >= cap then
+                if not park_it() then
+                    return "later"
+                end
+                redis.call("hset", record, "state", "parked")
+                return "parked"
+            end
+            redis.call("zadd", group, deadline, job_id)
+        end
+        redis.call("zadd", ns .. ":__leases__", "LT", deadline, gk)
+    end
+    if not state then
+        redis.call("hset", record, "msg", message_id, "cur", redis_id, "created_at", now,
+            "group", gk, "failures", 0)
+    end
+    redis.call("hset", record, "state", "active", "started_at", now)
+    return "run"
+end
+
+-- Claim one fetched main-queue message (claim_many.lua, fetch_claim.lua). A message to park
+-- is parked from its copy in the queue's message hash (messages) and acked (acks: the
+-- worker's ack set of the queue) in this step; without that copy it is claimed later.
+local function claim_fetched(job_id, message_id, redis_id, gk, cap, now, lease, messages, acks)
+    return claim(job_id, message_id, redis_id, gk, cap, now, lease, function()
+        local data = redis.call("hget", messages, redis_id)
+        if data and redis.call("srem", acks, redis_id) > 0 then
+            redis.call("hdel", messages, redis_id)
+            park(gk, redis_id, data)
+            return true
+        end
+        return false
+    end)
+end
