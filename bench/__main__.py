@@ -1,7 +1,8 @@
 """``python -m bench`` (``make bench``): run the benchmarks, print a markdown summary and write
 ``bench/results/<name>.json``.
 
-  python -m bench                 # throughput (20,000 jobs), fairness (10,000 backlog), storm,
+  python -m bench                 # throughput (20,000 jobs), fairness (10,000 backlog), the
+                                  # share of worker time by cost, storm,
                                   # ingestion, the enqueue API under load, Redis CPU per path,
                                   # idle workers' CPU (queues watched and polled)
   python -m bench --quick         # smoke run: 2,000 jobs, 1,000 backlog, the full storm
@@ -21,6 +22,7 @@ import time
 NAMES = (
     "throughput",
     "fairness",
+    "fair_share",
     "throttle_storm",
     "ingestion",
     "enqueue_api",

@@ -81,6 +81,15 @@ def families() -> dict[str, Family]:
                 fixed_tier="fast",
                 group_caps={"fast": 2},
             ),
+            Family(  # bench.fair_share: a cap that leaves the workers a choice between groups
+                name="b_share",
+                kind="bench_share",
+                handler=work,
+                params=WORK_PARAMS,
+                job_id=lambda o, p: f"share-{o}-{p.item}",
+                fixed_tier="fast",
+                group_caps={"fast": 16},
+            ),
             Family(  # bench.bullmq_compare: no-op jobs of 20 organizations, 5 at a time each
                 name="b_grouped",
                 kind="bench_grouped",
