@@ -30,6 +30,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tiers.lua_scripts import PRELUDES
+
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = 50
 KINDS = {"grouped": ("bench_grouped", 20), "plain": ("bench_noop", 1)}
@@ -38,18 +40,20 @@ DRAIN_SCRIPTS = ("fetch_claim", "settle")
 
 
 def revision_source(revision: str, name: str) -> str:
-    """The identity script ``name`` as revision ``revision`` loads it (prelude + body)."""
+    """The identity script ``name`` as revision ``revision`` loads it (preludes + body)."""
 
-    def show(path: str) -> str:
-        return subprocess.run(
+    def show(path: str) -> str | None:
+        shown = subprocess.run(
             ["git", "show", f"{revision}:tiers/lua/{path}"],
             cwd=ROOT,
-            check=True,
             capture_output=True,
             text=True,
-        ).stdout
+        )
+        return shown.stdout if shown.returncode == 0 else None
 
-    return show("_prelude.lua") + "\n" + show(f"{name}.lua")
+    # The preludes that revision has (older ones had only _prelude.lua), then the body.
+    parts = [show(part) for part in (*PRELUDES, f"{name}.lua")]
+    return "\n".join(part for part in parts if part is not None)
 
 
 def _side(redis_url: str, label: str, revision: str | None, kind: str, jobs: int) -> Any:
@@ -74,9 +78,7 @@ def _drain_batch(broker: Any, queue: str) -> int:
     from dramatiq.message import Message
 
     jobs = broker.jobs
-    fetched, _verdicts, _left, _ids = jobs.fetch_and_claim(
-        queue, broker.broker_id, BATCH, list(broker.actors)
-    )
+    fetched = jobs.fetch_and_claim(queue, broker.broker_id, BATCH, list(broker.actors)).data
     errors: list[Exception] = []
 
     def answered(_reply: Any, error: Exception | None) -> None:

@@ -14,6 +14,7 @@ from dramatiq.common import current_millis, dq_name, xq_name
 from dramatiq.message import Message
 from dramatiq.middleware import Middleware, MiddlewareError
 
+from tiers.beat_log import BeatLog
 from tiers.consumer import TierConsumer
 from tiers.fair_order import count_ready, ready_from
 from tiers.faults import fault_point
@@ -62,6 +63,7 @@ class TierBroker(RedisBroker):
             heartbeat_timeout=heartbeat_timeout_ms,
         )
         self.jobs = JobStore(self.client, namespace, lease_seconds)
+        self.jobs.beats = BeatLog(heartbeat_timeout_ms)
         #: queue -> redis ids this process fetched and still holds (queued for a thread,
         #: running, waiting in a delay queue); what Redis says is ours beyond that was lost
         #: in transit and is handed back by :meth:`recover_unheld`.
@@ -128,7 +130,7 @@ class TierBroker(RedisBroker):
         was fetched under, and its job failed here, so it neither stops the consumer nor
         comes back; one the script could not claim is claimed when its run starts."""
         limit = min(count, self._max_unpack_size())  # type: ignore[no-untyped-call]
-        fetched, verdicts, left, fetched_ids = self.jobs.fetch_and_claim(
+        fetched, verdicts, left, fetched_ids, sent = self.jobs.fetch_and_claim(
             queue_name, self.broker_id, limit, list(self.actors)
         )
         self.left_in_queue[queue_name] = left
@@ -140,7 +142,7 @@ class TierBroker(RedisBroker):
             dead_letter(self.jobs, self.broker_id, queue_name, rejected)
         decoded = [message for _, message in screened]
         parked = self.jobs.keep_fetch_verdicts(
-            (message, verdicts[at]) for at, message in screened if verdicts[at]
+            ((message, verdicts[at]) for at, message in screened if verdicts[at]), sent
         )
         if parked:
             decoded = self._drop_parked(queue_name, decoded, parked)

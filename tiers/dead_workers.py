@@ -93,7 +93,9 @@ class DeadWorkers:
             num=MAX_DEAD_PER_LOOK,
             withscores=True,
         )
+        sent = time.monotonic()
         _, listed = pipe.execute()
+        broker.jobs.beats.beat(sent)
         dead = {(as_text(worker), float(beat)) for worker, beat in listed}
         new = dead - self._handled
         sweep = time.monotonic() >= self._next_sweep

@@ -14,6 +14,7 @@ from uuid import uuid4
 import redis
 from dramatiq.message import Message
 
+from tiers.beat_log import BeatLog
 from tiers.fetch_claims import QUEUED_LEASE_MS as QUEUED_LEASE_MS
 from tiers.fetch_claims import FetchClaims
 from tiers.lua_scripts import load_script
@@ -65,6 +66,8 @@ class JobStore(FetchClaims):
         # The fetch-time claims' verdicts and slots (tiers.fetch_claims.FetchClaims).
         self.claimed_at_fetch = {}
         self.slots_at_fetch = {}
+        self.fetched_at = {}
+        self.beats = BeatLog(60_000)
         self._scripts = {
             name: client.register_script(load_script(name))
             for name in (
@@ -200,24 +203,62 @@ class JobStore(FetchClaims):
         ``alone`` (nothing else running): not started. ``start_id`` names this start: the
         same call sent again (its reply lost) answers as the first did, and counts nothing
         (a fresh one when empty)."""
-        options = message.options
-        reply = self._batch.call(
-            "start",
-            [
-                options[JOB_ID],
-                message.message_id,
-                options[REDIS_MESSAGE_ID],
-                main_queue,
-                worker_id,
-                now_ms(),
-                max_unsettled,
-                int(retention_seconds * 1000),
-                QUEUED_LEASE_MS,
-                "1" if alone else "0",
-                start_id or str(uuid4()),
-            ],
+        args = self.start_args(
+            message, main_queue, worker_id, max_unsettled, retention_seconds, alone, start_id
         )
+        reply = self._batch.call("start", args)
         return as_text(reply[0]), as_text(reply[1])
+
+    def start_later(
+        self,
+        message: Message[Any],
+        main_queue: str,
+        worker_id: str,
+        *,
+        max_unsettled: int,
+        retention_seconds: float,
+        start_id: str,
+        then: Callable[[tuple[str, str] | None, Exception | None], None],
+    ) -> None:
+        """:meth:`start`, sent by the settle sender ahead of the run's settle (so Redis
+        applies the start first) while the run goes on; ``then((verdict, token), None)`` or
+        ``then(None, error)`` runs in the sender's thread once Redis answered. The run is
+        counted as started alone: a death of an earlier run of the job (which the fetch did
+        not see) is counted, and the run goes on."""
+        args = self.start_args(
+            message, main_queue, worker_id, max_unsettled, retention_seconds, True, start_id
+        )
+
+        def answered(reply: Any, error: Exception | None) -> None:
+            then(None if error else (as_text(reply[0]), as_text(reply[1])), error)
+
+        self._settles.submit("start", args, answered)
+
+    def start_args(
+        self,
+        message: Message[Any],
+        main_queue: str,
+        worker_id: str,
+        max_unsettled: int,
+        retention_seconds: float,
+        alone: bool,
+        start_id: str,
+    ) -> list[Any]:
+        """start.lua's arguments for a run of ``message``."""
+        options = message.options
+        return [
+            options[JOB_ID],
+            message.message_id,
+            options[REDIS_MESSAGE_ID],
+            main_queue,
+            worker_id,
+            now_ms(),
+            max_unsettled,
+            int(retention_seconds * 1000),
+            QUEUED_LEASE_MS,
+            "1" if alone else "0",
+            start_id or str(uuid4()),
+        ]
 
     def epochs(self, job_ids: Sequence[str]) -> list[str | None]:
         """The epoch of each job's latest started run (None: no record, or none started)."""

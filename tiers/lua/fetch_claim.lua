@@ -7,7 +7,8 @@
 -- its own redis id and a job id, and not delayed; any other gets the verdict "" and the
 -- worker screens it as before (dead-letters it, or claims it when a thread starts it).
 -- ARGV: now_ms, lease_ms, queue, worker_id, count, then the actor names this worker runs
--- Returns {data per message, verdict per message (run | stale | done | parked | later, or ""), how
+-- Returns {data per message, verdict per message (run | stale | done | parked | later, as
+-- claim_fetched's; rerun: a run whose job has an earlier run that never settled; or ""), how
 -- many messages the queue still holds, the redis id each message was fetched under (a
 -- message is acked or dead-lettered under that id, whatever id its data carries)}.
 -- A delay queue's messages (they carry an eta) are fetched here too, never claimed.
@@ -75,6 +76,11 @@ for i, redis_id in ipairs(ids) do
             end
             verdict = claim_fetched(options["st_job"], message["message_id"], redis_id, gk,
                 tonumber(options["st_cap"]) or 0, now, lease, messages, acks)
+            if verdict == "run"
+                and redis.call("hexists", ns .. ":job:" .. options["st_job"], "open") == 1 then
+                -- An earlier run never settled: its start waits for start.lua's verdict.
+                verdict = "rerun"
+            end
         end
     end
     verdicts[i] = verdict

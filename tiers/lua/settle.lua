@@ -3,7 +3,8 @@
 --       next_redis_id, next_data, next_queue, queued_lease_ms, delay (why it was delayed),
 --       ack_queue, worker_id ("" = the caller acks the delivered message itself),
 --       rates_key ("" = not counted), rates_keep_seconds, epoch (the run's fencing token from
---       start.lua; "" or "0" = unfenced), then the rates fields to count
+--       start.lua; "" or "0" = unfenced; "s:<start_id>" for a run started before start.lua
+--       answered: the record's open start must be that one), then the rates fields to count
 -- With next_redis_id set, the job goes back to the broker (retry or delay) in the same step.
 -- With ack_queue set, Dramatiq's ack of the delivered message is done here too (dispatch.lua's
 -- "ack": drop it from the worker's ack set and the queue's message hash; heartbeat).
@@ -42,11 +43,18 @@ if rates_key and rates_key ~= "" then
 end
 
 local record = ns .. ":job:" .. job_id
-local current = redis.call("hmget", record, "cur", "epoch", "queue", "started_at", "fq")
+local current = redis.call("hmget", record, "cur", "epoch", "queue", "started_at", "fq",
+    "state", "open")
 if current[1] and current[1] ~= redis_id then
     return "stale"
 end
-if current[2] and epoch ~= "" and epoch ~= "0" and current[2] ~= epoch then
+if string.sub(epoch, 1, 2) == "s:" then
+    -- A run started while its start was on its way (start.lua, sent ahead of this settle):
+    -- it holds the job only if that start is the job's open one.
+    if current[6] and current[7] ~= string.sub(epoch, 3) then
+        return "stale"
+    end
+elseif current[2] and epoch ~= "" and epoch ~= "0" and current[2] ~= epoch then
     return "stale"
 end
 redis.call("hdel", record, "open")

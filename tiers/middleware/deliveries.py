@@ -20,6 +20,12 @@ an earlier run of the job died          it is started again only once nothing el
                                         is counted against it alone
 =====================================  ==========================================================
 
+A run whose delivery cannot have been taken back (the fetch that claimed it wrote this
+worker's heartbeat, every heartbeat since reached Redis in time, ``tiers.beat_log``, and the
+fetch saw no earlier run of the job that died) does not wait for ``start.lua``: the script
+goes ahead of the run's settle on the settle sender, and the settle carries the start's id,
+refused unless that start is the job's open one. Any other run waits for the script's verdict.
+
 While runs go on, a thread asks every few seconds whether a newer run of each started
 elsewhere and marks those deliveries lost (``tiers.deliveries.delivery_lost``: the answer a
 handler can read without a round trip).
@@ -40,7 +46,7 @@ from dramatiq.middleware import Middleware, SkipMessage
 from tiers.deliveries import Delivery, set_current
 from tiers.families import Family, family_of
 from tiers.job_store import JobStore
-from tiers.middleware.group_slots import GroupSlots
+from tiers.middleware.group_slots import FETCHED_AT, GroupSlots
 from tiers.middleware.job_metrics import JOBS, tier_of_queue
 from tiers.options import JOB_ID, REDIS_MESSAGE_ID
 from tiers.redis_retry import REDIS_DOWN, until_redis_answers
@@ -116,6 +122,10 @@ class Deliveries(Middleware):
 
         self.gate.enter()
         setattr(message, GATED, "ordinary")
+        fetched_at = getattr(message, FETCHED_AT, None)
+        if fetched_at is not None and self.jobs.beats.unbroken_since(fetched_at):
+            self._start_on_the_way(message, worker_id, retention, start_id)
+            return
         verdict, token = start(False)
         job_id = message.options[JOB_ID]
         if verdict == "suspect":
@@ -150,6 +160,57 @@ class Deliveries(Middleware):
         else:
             log.info("job %s not run: %s", job_id, verdict)
         raise SkipMessage(verdict)
+
+    def _start_on_the_way(
+        self, message: Any, worker_id: str, retention: float, start_id: str
+    ) -> None:
+        """Start a run whose delivery cannot have been taken back (fetched, and this worker's
+        heartbeats unbroken since, ``tiers.beat_log``; its job has no earlier run that
+        died): ``start.lua`` goes ahead of the run's settle on the settle sender, and the run
+        begins now. Its settle carries the start's id as its token (``s:<start_id>``: refused
+        unless that start is the job's open one); a verdict other than ``run`` marks the
+        delivery lost, as the delivery check does."""
+        job_id = message.options[JOB_ID]
+        delivery = Delivery(self.jobs, job_id, "")
+        setattr(message, EPOCH, "s:" + start_id)
+
+        def answered(reply: tuple[str, str] | None, error: Exception | None) -> None:
+            if reply is None:
+                log.error("job %s: its start failed (%s); its settle is refused", job_id, error)
+                delivery.lost.set()
+                return
+            verdict, token = reply
+            if verdict == "run":
+                delivery.epoch = token
+                return
+            delivery.lost.set()
+            if verdict == "worker_died":
+                JOBS.labels(message.actor_name, tier_of_queue(message.queue_name), verdict).inc()
+                log.error(
+                    "job %s failed: worker_died (%s run(s) ended without a settle); "
+                    "dead-lettered, and this run's settle will be refused",
+                    job_id,
+                    token,
+                )
+            else:
+                log.warning(
+                    "job %s: its start found it %s; this run's settle will be refused",
+                    job_id,
+                    verdict,
+                )
+
+        with self._lock:
+            self._running[message.options[REDIS_MESSAGE_ID]] = delivery
+        set_current(delivery)
+        self.jobs.start_later(
+            message,
+            q_name(message.queue_name),
+            worker_id,
+            max_unsettled=self.max_unsettled,
+            retention_seconds=retention,
+            start_id=start_id,
+            then=answered,
+        )
 
     def after_process_message(
         self,

@@ -20,6 +20,10 @@ from tiers.redis_retry import REDIS_DOWN, until_redis_answers
 
 log = logging.getLogger(__name__)
 
+#: The message attribute holding when the fetch that claimed it was sent (None: claimed at
+#: start, or its job has an earlier run that died); ``Deliveries`` reads it.
+FETCHED_AT = "_st_fetched_at"
+
 GROUP_PARKED = metrics.counter(
     "group_parked",
     "Jobs parked at claim because their group was at its concurrency cap.",
@@ -53,6 +57,7 @@ class GroupSlots(Middleware):
         if JOB_ID not in options:
             return
         # Claimed when its batch was fetched (TierBroker.fetch_messages), unless that failed.
+        setattr(message, FETCHED_AT, self.jobs.take_fetched_at(options[REDIS_MESSAGE_ID]))
         verdict = self.jobs.take_fetch_claim(options[REDIS_MESSAGE_ID])
         if verdict is None:
             worker_id = broker.broker_id  # type: ignore[attr-defined]

@@ -29,7 +29,7 @@ def backlog(orgs: range, each: int, sleep: float = 0.0) -> list[JobRequest]:
 
 def fetch_one(broker: TierBroker) -> str:
     """The item of the next message a worker's fetch takes from the queue."""
-    datas, _, _, _ = broker.jobs.fetch_and_claim(QUEUE, broker.broker_id, 1, list(broker.actors))
+    datas = broker.jobs.fetch_and_claim(QUEUE, broker.broker_id, 1, list(broker.actors)).data
     (data,) = datas
     assert data is not None
     item: str = json.loads(data)["kwargs"]["item"]

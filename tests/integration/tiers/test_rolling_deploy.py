@@ -3,8 +3,8 @@
 queued job, run none twice, and never exceed a group's cap.
 
 An older worker is this release's Python with release 0.1.0's scripts
-(``release_0_1_0_lua/``, copied from that release): what a worker does to Redis is its
-scripts, and their arguments did not change between the two.
+(``release_0_1_0_lua/``, copied from that release), starting each run as 0.1.0 did: what a
+worker does to Redis is its scripts, called with the same arguments.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from router.enqueue import Router
 from router.registry import Registry
 from router.requests import JobRequest
 from tests import platform_harness as h
+from tiers.beat_log import BeatLog
 from tiers.broker import TierBroker
 from tiers.fair_order import fair_key, ready_count
 
@@ -29,12 +30,15 @@ CAP = 2
 
 
 def release_0_1_0(broker: TierBroker) -> TierBroker:
-    """Make ``broker`` run release 0.1.0's scripts (in place: its senders share the map)."""
+    """Make ``broker`` run release 0.1.0's scripts (in place: its senders share the map), and
+    start every run as 0.1.0 did, waiting for start.lua's verdict (a heartbeat log that
+    never vouches for a delivery)."""
     prelude = (RELEASE_LUA / "_prelude.lua").read_text()
     scripts: Any = broker.jobs._scripts
     for name in list(scripts):
         source = prelude + "\n" + (RELEASE_LUA / f"{name}.lua").read_text()
         scripts[name] = broker.client.register_script(source)
+    broker.jobs.beats = BeatLog(heartbeat_timeout_ms=0)
     return broker
 
 
