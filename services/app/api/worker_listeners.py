@@ -27,6 +27,8 @@ a worker exits or is killed                connections queued on its socket and 
                                            connection and sends again); with the sysctl
                                            ``net.ipv4.tcp_migrate_req=1`` the kernel moves
                                            them to another worker's queue instead
+no worker runs (all of them restarting)    connections are refused, not queued: the
+                                           arbiter holds no socket on the port
 a bind address that is not TCP (a Unix     the workers share the arbiter's socket, as
 socket, a socket passed in by systemd)     gunicorn does by default
 ``SIGUSR2`` (gunicorn's re-exec upgrade)   not supported: the arbiter keeps no socket to
