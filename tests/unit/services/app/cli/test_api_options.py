@@ -1,11 +1,13 @@
 """``speedtier api``'s gunicorn options: workers, threads per worker and the access log come
-from the command."""
+from the command; the hooks that give each worker a socket of its own and tune its
+collector are set."""
 
 from __future__ import annotations
 
 from click.testing import CliRunner
 
 from services.app.api.gunicorn_worker import WORKER_CLASS
+from services.app.api.worker_listeners import WorkerListeners
 from services.app.cli.api import THREADS_PER_WORKER, api, server_options
 
 
@@ -28,3 +30,21 @@ def test_threads_must_be_positive() -> None:
 
     assert result.exit_code == 2
     assert "--threads" in result.output
+
+
+def test_each_worker_gets_a_listener_of_its_own() -> None:
+    # Given the options of `speedtier api`
+    options = server_options("127.0.0.1", 8080, 2, "INFO")
+
+    # Then the arbiter hands its socket over once ready and each worker opens its own
+    # (services.app.api.worker_listeners), one hook object shared by both hooks
+    release, open_own = options["when_ready"], options["post_fork"]
+    assert release.__self__ is open_own.__self__
+    assert release.__func__ is WorkerListeners.release
+    assert open_own.__func__ is WorkerListeners.open_own
+
+
+def test_a_worker_tunes_its_collector_once_its_app_is_built() -> None:
+    # gunicorn calls post_worker_init in the worker once the app is loaded (the hook's effect
+    # on a process: tests/integration/services/app/api/test_gunicorn_hooks.py)
+    assert callable(server_options("127.0.0.1", 8080, 2, "INFO")["post_worker_init"])
