@@ -30,6 +30,7 @@ from tiers.options import (
 )
 from tiers.redis_values import as_text as as_text
 from tiers.redis_values import now_ms as now_ms
+from tiers.run_starts import RunStarts
 from tiers.script_batch import ScriptBatch, ScriptQueue
 from tiers.script_send import ScriptSender
 
@@ -50,7 +51,7 @@ class EnqueueResult:
     queue: str
 
 
-class JobStore(FetchClaims):
+class JobStore(FetchClaims, RunStarts):
     """Job records, group slots and leases for one Redis namespace.
 
     Parameters:
@@ -182,83 +183,6 @@ class JobStore(FetchClaims):
             ],
         )
         return reply.decode() if isinstance(reply, bytes) else str(reply)
-
-    def start(
-        self,
-        message: Message[Any],
-        main_queue: str,
-        worker_id: str,
-        *,
-        max_unsettled: int,
-        retention_seconds: float,
-        alone: bool = False,
-        start_id: str = "",
-    ) -> tuple[str, str]:
-        """Just before a claimed run of a message ``worker_id`` fetched from ``main_queue``
-        (start.lua): ``("run", epoch)``, the run's fencing token for its settle;
-        ``("lost", _)`` when the delivery is no longer this worker's; ``stale`` or ``done``
-        as :meth:`claim`; ``("worker_died", count)`` when ``max_unsettled`` runs of the job
-        ended without a settle: the job is failed and the message dead-lettered;
-        ``("suspect", count)`` when an earlier run died and the worker does not run it
-        ``alone`` (nothing else running): not started. ``start_id`` names this start: the
-        same call sent again (its reply lost) answers as the first did, and counts nothing
-        (a fresh one when empty)."""
-        args = self.start_args(
-            message, main_queue, worker_id, max_unsettled, retention_seconds, alone, start_id
-        )
-        reply = self._batch.call("start", args)
-        return as_text(reply[0]), as_text(reply[1])
-
-    def start_later(
-        self,
-        message: Message[Any],
-        main_queue: str,
-        worker_id: str,
-        *,
-        max_unsettled: int,
-        retention_seconds: float,
-        start_id: str,
-        then: Callable[[tuple[str, str] | None, Exception | None], None],
-    ) -> None:
-        """:meth:`start`, sent by the settle sender ahead of the run's settle (so Redis
-        applies the start first) while the run goes on; ``then((verdict, token), None)`` or
-        ``then(None, error)`` runs in the sender's thread once Redis answered. The run is
-        counted as started alone: a death of an earlier run of the job (which the fetch did
-        not see) is counted, and the run goes on."""
-        args = self.start_args(
-            message, main_queue, worker_id, max_unsettled, retention_seconds, True, start_id
-        )
-
-        def answered(reply: Any, error: Exception | None) -> None:
-            then(None if error else (as_text(reply[0]), as_text(reply[1])), error)
-
-        self._settles.submit("start", args, answered)
-
-    def start_args(
-        self,
-        message: Message[Any],
-        main_queue: str,
-        worker_id: str,
-        max_unsettled: int,
-        retention_seconds: float,
-        alone: bool,
-        start_id: str,
-    ) -> list[Any]:
-        """start.lua's arguments for a run of ``message``."""
-        options = message.options
-        return [
-            options[JOB_ID],
-            message.message_id,
-            options[REDIS_MESSAGE_ID],
-            main_queue,
-            worker_id,
-            now_ms(),
-            max_unsettled,
-            int(retention_seconds * 1000),
-            QUEUED_LEASE_MS,
-            "1" if alone else "0",
-            start_id or str(uuid4()),
-        ]
 
     def epochs(self, job_ids: Sequence[str]) -> list[str | None]:
         """The epoch of each job's latest started run (None: no record, or none started)."""
