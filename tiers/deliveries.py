@@ -21,6 +21,7 @@ older scripts, or one Redis lost).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -32,12 +33,17 @@ if TYPE_CHECKING:
 
 @dataclass
 class Delivery:
-    """One running delivery: its job, its epoch and whether a newer run was seen."""
+    """One running delivery: its job, its epoch and whether a newer run was seen. A run whose
+    start was written and not answered yet has no epoch until its answer is read
+    (``confirm``, in the run's own thread: it reads the thread's connection), and is known
+    meanwhile by its start id."""
 
     jobs: JobStore
     job_id: str
     epoch: str
     lost: threading.Event = field(default_factory=threading.Event)
+    start_id: str = ""
+    confirm: Callable[[], None] | None = None
 
     @property
     def fenced(self) -> bool:
@@ -47,9 +53,13 @@ class Delivery:
         """Ask Redis whether a newer run of the job started (and remember it)."""
         if self.lost.is_set():
             return True
+        if self.confirm is not None:
+            self.confirm()  # the start's answer first: the run's epoch, or lost
+            if self.lost.is_set():
+                return True
         if not self.fenced:
             return False
-        [epoch] = self.jobs.epochs([self.job_id])
+        [(epoch, _)] = self.jobs.epochs([self.job_id])
         if epoch is not None and epoch != self.epoch:
             self.lost.set()
         return self.lost.is_set()

@@ -33,6 +33,7 @@ from tiers.redis_values import now_ms as now_ms
 from tiers.run_starts import RunStarts
 from tiers.script_batch import ScriptBatch, ScriptQueue
 from tiers.script_send import ScriptSender
+from tiers.start_wire import StartWire
 
 if TYPE_CHECKING:
     from tiers.run_rates import RunCount
@@ -91,11 +92,12 @@ class JobStore(FetchClaims, RunStarts):
         #: claims and hand-backs of fetched batches.
         self._sender = ScriptSender(client)
         self._fetches = ScriptSender(client)
+        self._starts = StartWire(client)
 
     def close(self) -> None:
         """Close the connections enqueues, claims and settles keep (the next call opens
         another)."""
-        for sender in (self._sender, self._fetches, self._batch, self._settles):
+        for sender in (self._sender, self._fetches, self._batch, self._settles, self._starts):
             sender.close()
 
     def record_key(self, job_id: str) -> str:
@@ -184,14 +186,21 @@ class JobStore(FetchClaims, RunStarts):
         )
         return reply.decode() if isinstance(reply, bytes) else str(reply)
 
-    def epochs(self, job_ids: Sequence[str]) -> list[str | None]:
-        """The epoch of each job's latest started run (None: no record, or none started)."""
+    def epochs(self, job_ids: Sequence[str]) -> list[tuple[str | None, str | None]]:
+        """The epoch of each job's latest started run and the id of its start not settled
+        yet (None: no record, none started, or none open)."""
         if not job_ids:
             return []
         pipe = self.client.pipeline(transaction=False)
         for job_id in job_ids:
-            pipe.hget(self.record_key(job_id), "epoch")
-        return [None if value is None else as_text(value) for value in pipe.execute()]
+            pipe.hmget(self.record_key(job_id), "epoch", "open")
+        return [
+            (
+                None if epoch is None else as_text(epoch),
+                None if open_start is None else as_text(open_start),
+            )
+            for epoch, open_start in pipe.execute()
+        ]
 
     def settle(self, message: Message[Any], **outcome: Any) -> str:
         """After a run, record its end (see :meth:`settle_args` for ``outcome``) and return

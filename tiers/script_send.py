@@ -151,7 +151,7 @@ class ScriptSender:
                 connection = self._kept
                 if connection is None or connection.pid != os.getpid():
                     connection = self._kept = self.client.connection_pool.make_connection()
-                _reopen_if_stale(connection)
+                reopen_if_stale(connection)
                 try:
                     return _send_and_read(connection, commands)
                 except BaseException:
@@ -171,7 +171,7 @@ class ScriptSender:
             pool.release(connection)
 
 
-def _reopen_if_stale(connection: Any) -> None:
+def reopen_if_stale(connection: Any) -> None:
     """Close a kept connection that has something to read before anything was sent (Redis
     closed it: a restart, an idle timeout, ``CLIENT KILL``), as the pool checks the
     connections it hands out; the send opens it again."""
@@ -194,9 +194,9 @@ def _send_and_read(connection: Any, commands: Sequence[Sequence[Any]]) -> list[A
     def attempt() -> list[Any]:
         nonlocal sent
         sent = False
-        _connect(connection)  # a refusal here sent nothing
+        connect_kept(connection)  # a refusal here sent nothing
         sent = True
-        connection.send_packed_command(_pack(connection, commands))
+        connection.send_packed_command(pack_commands(connection, commands))
         answers: list[Any] = []
         for _ in commands:
             try:
@@ -216,7 +216,7 @@ def _send_and_read(connection: Any, commands: Sequence[Sequence[Any]]) -> list[A
     return answers
 
 
-def _connect(connection: Any) -> None:
+def connect_kept(connection: Any) -> None:
     """Open ``connection`` when it is not open, as its ``send_packed_command`` would (no
     health check)."""
     opening = getattr(connection, "connect_check_health", None)
@@ -226,7 +226,7 @@ def _connect(connection: Any) -> None:
         opening(check_health=False)
 
 
-def _pack(connection: Any, commands: Sequence[Sequence[Any]]) -> list[bytes]:
+def pack_commands(connection: Any, commands: Sequence[Sequence[Any]]) -> list[bytes]:
     """The commands in the protocol, as ``send_packed_command`` takes them. redis-py's
     hiredis packer hands each command to ``hiredis.pack_command`` after checks these
     commands never need (a first word with spaces, buffers); called directly, the bytes are

@@ -9,8 +9,7 @@
 
 -- Put a message where its job now waits: a delay queue, its queue (a grouped one, taking a
 -- group slot when the group has room, in the fair order), or the group's parked list.
--- Returns the job's new state, and for a message put in the fair order the estimate it was
--- charged (its record keeps it as "fq").
+-- Returns the job's new state.
 local function place(queue, redis_id, data, gk, cap, job_id, now, queued_lease)
     if string.sub(queue, -3) == ".DQ" then
         push(queue, redis_id, data)
@@ -39,7 +38,8 @@ local function place(queue, redis_id, data, gk, cap, job_id, now, queued_lease)
         return "parked"
     end
     admit(gk, job_id, now + queued_lease)
-    return "waiting", fair_push(queue, redis_id, data, gk, others == 0)
+    fair_push(queue, redis_id, data, gk, others == 0)
+    return "waiting"
 end
 
 -- Free job_id's slot in group gk; if it held one, pass it to the oldest parked message.
@@ -65,8 +65,8 @@ local function release(gk, job_id, now, queued_lease)
             -- (job_id was in the group) and at or below job_id's deadline, which is no later
             -- than next_job's queued one (see the key layout): only the group's zset moves.
             redis.call("zadd", group, now + queued_lease, next_job)
-            local charge = fair_push(message["queue_name"], redis_id, data, gk, false)
-            redis.call("hset", ns .. ":job:" .. next_job, "state", "waiting", "fq", charge)
+            fair_push(message["queue_name"], redis_id, data, gk, false)
+            redis.call("hset", ns .. ":job:" .. next_job, "state", "waiting")
             return 1, true
         end
     end

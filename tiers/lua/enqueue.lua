@@ -31,7 +31,7 @@ else
     outcome = "added"
 end
 
-local new_state, charge = place(queue, redis_id, data, gk, cap, job_id, now, queued_lease)
+local new_state = place(queue, redis_id, data, gk, cap, job_id, now, queued_lease)
 if outcome == "moved" then
     redis.call("hset", record, "state", new_state, "cur", redis_id, "queue", queue)
 else
@@ -39,8 +39,5 @@ else
     redis.call("hset", record, "state", new_state, "msg", message_id, "cur", redis_id,
         "queue", queue, "org", org, "family", family, "group", gk,
         "created_at", now, "attempts", 0, "failures", 0)
-end
-if charge then
-    redis.call("hset", record, "fq", charge)
 end
 return {outcome, message_id}

@@ -32,15 +32,12 @@ if state then
     end
 end
 
-local new_state, charge = place(queue, new_id, data, gk, cap, job_id, now, queued_lease)
+local new_state = place(queue, new_id, data, gk, cap, job_id, now, queued_lease)
 if state then
     redis.call("hset", record, "state", new_state, "cur", new_id, "queue", queue)
 else
     -- The record is gone (Redis lost data): run the job rather than lose it.
     redis.call("hset", record, "state", new_state, "msg", message_id, "cur", new_id,
         "queue", queue, "group", gk, "created_at", now, "attempts", 0, "failures", 0)
-end
-if charge then
-    redis.call("hset", record, "fq", charge)
 end
 return "moved"

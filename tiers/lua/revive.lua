@@ -25,13 +25,10 @@ if redis.call("zrem", xq, failed_id) == 0 then
     return "gone"
 end
 redis.call("hdel", xq .. ".msgs", failed_id)
-local new_state, charge = place(queue, redis_id, data, gk, cap, job_id, now, queued_lease)
+local new_state = place(queue, redis_id, data, gk, cap, job_id, now, queued_lease)
 redis.call("persist", record)
 redis.call("hdel", record, "finished_at", "started_at", "discarded_by", "discarded_at",
     "unsettled", "open")
 redis.call("hset", record, "state", new_state, "msg", message_id, "cur", redis_id,
     "queue", queue, "failures", 0, "retried_by", operator, "retried_at", now)
-if charge then
-    redis.call("hset", record, "fq", charge)
-end
 return new_state

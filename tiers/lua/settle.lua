@@ -43,15 +43,15 @@ if rates_key and rates_key ~= "" then
 end
 
 local record = ns .. ":job:" .. job_id
-local current = redis.call("hmget", record, "cur", "epoch", "queue", "started_at", "fq",
-    "state", "open")
+local current = redis.call("hmget", record, "cur", "epoch", "queue", "started_at", "state",
+    "open")
 if current[1] and current[1] ~= redis_id then
     return "stale"
 end
 if string.sub(epoch, 1, 2) == "s:" then
     -- A run started while its start was on its way (start.lua, sent ahead of this settle):
     -- it holds the job only if that start is the job's open one.
-    if current[6] and current[7] ~= string.sub(epoch, 3) then
+    if current[5] and current[6] ~= string.sub(epoch, 3) then
         return "stale"
     end
 elseif current[2] and epoch ~= "" and epoch ~= "0" and current[2] ~= epoch then
@@ -60,12 +60,14 @@ end
 redis.call("hdel", record, "open")
 local released = false
 if gk ~= "" then
+    if current[3] then
+        -- The run's measured time is charged to its group (the fair order, _fair.lua),
+        -- before the release admits the group's next job.
+        fair_settle(current[3], gk, tonumber(current[4]), now)
+    end
     local _, pushed = release(gk, job_id, now, queued_lease)
     released = pushed or false
-    if current[3] then
-        -- The run's measured time is charged to its group (the fair order, _fair.lua).
-        fair_settle(current[3], gk, tonumber(current[4]), tonumber(current[5]), now)
-    end
+    fair_flush()
 end
 if err ~= "" then
     redis.call("hset", record, "last_error", err)

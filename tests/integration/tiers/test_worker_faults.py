@@ -102,10 +102,11 @@ def test_a_job_that_kills_its_worker_every_time_fails_as_worker_died_after_three
     broker = h.make_broker(redis_url, namespace, heartbeat_timeout_ms=TIMEOUT_MS)
     beside = [f"b{i}" for i in range(3)]
     make_router(broker).enqueue_many(
-        [request(i, sleep=0.5) for i in beside] + [request("p", mode="exit")]
+        [request(i, sleep=0.5) for i in beside] + [request("p", mode="exit", sleep=0.2)]
     )
-    # Given a job that kills its worker process each time it runs, fetched and run with
-    # three others; each dead worker is replaced
+    # Given a job that kills its worker process each time it runs (0.2 s in, once the three
+    # fetched with it are running), fetched and run with three others; each dead worker is
+    # replaced
     for _ in range(6):
         worker = h.start_worker_process(
             redis_url, namespace, threads=4, heartbeat_timeout_ms=TIMEOUT_MS
