@@ -21,7 +21,6 @@ older scripts, or one Redis lost).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -31,19 +30,22 @@ if TYPE_CHECKING:
     from tiers.job_store import JobStore
 
 
+#: How long ``check_delivery()`` waits for the answer to its run's start on its way.
+ANSWER_WAIT_SECONDS = 10.0
+
+
 @dataclass
 class Delivery:
     """One running delivery: its job, its epoch and whether a newer run was seen. A run whose
-    start was written and not answered yet has no epoch until its answer is read
-    (``confirm``, in the run's own thread: it reads the thread's connection), and is known
-    meanwhile by its start id."""
+    start is on its way (sent ahead of its settle) has no epoch until the start's answer
+    came (``answered``), and is known meanwhile by its start id."""
 
     jobs: JobStore
     job_id: str
     epoch: str
     lost: threading.Event = field(default_factory=threading.Event)
     start_id: str = ""
-    confirm: Callable[[], None] | None = None
+    answered: threading.Event | None = None
 
     @property
     def fenced(self) -> bool:
@@ -53,10 +55,10 @@ class Delivery:
         """Ask Redis whether a newer run of the job started (and remember it)."""
         if self.lost.is_set():
             return True
-        if self.confirm is not None:
-            self.confirm()  # the start's answer first: the run's epoch, or lost
-            if self.lost.is_set():
-                return True
+        if self.answered is not None and not self.answered.wait(ANSWER_WAIT_SECONDS):
+            return False  # no answer yet (Redis unreachable): nothing newer can be seen
+        if self.lost.is_set():
+            return True
         if not self.fenced:
             return False
         [(epoch, _)] = self.jobs.epochs([self.job_id])

@@ -33,7 +33,6 @@ from tiers.redis_values import now_ms as now_ms
 from tiers.run_starts import RunStarts
 from tiers.script_batch import ScriptBatch, ScriptQueue
 from tiers.script_send import ScriptSender
-from tiers.start_wire import StartWire
 
 if TYPE_CHECKING:
     from tiers.run_rates import RunCount
@@ -92,12 +91,11 @@ class JobStore(FetchClaims, RunStarts):
         #: claims and hand-backs of fetched batches.
         self._sender = ScriptSender(client)
         self._fetches = ScriptSender(client)
-        self._starts = StartWire(client)
 
     def close(self) -> None:
         """Close the connections enqueues, claims and settles keep (the next call opens
         another)."""
-        for sender in (self._sender, self._fetches, self._batch, self._settles, self._starts):
+        for sender in (self._sender, self._fetches, self._batch, self._settles):
             sender.close()
 
     def record_key(self, job_id: str) -> str:

@@ -13,8 +13,6 @@ from typing import TypeVar
 
 import redis
 
-from tiers.outage_log import OutageLog
-
 T = TypeVar("T")
 #: What redis-py raises when the server does not answer.
 REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
@@ -25,31 +23,15 @@ REDIS_REFUSING = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyEr
 log = logging.getLogger(__name__)
 
 
-def until_redis_answers(
-    call: Callable[[], T], *, what: str, max_wait: float = 0.5, refusals: bool = False
-) -> T:
+def until_redis_answers(call: Callable[[], T], *, what: str, max_wait: float = 0.5) -> T:
     """Run ``call``; on a connection or timeout error wait (0.1 s doubling to ``max_wait``)
     and try again, logging each failure. The wait stays short: a thread holding a finished
-    job's outcome should record it within a moment of Redis coming back. With ``refusals``,
-    a Redis refusing writes for now (out of memory, read-only) is waited out too, and the
-    outage is logged once (``tiers.outage_log``), not at every try."""
+    job's outcome should record it within a moment of Redis coming back."""
     wait = 0.1
-    outage = OutageLog(log, what, recovered_as="went through") if refusals else None
     while True:
         try:
-            answer = call()
+            return call()
         except REDIS_DOWN as exc:
-            if outage is not None:
-                outage.failed("failed", exc)
-            else:
-                log.warning("redis unreachable while %s (%s); retrying in %.1fs", what, exc, wait)
-        except REDIS_REFUSING as exc:
-            if outage is None:
-                raise
-            outage.failed("refused", exc)
-        else:
-            if outage is not None:
-                outage.recovered()
-            return answer
-        time.sleep(wait)
-        wait = min(wait * 2, max_wait)
+            log.warning("redis unreachable while %s (%s); retrying in %.1fs", what, exc, wait)
+            time.sleep(wait)
+            wait = min(wait * 2, max_wait)

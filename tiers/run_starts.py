@@ -1,11 +1,10 @@
 """The start of each claimed run (``start.lua``): the check that its delivery is still this
-worker's, the count of runs that died, and the run's fencing token; waited for, or written
-before the run and answered after it (``tiers.start_wire``; ``tiers.middleware.deliveries``
-decides which)."""
+worker's, the count of runs that died, and the run's fencing token; waited for, or sent
+ahead of the run's settle (``tiers.middleware.deliveries`` decides which)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from uuid import uuid4
 
@@ -14,10 +13,8 @@ from redis.commands.core import Script
 
 from tiers.fetch_claims import QUEUED_LEASE_MS
 from tiers.options import JOB_ID, REDIS_MESSAGE_ID
-from tiers.redis_retry import REDIS_DOWN
 from tiers.redis_values import as_text, now_ms
-from tiers.script_batch import ScriptBatch
-from tiers.start_wire import StartWire
+from tiers.script_batch import ScriptBatch, ScriptQueue
 
 
 class RunStarts:
@@ -27,9 +24,8 @@ class RunStarts:
     _scripts: Mapping[str, Script]
     #: Waited-for calls of every thread, sharing round trips.
     _batch: ScriptBatch
-    #: Each worker thread's start, written before its run and answered after it.
-    _starts: StartWire
-    namespace: str
+    #: The settle sender: calls nobody waits for, in the order they were submitted.
+    _settles: ScriptQueue
 
     def start(
         self,
@@ -57,7 +53,7 @@ class RunStarts:
         reply = self._batch.call("start", args)
         return as_text(reply[0]), as_text(reply[1])
 
-    def write_start(
+    def start_later(
         self,
         message: Message[Any],
         main_queue: str,
@@ -66,28 +62,23 @@ class RunStarts:
         max_unsettled: int,
         retention_seconds: float,
         start_id: str,
-    ) -> bool:
-        """Write :meth:`start`'s call on this thread's connection, not waiting for the answer
-        (:meth:`read_start` reads it, after the run); the run is counted as started alone
-        (the death of an earlier run of the job, which the fetch did not see, is counted and
-        the run goes on). False when it could not be written: start the run with
-        :meth:`start`."""
+        then: Callable[[tuple[str, str] | None, Exception | None], None],
+    ) -> None:
+        """:meth:`start`, sent by the settle sender ahead of the run's settle (one
+        connection, calls in order: Redis applies the start first) while the run goes on;
+        ``then((verdict, token), None)`` or ``then(None, error)`` runs in the sender's thread
+        once Redis answered. The run is counted as started alone: a death of an earlier run
+        of the job (which the fetch did not see) is counted, and the run goes on. A run that
+        kills its process before the sender sent the start is not counted as a death; its
+        job's next delivery (found ``active`` by the fetch) waits for its start."""
         args = self.start_args(
             message, main_queue, worker_id, max_unsettled, retention_seconds, True, start_id
         )
-        return self._starts.write(self._scripts["start"], self.namespace, args)
 
-    def read_start(self) -> tuple[str, str] | None:
-        """The answer to this thread's :meth:`write_start`: ``(verdict, token)`` as
-        :meth:`start`'s, or None when there is none to trust (Redis did not answer, or
-        refused the call: ask again with :meth:`start` and the same start id)."""
-        try:
-            reply = self._starts.read()
-        except REDIS_DOWN:
-            return None
-        if isinstance(reply, Exception):
-            return None
-        return as_text(reply[0]), as_text(reply[1])
+        def answered(reply: Any, error: Exception | None) -> None:
+            then(None if error else (as_text(reply[0]), as_text(reply[1])), error)
+
+        self._settles.submit("start", args, answered)
 
     def start_args(
         self,

@@ -8,7 +8,8 @@
 -- worker screens it as before (dead-letters it, or claims it when a thread starts it).
 -- ARGV: now_ms, lease_ms, queue, worker_id, count, then the actor names this worker runs
 -- Returns {data per message, verdict per message (run | stale | done | parked | later, as
--- claim_fetched's; rerun: a run whose job has an earlier run that never settled; or ""), how
+-- claim_fetched's; rerun: a run whose job has an earlier run that never settled, or that
+-- was left active by the worker that fetched it before; or ""), how
 -- many messages the queue still holds, the redis id each message was fetched under (a
 -- message is acked or dead-lettered under that id, whatever id its data carries)}.
 -- A delay queue's messages (they carry an eta) are fetched here too, never claimed.
@@ -74,11 +75,14 @@ for i, redis_id in ipairs(ids) do
             if type(gk) ~= "string" then
                 gk = ""
             end
+            local before = redis.call("hmget", ns .. ":job:" .. options["st_job"], "state",
+                "open")
             verdict = claim_fetched(options["st_job"], message["message_id"], redis_id, gk,
                 tonumber(options["st_cap"]) or 0, now, lease, messages, acks)
-            if verdict == "run"
-                and redis.call("hexists", ns .. ":job:" .. options["st_job"], "open") == 1 then
-                -- An earlier run never settled: its start waits for start.lua's verdict.
+            if verdict == "run" and (before[1] == "active" or before[2]) then
+                -- An earlier run never settled, or the worker that fetched this delivery
+                -- died (perhaps mid-run, before its start reached Redis): this start waits
+                -- for start.lua's verdict.
                 verdict = "rerun"
             end
         end

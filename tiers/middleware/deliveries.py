@@ -21,10 +21,10 @@ an earlier run of the job died          it is started again only once nothing el
 =====================================  ==========================================================
 
 A run whose delivery cannot have been taken back (the fetch that claimed it wrote this
-worker's heartbeat, every heartbeat since reached Redis in time, ``tiers.beat_log``, and the
-fetch saw no earlier run of the job that died) does not wait for ``start.lua``: the call is
-written to Redis before the run and its answer read after it, before the settle
-(``tiers.start_wire``); the settle carries the start's id, refused unless that start is the
+worker's heartbeat, every heartbeat since reached Redis in time, ``tiers.beat_log``; the
+fetch found no earlier run of the job that died, nor the job left ``active`` by a worker that
+died) does not wait for ``start.lua``: the script goes ahead of the run's settle on the
+settle sender, and the settle carries the start's id, refused unless that start is the
 job's open one. Any other run waits for the script's verdict.
 
 While runs go on, a thread asks every few seconds whether a newer run of each started
@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 from uuid import uuid4
 
@@ -58,23 +58,12 @@ log = logging.getLogger(__name__)
 
 #: The message attribute holding its run's epoch, for the settle.
 EPOCH = "_st_epoch"
-#: The message attribute holding, for a run whose start was written and not answered yet, the
-#: call that reads the answer (:func:`confirm_start`).
-START_ANSWER = "_st_start_answer"
 #: The message attribute saying how its run passed the suspect gate ("ordinary", "alone").
 GATED = "_st_gated"
 #: The longest a suspect run waits for the settles on their way before and after it.
 FLUSH_SECONDS = 10.0
 #: Runs of a job that may end without a settle before it fails as ``worker_died``.
 DEFAULT_MAX_UNSETTLED = 3
-
-
-def confirm_start(message: Any) -> None:
-    """Read the answer to a run's written start, if it has one not read yet: before its
-    settle, which Redis must apply after the start (the outcomes middleware calls it)."""
-    confirm = getattr(message, START_ANSWER, None)
-    if confirm is not None:
-        confirm()
 
 
 class Deliveries(Middleware):
@@ -118,7 +107,7 @@ class Deliveries(Middleware):
         # as a second run (nor its first try as a run that died).
         start_id = str(uuid4())
 
-        def start(alone: bool, refusals: bool = False) -> tuple[str, str]:
+        def start(alone: bool) -> tuple[str, str]:
             return until_redis_answers(
                 lambda: self.jobs.start(
                     message,
@@ -130,27 +119,13 @@ class Deliveries(Middleware):
                     start_id=start_id,
                 ),
                 what="starting a job",
-                refusals=refusals,
             )
 
         self.gate.enter()
         setattr(message, GATED, "ordinary")
         fetched_at = getattr(message, FETCHED_AT, None)
-        if (
-            fetched_at is not None
-            and self.jobs.beats.unbroken_since(fetched_at)
-            and self.jobs.write_start(
-                message,
-                q_name(message.queue_name),
-                worker_id,
-                max_unsettled=self.max_unsettled,
-                retention_seconds=retention,
-                start_id=start_id,
-            )
-        ):
-            # Asked again after the run (its answer lost or refused), the start must answer:
-            # the run's settle waits for it, through a full or read-only Redis too.
-            self._start_written(message, start_id, lambda: start(True, refusals=True))
+        if fetched_at is not None and self.jobs.beats.unbroken_since(fetched_at):
+            self._start_queued(message, worker_id, retention, start_id)
             return
         verdict, token = start(False)
         job_id = message.options[JOB_ID]
@@ -187,47 +162,66 @@ class Deliveries(Middleware):
             log.info("job %s not run: %s", job_id, verdict)
         raise SkipMessage(verdict)
 
-    def _start_written(
-        self, message: Any, start_id: str, ask_again: Callable[[], tuple[str, str]]
-    ) -> None:
-        """The run begins while its start, written to Redis, waits for its answer
-        (``tiers.start_wire``): its delivery cannot have been taken back (fetched, and this
-        worker's heartbeats unbroken since, ``tiers.beat_log``; its job had no earlier run
-        that died). The answer is read once the run returned, before its settle
-        (:func:`confirm_start`); the settle carries the start's id as its token
-        (``s:<start_id>``: refused unless that start is the job's open one)."""
+    def _start_queued(self, message: Any, worker_id: str, retention: float, start_id: str) -> None:
+        """Start a run whose delivery cannot have been taken back (fetched, and this worker's
+        heartbeats unbroken since, ``tiers.beat_log``; its job had no earlier run that died
+        and was not left ``active`` by a worker that died): ``start.lua`` goes ahead of the
+        run's settle on the settle sender, and the run begins now. Its settle carries the
+        start's id as its token (``s:<start_id>``: refused unless that start is the job's
+        open one); a verdict other than ``run`` marks the delivery lost."""
         job_id = message.options[JOB_ID]
-        delivery = Delivery(self.jobs, job_id, "", start_id=start_id)
+        delivery = Delivery(self.jobs, job_id, "", start_id=start_id, answered=threading.Event())
         setattr(message, EPOCH, "s:" + start_id)
 
-        def confirm() -> None:
-            # Once: before the settle, or earlier when the handler asks (check_delivery).
-            delivery.confirm = None
-            setattr(message, START_ANSWER, None)
-            reply = self.jobs.read_start()
-            verdict, token = reply if reply is not None else ask_again()
-            if verdict == "run":
-                delivery.epoch = token
-                return
-            delivery.lost.set()
-            if verdict == "worker_died":
-                JOBS.labels(message.actor_name, tier_of_queue(message.queue_name), verdict).inc()
-                log.error(
-                    "job %s failed: worker_died (%s run(s) ended without a settle); "
-                    "dead-lettered, and this run's settle is refused",
-                    job_id,
-                    token,
-                )
-            else:
-                log.warning(
-                    "job %s: its start found it %s; this run's settle is refused", job_id, verdict
-                )
+        def answered(reply: tuple[str, str] | None, error: Exception | None) -> None:
+            try:
+                self._start_answered(message, delivery, reply, error)
+            finally:
+                if delivery.answered is not None:
+                    delivery.answered.set()
 
-        setattr(message, START_ANSWER, confirm)
-        delivery.confirm = confirm
         with self._lock:
             self._running[message.options[REDIS_MESSAGE_ID]] = delivery
         set_current(delivery)
+        self.jobs.start_later(
+            message,
+            q_name(message.queue_name),
+            worker_id,
+            max_unsettled=self.max_unsettled,
+            retention_seconds=retention,
+            start_id=start_id,
+            then=answered,
+        )
+
+    def _start_answered(
+        self,
+        message: Any,
+        delivery: Delivery,
+        reply: tuple[str, str] | None,
+        error: Exception | None,
+    ) -> None:
+        job_id = delivery.job_id
+        if reply is None:
+            log.error("job %s: its start failed (%s); its settle is refused", job_id, error)
+            delivery.lost.set()
+            return
+        verdict, token = reply
+        if verdict == "run":
+            delivery.epoch = token
+            return
+        delivery.lost.set()
+        if verdict == "worker_died":
+            JOBS.labels(message.actor_name, tier_of_queue(message.queue_name), verdict).inc()
+            log.error(
+                "job %s failed: worker_died (%s run(s) ended without a settle); "
+                "dead-lettered, and this run's settle is refused",
+                job_id,
+                token,
+            )
+        else:
+            log.warning(
+                "job %s: its start found it %s; this run's settle is refused", job_id, verdict
+            )
 
     def after_process_message(
         self,

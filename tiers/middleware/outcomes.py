@@ -71,7 +71,7 @@ from tiers.broker import ACKED_IN_SETTLE, TierBroker
 from tiers.families import Family, family_of
 from tiers.faults import fault_point
 from tiers.job_store import JobStore
-from tiers.middleware.deliveries import EPOCH, confirm_start
+from tiers.middleware.deliveries import EPOCH
 from tiers.middleware.group_slots import GroupSlots
 from tiers.middleware.held import Held
 from tiers.middleware.job_metrics import SETTLEMENT
@@ -127,7 +127,6 @@ class Outcomes(Middleware):
             self.slots.forget(message)
 
     def _settle(self, broker: Broker, message: Any, exception: BaseException | None) -> None:
-        confirm_start(message)
         family = family_of(message, self.families)
         retention = family.retention_seconds if family else 86_400.0
         settlement = classify(message, exception, family.retry if family else DEFAULT_RETRY)

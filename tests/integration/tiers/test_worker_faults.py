@@ -96,6 +96,37 @@ def test_a_stalled_worker_resumed_completes_nothing_that_completed_elsewhere(
     broker.close()
 
 
+def test_a_job_that_kills_its_worker_at_once_still_ends(
+    redis_url: str, redis_client: redis.Redis, namespace: str
+) -> None:
+    broker = h.make_broker(redis_url, namespace, heartbeat_timeout_ms=TIMEOUT_MS)
+    make_router(broker).enqueue(request("q", mode="exit"))
+    # Given a job that kills its worker process the moment it runs (its first start may not
+    # have left the worker: that death is not counted, and its next delivery, found active,
+    # waits for its start), each dead worker replaced
+    for _ in range(8):
+        worker = h.start_worker_process(
+            redis_url, namespace, threads=2, heartbeat_timeout_ms=TIMEOUT_MS
+        )
+        try:
+            h.wait_until(
+                lambda w=worker: w.exitcode is not None or h.state(broker, "plain-q") == "failed",
+                timeout=30,
+            )
+        finally:
+            if worker.exitcode is None:
+                worker.terminate()
+            worker.join(timeout=20)
+        if h.state(broker, "plain-q") == "failed":
+            break
+    # Then it fails as worker_died after three counted deaths, in at most one run more
+    record = broker.jobs.record("plain-q")
+    assert record is not None and record["state"] == "failed"
+    assert record["last_error"].startswith("worker_died: 3 run(s)")
+    assert count(redis_client, f"{namespace}:runs:q") in (3, 4)
+    broker.close()
+
+
 def test_a_job_that_kills_its_worker_every_time_fails_as_worker_died_after_three_runs(
     redis_url: str, redis_client: redis.Redis, namespace: str
 ) -> None:
