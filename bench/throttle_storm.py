@@ -82,8 +82,9 @@ DOCUMENTS, REQUESTS = 158, 2_629
 TARGET_RATIO = 1.05
 
 #: Worker settings: two slow-tier processes (the window must bind across processes), four
-#: threads each (the slow tier's default), Dramatiq's default prefetch, and a 50 ms poll: the
-#: poll bounds how late a due delayed message is moved back to its queue.
+#: threads each (the slow tier's default), the slow tier's prefetch (0: one message per
+#: thread, ``tiers.table``), and a 50 ms poll (how late an idle worker sees a queue filled by
+#: another process).
 DEFAULTS: dict[str, Any] = {
     "scale": 1,
     "organizations": None,
@@ -172,12 +173,14 @@ def run(*, quick: bool = False, redis_url: str = REDIS_URL, **overrides: Any) ->
     from bench.families import NOTION_WINDOW, SYNC_SECONDS, make_broker, make_router, worker_main
     from router.requests import JobRequest
     from tiers.rate_window import RateWindows
+    from tiers.table import TIERS
 
     settings = dict(DEFAULTS)
     settings.update({k: v for k, v in overrides.items() if v is not None})
     scale = settings["scale"]
     orgs = settings["organizations"] or (1 if scale == 1 else 5 * scale)
     settings.update(organizations=orgs, documents=DOCUMENTS * scale, requests=REQUESTS * scale)
+    settings["prefetch"] = TIERS["slow"].prefetch(settings["threads"], settings["prefetch"])
     namespace = new_namespace("storm")
     client = connect(redis_url)
     info = machine(client)
@@ -397,7 +400,7 @@ def summary(result: dict[str, Any]) -> str:
         f"({s['batches_while_running']} sent while running, at "
         f"{', '.join(f'{x:g}' for x in s['batches_sent_after_start_at_s'])} s); "
         f"{s['processes']} worker processes x {s['threads']} threads, "
-        f"prefetch {s['prefetch'] or 'Dramatiq default (threads x 2)'}, "
+        f"prefetch {s['prefetch']}, "
         f"poll {s['poll_ms']} ms.",
     ]
     logs = log_note(result["worker_logs"])
@@ -414,6 +417,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--organizations", type=int, help="default: 1 at scale 1, else 5 x scale")
     parser.add_argument("--processes", type=int)
     parser.add_argument("--threads", type=int)
+    parser.add_argument("--prefetch", type=int, help="per queue (default: the slow tier's)")
     parser.add_argument("--poll-ms", type=int)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--redis-url", default=REDIS_URL)
@@ -426,6 +430,7 @@ def main(argv: list[str] | None = None) -> None:
         organizations=options.organizations,
         processes=options.processes,
         threads=options.threads,
+        prefetch=options.prefetch,
         poll_ms=options.poll_ms,
         seed=options.seed,
     )
