@@ -14,11 +14,13 @@ from typing import Any
 
 import dramatiq
 import redis
+from dramatiq.middleware import CurrentMessage
 
 from bench.common import Counters, connect, stop_event_from, tagged_url, wait_for_go
 from shared.errors import Delay, Paused, RecordMissing, Unrecoverable
 from tiers.broker import TierBroker
 from tiers.families import Family
+from tiers.options import WINDOW_ADMITTED, WINDOW_RESERVATION
 from tiers.policies import RetryPolicy, WindowRule
 from tiers.stack import build_broker
 from tiers.worker import serve
@@ -54,8 +56,18 @@ def work(organization_id: int, item: str, sleep: float) -> None:
 
 
 def sync_document(organization_id: int, document: str, data_source: str) -> None:
-    """The throttle storm's job: one provider document sync, traced."""
-    _trace("start", org=organization_id, item=document)
+    """The throttle storm's job: one provider document sync, traced with the window that
+    counted its start (``<window key>#<window index>``) and whether the start was reserved
+    in that window by an earlier delay."""
+    message = CurrentMessage.get_current_message()
+    options = message.options if message is not None else {}
+    _trace(
+        "start",
+        org=organization_id,
+        item=document,
+        window=options.get(WINDOW_ADMITTED),
+        reserved=WINDOW_RESERVATION in options,
+    )
     time.sleep(SYNC_SECONDS)
     _trace("end", org=organization_id, item=document)
 

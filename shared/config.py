@@ -135,7 +135,10 @@ class Settings(ServiceSettings):
         2, ge=1, description="Threads per maintenance tier worker process."
     )
     queue_prefetch: int = Field(
-        0, ge=0, description="Messages a worker process fetches ahead per queue (0: threads x 2)."
+        0,
+        ge=0,
+        description="Messages a worker process fetches ahead per queue (0: the tier's, "
+        "threads x 2; threads x 1 in the slow tier).",
     )
     worker_drain_seconds: int = Field(
         25, ge=1, description="After SIGTERM, how long in-flight jobs get to finish."

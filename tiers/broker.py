@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 from uuid import uuid4
 
+import redis
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.common import current_millis, dq_name, xq_name
 from dramatiq.message import Message
@@ -29,6 +30,13 @@ from tiers.settling import ACKED_IN_SETTLE
 
 log = logging.getLogger(__name__)
 
+#: The connection pool's cap for a broker built from a URL: none that a process reaches.
+#: Each thread holds at most one of its connections at a time, so the threads bound it;
+#: redis-py 6 and later cap a pool at 100 by default, and past that a worker's thread is
+#: refused a connection ("Too many connections") instead of being given one. A URL's own
+#: ``max_connections`` query parameter still wins.
+POOL_MAX_CONNECTIONS = 2**31
+
 __all__ = ["ACKED_IN_SETTLE", "TierBroker", "TierConsumer"]
 
 
@@ -42,7 +50,8 @@ class TierBroker(RedisBroker):
       lease_seconds: how long a running job's group slot survives its worker going silent.
       heartbeat_timeout_ms: after this long without a heartbeat a worker's unacked messages
         are returned to their queues.
-      url / client: where Redis is.
+      url / client: where Redis is (a client built from ``url`` has a pool of
+        :data:`POOL_MAX_CONNECTIONS`).
     """
 
     def __init__(
@@ -55,8 +64,10 @@ class TierBroker(RedisBroker):
         lease_seconds: float = 30.0,
         heartbeat_timeout_ms: int = 60_000,
     ) -> None:
+        if client is None and url is not None:
+            pool = redis.ConnectionPool.from_url(url, max_connections=POOL_MAX_CONNECTIONS)
+            client = redis.Redis(connection_pool=pool)
         super().__init__(  # type: ignore[no-untyped-call]
-            url=url,
             client=client,
             namespace=namespace,
             middleware=list(middleware) if middleware is not None else [],

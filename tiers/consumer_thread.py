@@ -19,6 +19,7 @@ replica during a failover)              it lasts and once when the last consumer
 a delayed message is due                moved to its queue and its delayed copy acked in
                                         one script (``promote.lua``): a crash between
                                         the two cannot make a finished job run again;
+                                        the messages due together go in one round trip;
                                         the queue's consumer here is woken (it may sleep)
 a run ends while its settle is on its   acked or nacked once the settle is answered, in
 way                                     the settle sender's thread; an ack that cannot
@@ -35,7 +36,7 @@ import contextlib
 import logging
 import time
 from queue import PriorityQueue
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dramatiq.broker import MessageProxy
 from dramatiq.common import current_millis, iter_queue, q_name
@@ -58,6 +59,9 @@ if TYPE_CHECKING:
 #: A queue's consumer and its thread log as one (the worker's shared outage reporting
 #: writes to the same logger).
 log = logging.getLogger("tiers.consumer")
+
+#: The most due delayed messages moved in one round trip.
+PROMOTE_BATCH = 200
 
 #: The longest a consumer thread waits before reconnecting after an error; it waits no
 #: longer than the poll interval, so work resumes within a poll of Redis coming back.
@@ -186,36 +190,68 @@ class TierConsumerThread(StopHonoured, ConsumerThread):
         self.broker.emit_after(signal, message)
 
     def handle_delayed_messages(self) -> None:
-        """Move every due delayed message to its queue, each in one atomic step."""
+        """Move every due delayed message to its queue, each in one atomic step, up to
+        ``PROMOTE_BATCH`` of them in one round trip: the starts a window reserved fall due
+        at its opening, and moving them one round trip each made the last of them start
+        late in its window."""
         if not self.delay_queue.queue:
             # Called after every message; only this thread fills its delay queue, so an
             # empty look is exact (a main queue's consumer: always), and costs no lock and
             # no raised Empty.
             return
+        due = []
         for item in iter_queue(self.delay_queue):  # type: ignore[no-untyped-call]
-            message = item.message
             if item.priority > current_millis():
-                self.delay_queue.put(item)
-                self.delay_queue.task_done()
-                return
+                self._keep([item])
+                break
+            due.append(item)
+        for start in range(0, len(due), PROMOTE_BATCH):
             try:
-                fault_point("promote.before")
-                verdict = self.broker.jobs.promote(
-                    message, q_name(message.queue_name), self.broker.broker_id
-                )
-            except REDIS_DOWN as exc:
-                self.delay_queue.put(item)  # still ours in Redis; moved when it answers
-                self.delay_queue.task_done()
-                raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
-            fault_point("promote.after")
+                self._promote(due[start : start + PROMOTE_BATCH])
+            except BaseException:
+                self._keep(due[start + PROMOTE_BATCH :])
+                raise
+
+    def _promote(self, due: list[Any]) -> None:
+        """Move the due delayed messages of ``due`` (items of the delay queue, taken from
+        it) and forget them; keep those Redis could not move (still ours in Redis)."""
+        messages = [item.message for item in due]
+        try:
+            fault_point("promote.before")
+            verdicts = self.broker.jobs.promote(
+                [(message, q_name(message.queue_name)) for message in messages],
+                self.broker.broker_id,
+            )
+        except REDIS_DOWN as exc:
+            self._keep(due)  # moved when it answers
+            raise ConnectionClosed(exc) from None  # type: ignore[no-untyped-call]
+        fault_point("promote.after")
+        refused: list[tuple[Any, Exception]] = []
+        woken = set()
+        for item, verdict in zip(due, verdicts, strict=True):
+            message = item.message
+            if not isinstance(verdict, str):
+                refused.append((item, verdict))
+                continue
             if verdict == "moved":
-                # Its queue's consumer here may be asleep (an idle queue): it fetches now,
-                # not at the queue watch's next look.
-                self.broker.wake(q_name(message.queue_name))
+                woken.add(q_name(message.queue_name))
             else:
                 log.info("delayed job %s not moved: %s", message.options.get(JOB_ID), verdict)
             setattr(message, ACKED_IN_SETTLE, True)
             self.post_process_message(message)
+            self.delay_queue.task_done()
+        # The queues' consumers here may be asleep (idle queues): they fetch now, not at the
+        # queue watch's next look.
+        for queue in woken:
+            self.broker.wake(queue)
+        if refused:
+            self._keep([item for item, _error in refused])
+            raise refused[0][1]
+
+    def _keep(self, items: list[Any]) -> None:
+        """Put delay-queue items taken out back, as still held."""
+        for item in items:
+            self.delay_queue.put(item)
             self.delay_queue.task_done()
 
     def _close_consumer(self) -> None:

@@ -270,31 +270,48 @@ class JobStore(FetchClaims, RunStarts):
             *counted[2:],
         ]
 
-    def promote(self, delayed: Message[Any], queue: str, worker_id: str) -> str:
-        """Move a due delayed message to ``queue`` (its group's slot or parked list) and ack
-        its delay-queue copy, in one step: ``moved``, ``gone`` (this worker no longer holds
-        it), ``stale`` (superseded) or ``done`` (its job has finished)."""
-        options = delayed.options
-        moved = delayed.copy(queue_name=queue, options={REDIS_MESSAGE_ID: str(uuid4())})
-        moved.options.pop(ETA, None)
-        reply = self._scripts["promote"](
-            keys=[self.namespace],
-            args=[
-                delayed.queue_name,
-                worker_id,
-                now_ms(),
-                options[JOB_ID],
-                delayed.message_id,
-                options[REDIS_MESSAGE_ID],
-                moved.options[REDIS_MESSAGE_ID],
-                moved.encode(),
-                queue,
-                options.get(GROUP, ""),
-                options.get(GROUP_CAP, 0),
-                QUEUED_LEASE_MS,
-            ],
+    def promote(
+        self, delayed: Sequence[tuple[Message[Any], str]], worker_id: str
+    ) -> list[str | redis.ResponseError]:
+        """Move due delayed messages, each to its queue (its group's slot or parked list),
+        and ack their delay-queue copies, each message in one step and all of them in one
+        round trip (a window's reserved starts fall due together). Per message: ``moved``,
+        ``gone`` (this worker no longer holds it), ``stale`` (superseded), ``done`` (its job
+        has finished), or the error its script answered (Redis full: nothing of it done).
+
+        Raises:
+          redis.ConnectionError / redis.TimeoutError: Redis could not be reached, or did
+            not answer once the calls were sent (``OutcomeUnknown``: moved or not, a message
+            is then ``gone`` when promoted again).
+        """
+        now = now_ms()
+        calls = []
+        for message, queue in delayed:
+            options = message.options
+            moved = message.copy(queue_name=queue, options={REDIS_MESSAGE_ID: str(uuid4())})
+            moved.options.pop(ETA, None)
+            calls.append(
+                [
+                    message.queue_name,
+                    worker_id,
+                    now,
+                    options[JOB_ID],
+                    message.message_id,
+                    options[REDIS_MESSAGE_ID],
+                    moved.options[REDIS_MESSAGE_ID],
+                    moved.encode(),
+                    queue,
+                    options.get(GROUP, ""),
+                    options.get(GROUP_CAP, 0),
+                    QUEUED_LEASE_MS,
+                ]
+            )
+        replies: list[Any] = [None] * len(calls)
+        script = self._scripts["promote"]
+        self._fetches.send_each(
+            self.namespace, [(script, args) for args in calls], replies.__setitem__
         )
-        return as_text(reply)
+        return [r if isinstance(r, redis.ResponseError) else as_text(r) for r in replies]
 
     def reject(
         self,

@@ -11,15 +11,28 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Tier:
-    """A pool of workers, deployed and scaled on its own."""
+    """A pool of workers, deployed and scaled on its own.
+
+    ``prefetch_per_thread``: the messages a worker process holds per thread when no prefetch
+    is configured (Celery's prefetch multiplier). Two keep short jobs' threads fed while a
+    fetch is on its way. One in the slow tier: its jobs are long and paced by windows, whose
+    reserved starts fall due together at a window's opening; a message held there beyond the
+    process's threads waits a whole job for one while another process's thread is idle.
+    """
 
     name: str
     purpose: str
+    prefetch_per_thread: int = 2
+
+    def prefetch(self, threads: int, configured: int = 0) -> int:
+        """The messages a worker process of ``threads`` threads fetches ahead per queue:
+        ``configured`` when set (not 0), else ``prefetch_per_thread`` per thread."""
+        return configured or threads * self.prefetch_per_thread
 
 
 TIERS: dict[str, Tier] = {
     "fast": Tier("fast", "providers with generous rate limits; high concurrency"),
-    "slow": Tier("slow", "providers with tight rate limits; low concurrency"),
+    "slow": Tier("slow", "providers with tight rate limits; low concurrency", 1),
     "maintenance": Tier("maintenance", "routine work that calls no provider: ticks, sweeps"),
 }
 

@@ -46,6 +46,7 @@ def start_metrics(settings: Settings) -> None:
 
 def _run_one(tier: str, threads: int, prefetch: int, pooled: bool = False) -> None:
     from services.app.bootstrap import bootstrap
+    from tiers.table import TIERS
     from tiers.worker import serve
 
     component = component_of(tier)
@@ -67,7 +68,7 @@ def _run_one(tier: str, threads: int, prefetch: int, pooled: bool = False) -> No
             platform.brokers.of_tier(tier),
             platform.registry.queues_of_tier(tier),
             threads=threads,
-            prefetch=prefetch or settings.queue_prefetch,
+            prefetch=TIERS[tier].prefetch(threads, prefetch or settings.queue_prefetch),
             drain_seconds=settings.worker_drain_seconds,
             poll_ms=settings.worker_poll_ms,
             on_beat=beat,
@@ -105,7 +106,12 @@ def _supervise(tier: str, processes: int, threads: int, prefetch: int, settings:
 @click.option("--tier", type=click.Choice(TIER_NAMES), required=True, help="Tier to consume.")
 @click.option("--processes", type=click.IntRange(min=1), help="Worker processes.")
 @click.option("--threads", type=click.IntRange(min=1), help="Threads per process.")
-@click.option("--prefetch", type=click.IntRange(min=0), default=0, help="Messages fetched ahead.")
+@click.option(
+    "--prefetch",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Messages fetched ahead per queue (0: SPEEDTIER_QUEUE_PREFETCH, else the tier's).",
+)
 def worker(tier: str, processes: int | None, threads: int | None, prefetch: int) -> None:
     """Consume every queue of TIER until SIGTERM, then drain."""
     settings = load_settings()
