@@ -21,8 +21,7 @@ from router.ticks import Tick, tick_family
 from shared import runtime_file
 from shared.config import InvalidSettings, Settings, load_settings, parse_rate, refusals
 from shared.db.engine import make_engine, make_session_factory
-from shared.egress.addresses import settings_guard
-from shared.egress.session import set_default_guard
+from shared.egress.addresses import set_default_guard, settings_guard
 from shared.errors import NotConfigured
 from shared.flags import Flags
 from shared.observability import ACTOR_THROWS, configure_logging, init_sentry
