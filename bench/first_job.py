@@ -4,6 +4,7 @@ which is what KEDA's scale-from-zero waits for.
   python -m bench.first_job                  # 7 interleaved rounds
   python -m bench.first_job --rounds 11
   python -m bench.first_job --only speedtier_pool --only dramatiq
+  python -m bench.first_job --only speedtier_pool --baseline ../old-checkout   # before/after
   python -m bench.first_job --quick          # 2 rounds (a smoke run, not a result)
 
 Each round starts each system once, in an order that rotates from round to round, with one
@@ -27,7 +28,9 @@ log at DEBUG, which costs speedtier's start 5 to 20 ms more than ``LOG_LEVEL=INF
 speedtier pool, the medians of its phases from the spawn: first child started, first message
 fetched, the worker's threads all started, the run started (``start.lua``'s ``started_at``
 on the job record) and settled (its ``finished_at``: the first job, done). One start of each
-system before the rounds is not counted (it compiles the bytecode).
+system before the rounds is not counted (it compiles the bytecode). ``--baseline DIR`` adds
+the pool and the lone process of another checkout of speedtier (the code before a change),
+in the same rounds.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from bench.common import (
     write_result,
 )
 from bench.worker_start import (
+    ROOT,
     Start,
     first_job_seconds,
     free_port,
@@ -80,9 +84,12 @@ PHASES = (
     ("worker threads started", "tiers.worker", "worker consuming"),
 )
 SYSTEMS = ("speedtier_pool", "speedtier_one", "dramatiq", "bullmq")
+BASELINES = ("baseline_pool", "baseline_one")
 LABELS = {
     "speedtier_pool": "speedtier pool (fast tier: 2 processes x 8 threads)",
     "speedtier_one": "speedtier, one process (`--processes 1`)",
+    "baseline_pool": "baseline checkout: pool",
+    "baseline_one": "baseline checkout: one process",
     "dramatiq": "raw Dramatiq (`dramatiq --processes 2 --threads 8`)",
     "bullmq": "BullMQ on Node (one Worker, concurrency 8)",
 }
@@ -124,7 +131,8 @@ class Speedtier:
         self.env = environment_of(self.values)
         self.documents = iter(range(1_000_000, 2_000_000))
 
-    def measure(self, processes: int) -> dict[str, Any]:
+    def measure(self, processes: int, root: Path = ROOT) -> dict[str, Any]:
+        """One start of ``root``'s worker command (this checkout's by default)."""
         from services.ingestion.families import ingest_request
 
         document = next(self.documents)
@@ -140,7 +148,8 @@ class Speedtier:
                 "LOG_LEVEL": "DEBUG",
                 "SPEEDTIER_LOG_FORMAT": "json",
                 "SPEEDTIER_METRICS_PORT": str(free_port()),
-            }
+            },
+            root,
         )
         binary = str(Path(sys.executable).with_name("speedtier"))
         command = [binary, "worker", "--tier", "fast", "--processes", str(processes)]
@@ -221,9 +230,10 @@ def run(
     redis_url: str = REDIS_URL,
     rounds: int | None = None,
     only: Sequence[str] = (),
+    baseline: Path | None = None,
 ) -> dict[str, Any]:
-    """Every system (or ``only`` these) once per round, the order rotating; one uncounted
-    start of each first."""
+    """Every system (or ``only`` these, and the ``baseline`` checkout's) once per round, the
+    order rotating; one uncounted start of each first."""
     rounds = rounds or (2 if quick else 7)
     client = connect(redis_url)
     info = machine(client)
@@ -232,10 +242,13 @@ def run(
     if skipped is None and (not only or "bullmq" in only):
         ensure_bullmq()
     systems = [s for s in SYSTEMS if (not only or s in only) and (s != "bullmq" or not skipped)]
+    systems += list(BASELINES) if baseline else []
     speedtier = Speedtier(redis_url)
     measures: dict[str, Callable[[], dict[str, Any]]] = {
         "speedtier_pool": lambda: speedtier.measure(PROCESSES),
         "speedtier_one": lambda: speedtier.measure(1),
+        "baseline_pool": lambda: speedtier.measure(PROCESSES, baseline or ROOT),
+        "baseline_one": lambda: speedtier.measure(1, baseline or ROOT),
         "dramatiq": lambda: dramatiq_measure(redis_url),
         "bullmq": lambda: bullmq_measure(redis_url),
     }
@@ -253,6 +266,8 @@ def run(
     finally:
         speedtier.close()
     results = {s: spread([m["seconds"] for m in samples[s]]) for s in systems}
+    settled = {s: [m["settled"] for m in samples[s] if "settled" in m] for s in systems}
+    done = {s: spread(values) for s, values in settled.items() if values}
     breakdown = {
         key: rnd(statistics.median(values))
         for key in (*(p[0] for p in PHASES), "run_started", "settled")
@@ -260,9 +275,15 @@ def run(
     }
     return {
         "machine": info,
-        "settings": {"rounds": rounds, "processes": PROCESSES, "threads": THREADS},
+        "settings": {
+            "rounds": rounds,
+            "processes": PROCESSES,
+            "threads": THREADS,
+            "baseline": str(baseline) if baseline else None,
+        },
         "skipped": {"bullmq": skipped} if skipped else {},
         "results": results,
+        "first_job_done": done,
         "speedtier_pool_phases": breakdown,
         "samples": samples,
         "load_averages": {"min": min(loads), "max": max(loads)},
@@ -282,11 +303,13 @@ def summary(result: dict[str, Any]) -> str:
         key = {"speedtier_pool": "pool_met", "speedtier_one": "one_process_met"}.get(system)
         if key:
             mark = f" (target <= {TARGET_SECONDS} s: {verdict(targets[key])})"
+        done = result["first_job_done"].get(system)
         rows.append(
             [
                 LABELS[system],
                 f"**{figures['median']:.3f}**{mark}",
                 f"{figures['min']:.3f} - {figures['max']:.3f}",
+                f"{done['median']:.3f}" if done else "",
             ]
         )
     phases_row = ", ".join(f"{k} {v:.3f} s" for k, v in result["speedtier_pool_phases"].items())
@@ -296,7 +319,9 @@ def summary(result: dict[str, Any]) -> str:
         f"Seconds from spawning the worker command to its handler starting a job that was "
         f"already waiting; median and range of {result['settings']['rounds']} interleaved "
         f"rounds, load average {loads['min']}-{loads['max']} during the run.\n",
-        markdown_table(["worker", "first job (s), median", "range (s)"], rows),
+        markdown_table(
+            ["worker", "first job (s), median", "range (s)", "first job done (s), median"], rows
+        ),
         f"\nspeedtier pool, medians from the spawn: {phases_row}.",
     ]
     lines += [f"\n{name}: {why}." for name, why in result["skipped"].items()]
@@ -309,6 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="2 rounds (a smoke run)")
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 7)")
     parser.add_argument("--only", action="append", choices=SYSTEMS, help="only these systems")
+    parser.add_argument(
+        "--baseline", type=Path, help="another speedtier checkout to measure beside this one"
+    )
     parser.add_argument("--redis-url", help="Redis to use (default: BENCH_REDIS_URL or db 14)")
     options = parser.parse_args(argv)
     interrupt_on_sigterm()
@@ -317,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         redis_url=options.redis_url or REDIS_URL,
         rounds=options.rounds,
         only=options.only or (),
+        baseline=options.baseline.resolve() if options.baseline else None,
     )
     write_result(NAME, result)
     print(summary(result))

@@ -45,11 +45,12 @@ class Start:
     handled: threading.Event = field(default_factory=threading.Event)
 
 
-def python_env(extra: dict[str, str]) -> dict[str, str]:
-    """The environment of a Python process under test: this checkout first on the path,
-    compiled bytecode kept (and reused) under bench/results/pycache."""
+def python_env(extra: dict[str, str], root: Path = ROOT) -> dict[str, str]:
+    """The environment of a Python process under test: the checkout ``root`` (this one by
+    default) first on the path, compiled bytecode kept (and reused) under
+    bench/results/pycache."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    path = [str(ROOT), *filter(None, [env.get("PYTHONPATH")])]
+    path = [str(root), *filter(None, [env.get("PYTHONPATH")])]
     env.update({"PYTHONPATH": os.pathsep.join(path), "PYTHONPYCACHEPREFIX": str(PYCACHE)})
     env.update(extra)
     return env
