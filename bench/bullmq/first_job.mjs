@@ -6,15 +6,10 @@
 //                                                     # then the worker closes, the queue is
 //                                                     # obliterated and the process exits
 import { Queue, Worker } from "bullmq";
+import { connectionOf } from "./connection.mjs";
 
 const [mode, redisUrl, name] = process.argv.slice(2);
-const url = new URL(redisUrl);
-const connection = {
-  host: url.hostname,
-  port: Number(url.port || 6379),
-  db: Number(url.pathname.slice(1) || 0),
-  maxRetriesPerRequest: null,
-};
+const connection = connectionOf(redisUrl);
 
 if (mode === "add") {
   const queue = new Queue(name, { connection });
