@@ -15,18 +15,20 @@ product be typed, read and tested without importing the assembly that loads it.
 | ``brokers`` | each tier's broker: its job store (job state, the slot reaper), its queues |
 | ``add_family`` / ``add_tick`` / ``add_routes`` | contributes its jobs, ticks and routes |
 | ``add_parity`` | contributes its shadow runs (the dashboard's Parity page) |
+| ``defer`` | builds its actors and their contexts at their first use (``router.deferred``) |
 | ``tick`` | finds a registered tick (a CLI re-drive) |
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from flask import Blueprint
     from sqlalchemy.orm import Session, sessionmaker
 
+    from router.deferred import Deferred
     from router.enqueue import Router
     from router.ticks import Tick
     from shared.config import Settings
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
     from tiers.broker import TierBroker
     from tiers.families import Family
     from tiers.tier_brokers import TierBrokers
+
+T = TypeVar("T")
 
 
 class ServiceContext(Protocol):
@@ -72,6 +76,11 @@ class ServiceContext(Protocol):
     def add_parity(self, product: str, source: ParitySource) -> None:
         """Report ``product``'s shadow runs: ``source(since)`` reads them (the dashboard's
         Parity page calls it per request; it reads Redis or PostgreSQL, never Rails)."""
+
+    def defer(self, build: Callable[[], T]) -> Deferred[T]:
+        """A part of the product (its actors) that ``build`` makes when it is first used,
+        or before the process serves (``router.deferred`` says when): ``build`` imports
+        what the part needs itself."""
 
     def tick(self, name: str) -> Tick:
         """A registered tick by name.

@@ -24,7 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+)
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
@@ -111,6 +117,11 @@ TRIMMED = StringRule(trimmed, NOT_BLANK_PATTERN)
 
 #: A string without NUL.
 Text = Annotated[str, NUL_FREE]
+
+#: The configuration of a family's request parameters: unknown fields are refused, and the
+#: validator is built at the model's first validation (the API's, the router's), not when the
+#: model is defined: a worker defines every family's models and validates none.
+PARAMS_CONFIG = ConfigDict(extra="forbid", defer_build=True)
 
 #: The pydantic error type of a value that contradicts another field of the same request (a
 #: pinned id naming another record): the API answers it 409 ``conflicting_fields``, not 400,

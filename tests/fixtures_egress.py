@@ -9,8 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from shared.egress.addresses import address_guard
-from shared.egress.session import default_guard, set_default_guard
+from shared.egress.addresses import address_guard, default_guard, set_default_guard
 
 #: Where the test fakes listen: the one private network the tests' guard allows.
 FAKES_NETWORK = "127.0.0.1/32"

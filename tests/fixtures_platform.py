@@ -12,6 +12,8 @@ parameter              default
 ``retries``            none; ``{family name: RetryPolicy}`` replacing a family's policy (a
                        short backoff a test can wait out)
 ``component``          ``"speedtier"`` (the name in logs and Sentry)
+``defer``              False: the products' actors built at bootstrap; True leaves them to
+                       their first use, as a worker does (``router.deferred``)
 ``**settings``         any ``Settings`` field by name (``provider_urls``, ``windows``,
                        ``api_max_body_bytes``, ``redis_url``/``database_url`` for an outage
                        test...), over ``environment="test"``, ``internal_api_token=TOKEN``,
@@ -56,6 +58,7 @@ class MakePlatform(Protocol):
         families: Iterable[Family] = (),
         retries: Mapping[str, RetryPolicy] | None = None,
         component: str = "speedtier",
+        defer: bool = False,
         **settings: Any,
     ) -> Platform: ...
 
@@ -70,6 +73,7 @@ def make_platform(redis_url: str, database_url: str, namespace: str) -> Iterator
         families: Iterable[Family] = (),
         retries: Mapping[str, RetryPolicy] | None = None,
         component: str = "speedtier",
+        defer: bool = False,
         **settings: Any,
     ) -> Platform:
         values: dict[str, Any] = {
@@ -83,7 +87,7 @@ def make_platform(redis_url: str, database_url: str, namespace: str) -> Iterator
             "egress_allowed_networks": "127.0.0.1/32",  # the fakes' loopback address
             **settings,
         }
-        options: dict[str, Any] = {"component": component}
+        options: dict[str, Any] = {"component": component, "defer": defer}
         if services is not None:
             options["services"] = services
         platform = bootstrap(load_settings(**values), **options)

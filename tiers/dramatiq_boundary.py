@@ -34,9 +34,13 @@ max unpack size, ...); ``dispatch.lua``'s text         Dramatiq's keys: ``<ns>:<
 ``heartbeat_timeout``, ``dead_message_ttl``,           watch
 ``namespace``, ``client``
 ``Worker._add_consumer(queue_name, *, delay)``,        overridden by ``TierWorker``: consumers
-``start``, ``stop(timeout)``                           of the platform's class, registered with
-                                                       the queue watch; a stop that waits for
-                                                       settles
+``_add_worker()``, ``start``, ``stop(timeout)``        of the platform's class, registered with
+                                                       the queue watch; worker threads started
+                                                       before the consumers; a stop that waits
+                                                       for settles
+``dramatiq.worker._WorkerMiddleware(worker)``          ``TierWorker.start`` adds it as Dramatiq's
+                                                       start does: the consumers of queues the
+                                                       worker did not start itself
 ``Worker`` attributes ``consumers``, ``work_queue``,   read by ``TierWorker`` (stop, consumer
 ``workers``, ``consumer_whitelist``,                   set-up) and the liveness heartbeat
 ``queue_prefetch``, ``delay_prefetch``,
@@ -174,6 +178,15 @@ INTERNALS: tuple[Internal, ...] = (
         )
     ),
     Internal(_WORKER, "start", "method", "overridden by TierWorker", ("self",)),
+    Internal(_WORKER, "_add_worker", "method", "called by TierWorker.start", ("self",)),
+    Internal("dramatiq.worker", "_WorkerMiddleware", "class", "added by TierWorker.start"),
+    Internal(
+        "dramatiq.worker:_WorkerMiddleware",
+        "__init__",
+        "method",
+        "TierWorker.start builds it",
+        ("self", "worker"),
+    ),
     Internal(_WORKER, "stop", "method", "overridden by TierWorker", ("self", "timeout")),
     *(
         Internal(_THREAD, name, "attribute", "read by the platform's thread and the watch")

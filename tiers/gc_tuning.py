@@ -11,7 +11,9 @@ no-op drain a worker ran a full collection about every 0.85 s, each 20 to 45 ms 
 walking the objects start-up made (imported modules, settings, the platform), besides
 about 140 young collections a second: about a tenth of the worker's CPU.
 
-:func:`tune_worker_collector` runs once the worker is built and before its threads start:
+:func:`tune_worker_collector` runs once the worker is built: before its threads start, or, in
+``speedtier worker``, once the products its tier runs are built too (``router.deferred``),
+the collector having been off since the process started:
 
 - ``gc.collect()`` then ``gc.freeze()``: what start-up left alive moves to the permanent
   generation, which no collection walks (it lives as long as the process anyway), so a full
@@ -42,10 +44,12 @@ YOUNG_THRESHOLD = 10_000
 
 def tune_worker_collector() -> None:
     """Freeze the objects alive now and collect young ones every :data:`YOUNG_THRESHOLD`
-    allocations, for the rest of this process. Call it once, in a process that serves jobs
-    or requests, after start-up and before the work begins."""
+    allocations, for the rest of this process (the collector is on afterwards, if start-up
+    turned it off). Call it once, in a process that serves jobs or requests, when start-up
+    is done."""
     gc.collect()
     gc.freeze()
     _, middle, oldest = gc.get_threshold()
     gc.set_threshold(YOUNG_THRESHOLD, middle, oldest)
+    gc.enable()
     log.debug("collector: %d start-up objects frozen", gc.get_freeze_count())

@@ -17,7 +17,7 @@ from typing import Any
 
 from dramatiq import Worker
 from dramatiq.common import q_name
-from dramatiq.worker import WorkerThread
+from dramatiq.worker import WorkerThread, _WorkerMiddleware
 
 from tiers.ack_retries import AckRetries
 from tiers.broker import TierBroker
@@ -44,6 +44,8 @@ def serve(
     on_beat: Callable[[], None] | None = None,
     beat_seconds: float = 5.0,
     watch: bool = True,
+    on_start: Callable[[], None] | None = None,
+    tune_collector: bool = True,
 ) -> None:
     """Consume ``queues`` with ``threads`` worker threads until SIGTERM/SIGINT (or ``stop``).
 
@@ -56,6 +58,11 @@ def serve(
         (the liveness heartbeat); a dead thread stops the beats, so the probe fails.
       watch: idle queues are watched by one look for all (``tiers.queue_watch``); False
         leaves each consumer polling its own (the benchmarks' baseline).
+      on_start: called once the worker's threads run (its consumers fetch meanwhile), or
+        once it idles for want of queues.
+      tune_collector: tune the garbage collector (``tiers.gc_tuning``) before the threads
+        start; False leaves it to the caller (a worker that builds more once it consumes
+        tunes it afterwards, so what it builds is frozen too).
     """
     queues = set(queues)
     stop = stop or threading.Event()
@@ -71,6 +78,8 @@ def serve(
     if not queues:
         # A tier no registered family uses yet: stay up (the pool is deployed per tier) but idle.
         log.warning("no registered family uses this tier; idling until stopped")
+        if on_start:
+            on_start()
         if on_beat:
             on_beat()
         while not stop.wait(beat_seconds if on_beat else None):
@@ -82,11 +91,13 @@ def serve(
     )
     if prefetch:
         worker.queue_prefetch = prefetch
-    if threading.current_thread() is threading.main_thread():
+    if tune_collector and threading.current_thread() is threading.main_thread():
         # This process is a worker (not a test serving in a thread of its own process).
         tune_worker_collector()
     worker.start()
     log.info("worker consuming %s with %d threads", ", ".join(sorted(queues)), threads)
+    if on_start:
+        on_start()
     beating = True
     if on_beat and threads_alive(worker):
         on_beat()
@@ -118,7 +129,15 @@ class TierWorkerThread(StopHonoured, WorkerThread):
 
 class TierWorker(Worker):
     """Dramatiq's worker with :class:`TierConsumerThread` consumers, whose stop waits for
-    the settles still on their way (up to its timeout)."""
+    the settles still on their way (up to its timeout), and which starts its worker threads
+    before its consumers.
+
+    Dramatiq starts a consumer thread per queue and delay queue (eighteen for a fast-tier
+    worker) and only then its worker threads, so a message its first fetch brings waits in
+    the work queue while the remaining threads start, each start waiting for the interpreter
+    lock that the running consumers hold: about 60 ms. Here the worker threads start first,
+    then the consumers of the tier's queues, then the delay queues'; the middleware hooks run
+    in Dramatiq's order (``before_worker_boot`` first, ``after_worker_boot`` last)."""
 
     broker: TierBroker
 
@@ -141,7 +160,15 @@ class TierWorker(Worker):
     def start(self) -> None:
         if self.watch is not None:
             self.watch.start()
-        super().start()
+        self.broker.emit_before("worker_boot", self)
+        for _ in range(self.worker_threads):
+            self._add_worker()
+        for queue in sorted(self.consumer_whitelist or ()):
+            self._add_consumer(queue)
+        # Dramatiq's own: consumers for every other declared queue (the delay queues here,
+        # each queue's once) and for queues declared later.
+        self.broker.add_middleware(_WorkerMiddleware(self))
+        self.broker.emit_after("worker_boot", self)
         self.dead_workers.start()
 
     def stop(self, timeout: int = 600_000) -> None:

@@ -3,16 +3,11 @@
 // drain: the jobs are added with addBulk first (not timed), then one Worker (concurrency 50)
 // processes them with a no-op processor; timed from the worker's start to the last completion.
 import { Queue, Worker } from "bullmq";
+import { connectionOf } from "./connection.mjs";
 
 const [mode, jobsText, redisUrl, name] = process.argv.slice(2);
 const jobs = Number(jobsText);
-const url = new URL(redisUrl);
-const connection = {
-  host: url.hostname,
-  port: Number(url.port || 6379),
-  db: Number(url.pathname.slice(1) || 0),
-  maxRetriesPerRequest: null,
-};
+const connection = connectionOf(redisUrl);
 const options = { removeOnComplete: true, removeOnFail: true };
 const queue = new Queue(name, { connection });
 await queue.waitUntilReady();

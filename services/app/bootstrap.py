@@ -7,13 +7,14 @@ import importlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import dramatiq
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from router.context import ServiceContext
+from router.deferred import Deferred, deferred_of
 from router.enqueue import Router
 from router.registry import Registry
 from router.tick_monitors import MonitorSettings
@@ -21,8 +22,7 @@ from router.ticks import Tick, tick_family
 from shared import runtime_file
 from shared.config import InvalidSettings, Settings, load_settings, parse_rate, refusals
 from shared.db.engine import make_engine, make_session_factory
-from shared.egress.addresses import settings_guard
-from shared.egress.session import set_default_guard
+from shared.egress.addresses import set_default_guard, settings_guard
 from shared.errors import NotConfigured
 from shared.flags import Flags
 from shared.observability import ACTOR_THROWS, configure_logging, init_sentry
@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from flask import Blueprint
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Service packages, each exposing ``register(platform: ServiceContext)``.
 SERVICE_MODULES: tuple[str, ...] = (
@@ -73,6 +75,8 @@ class Platform:
     route_builders: list[Callable[[], Iterable[Blueprint]]] = field(default_factory=list)
     #: Each product's shadow-run source by product name (``add_parity``).
     parity_sources: dict[str, ParitySource] = field(default_factory=dict)
+    #: The products' parts built at their first use (``add_family`` handlers call into them).
+    deferred: list[Deferred[Any]] = field(default_factory=list)
     _blueprints: list[Blueprint] | None = field(default=None, init=False, repr=False)
 
     @property
@@ -117,6 +121,23 @@ class Platform:
 
     def add_parity(self, product: str, source: ParitySource) -> None:
         self.parity_sources[product] = source
+
+    def defer(self, build: Callable[[], T]) -> Deferred[T]:
+        part = Deferred(build)
+        self.deferred.append(part)
+        return part
+
+    def build_deferred(self, tier: str | None = None) -> None:
+        """Build the deferred parts the families of ``tier`` (or every part) call into."""
+        if tier is None:
+            parts = self.deferred
+        else:
+            queues = set(self.registry.queues_of_tier(tier))
+            handlers = [f.handler for f in self.registry if queues & set(f.queues())]
+            used = {id(d) for h in handlers if (d := deferred_of(h)) is not None}
+            parts = [d for d in self.deferred if id(d) in used]
+        for part in parts:
+            part.get()
 
     def blueprints(self) -> list[Blueprint]:
         """The products' blueprints, built at the first call (the API's app factory), so a
@@ -176,6 +197,7 @@ def bootstrap(
     *,
     services: Sequence[str] = SERVICE_MODULES,
     component: str = "speedtier",
+    defer: bool = False,
     **broker_options: Any,
 ) -> Platform:
     """Build a process's platform.
@@ -184,6 +206,8 @@ def bootstrap(
       settings: defaults to the environment.
       services: service modules to register (tests pass their own).
       component: a name for logs and Sentry (``worker-fast``, ``api``, ...).
+      defer: leave the products' deferred parts (``router.deferred``) to their first use or
+        to :meth:`Platform.build_deferred` (a worker); False builds them before returning.
       broker_options: passed to every :class:`TierBroker` (tests shorten timeouts).
 
     Raises:
@@ -241,4 +265,6 @@ def bootstrap(
     context: ServiceContext = platform  # the protocol every service's register() is typed on
     for name in services:
         importlib.import_module(name).register(context)
+    if not defer:
+        platform.build_deferred()
     return platform

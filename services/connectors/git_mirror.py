@@ -28,8 +28,8 @@ from dulwich.refs import Ref
 from dulwich.repo import Repo
 
 from services.connectors.nodes import Connection
-from shared.egress.addresses import AddressRefused
-from shared.egress.session import default_guard, guarded_pool_manager
+from shared.egress.addresses import AddressRefused, default_guard
+from shared.egress.session import guarded_pool_manager
 from shared.errors import Retryable, Unrecoverable
 from shared.http import NotFound
 

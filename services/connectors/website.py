@@ -26,8 +26,7 @@ from services.connectors.nodes import Connection, Node, NodeRef, NodeSource, Wal
 from services.web.fetch import CrawledPage, PageFetch, page_fetcher
 from services.web.robots import Disallowed, RobotsCache
 from services.web.urls import normalize_url
-from shared.egress.addresses import AddressGuard
-from shared.egress.session import default_guard
+from shared.egress.addresses import AddressGuard, default_guard
 from shared.errors import Unrecoverable
 from shared.http import NotFound
 

@@ -22,7 +22,7 @@ from services.apikit.schemas import StrictRequest
 from services.ingestion.connector_sync.adapters import KbConnector
 from services.ingestion.schemas import Audience, Name
 from shared.db.models.kb_connectors import KbConnection, KbConnectorBinding
-from shared.egress.session import default_guard
+from shared.egress.addresses import default_guard
 from shared.errors import ConflictingFields, ValidationFailed
 from shared.inputs import NUL_FREE, NUL_FREE_PATTERN, Id
 

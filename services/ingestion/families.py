@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from router.requests import JobRequest
-from shared.inputs import NUL_FREE, Id
+from shared.inputs import NUL_FREE, PARAMS_CONFIG, Id
 from tiers.families import Family
 from tiers.policies import RetryPolicy, WindowRule
 
@@ -57,7 +57,7 @@ SYNC_TIME_LIMIT_SECONDS = 3 * 3600.0
 class DocumentParams(BaseModel):
     """Both families' parameters: the document (and its base, when the caller knows it)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = PARAMS_CONFIG
 
     document_id: Id
     knowledge_base_id: Id | None = None
@@ -68,7 +68,7 @@ class ConnectorSyncParams(BaseModel):
     connection); ``full`` lists everything (not only what changed); ``scheduled``: the
     freshness tick asked (a single item's re-fetch is then a ``refresh``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = PARAMS_CONFIG
 
     binding_id: Id
     connection_id: Id

@@ -10,6 +10,9 @@ An id already queued or running is a no-op, so sweeping a queued document costs 
 recrawl interval or base refresh schedule is due, and the sync of connector bindings whose
 next sync is due (their base's schedule, the recrawl interval, or a failure's backoff; a
 single-item binding's sync is its document's scheduled refresh).
+
+The queries import the store (and with it the ORM models) when a tick runs: a worker
+registers these ticks without loading the models (``router.deferred``).
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ from services.ingestion.families import (
     refresh_request,
     sync_request,
 )
-from services.ingestion.store import bindings_to_sync, documents_to_ingest, documents_to_refresh
 from shared.db.base import utcnow
 
 DEFAULT_TICK_LIMIT = 200
@@ -48,6 +50,8 @@ class SweepBounds:
 
 def ingest_requests(session: Session, bounds: SweepBounds) -> list[JobRequest]:
     """The ingestion of the processing documents one sweep takes."""
+    from services.ingestion.store import documents_to_ingest
+
     due = documents_to_ingest(session, limit=bounds.limit, tenant_slice=bounds.tenant_slice)
     return [ingest_request(d.organization_id, d.document_id, d.knowledge_base_id) for d in due]
 
@@ -56,6 +60,8 @@ def refresh_requests(
     session: Session, bounds: SweepBounds, recrawl_interval_seconds: float
 ) -> list[JobRequest]:
     """The re-fetch of the URL documents due for it that one refresh tick takes."""
+    from services.ingestion.store import documents_to_refresh
+
     due = documents_to_refresh(
         session,
         now=utcnow(),
@@ -68,6 +74,8 @@ def refresh_requests(
 
 def connector_sync_requests(session: Session, bounds: SweepBounds) -> list[JobRequest]:
     """The syncs of the connector bindings due for one, that one refresh tick takes."""
+    from services.ingestion.store import bindings_to_sync
+
     due = bindings_to_sync(
         session, now=utcnow(), limit=bounds.limit, tenant_slice=bounds.tenant_slice
     )

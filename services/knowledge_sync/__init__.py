@@ -8,19 +8,30 @@ if TYPE_CHECKING:
     from flask import Blueprint
 
     from router.context import ServiceContext
+    from services.knowledge_sync.actors import KnowledgeSyncActors
 
 
 def register(platform: ServiceContext) -> None:
     """Families, the daily tick and the enqueue route Rails calls."""
+    from services.knowledge_sync.families import families
+    from services.knowledge_sync.ticks import daily_sync_tick
+
+    actors = platform.defer(lambda: _actors(platform))
+    for family in families(actors.handlers()):
+        platform.add_family(family)
+    platform.add_tick(daily_sync_tick(platform.sessions, platform.router))
+    platform.add_routes(_routes)
+
+
+def _actors(platform: ServiceContext) -> KnowledgeSyncActors:
+    """The actor bodies with their sync and crawl contexts (built at their first use)."""
     from services.connectors.registry import PROVIDERS, default_base_url
     from services.connectors.url_crawl import url_fetcher
     from services.indexing.chunking import Chunker
     from services.indexing.embedders import embedder_from_settings
     from services.knowledge_sync.actors import KnowledgeSyncActors
     from services.knowledge_sync.crawl_units import CrawlContext
-    from services.knowledge_sync.families import families
     from services.knowledge_sync.sync_units import SyncContext
-    from services.knowledge_sync.ticks import daily_sync_tick
     from tiers.rate_window import RateWindows
 
     settings = platform.settings
@@ -34,11 +45,7 @@ def register(platform: ServiceContext) -> None:
         embedder=embedder_from_settings(settings, windows=windows),
     )
     crawl = CrawlContext(fetch=url_fetcher(settings, windows=windows))
-    actors = KnowledgeSyncActors(platform.sessions, platform.router, sync, crawl)
-    for family in families(actors):
-        platform.add_family(family)
-    platform.add_tick(daily_sync_tick(platform.sessions, platform.router))
-    platform.add_routes(_routes)
+    return KnowledgeSyncActors(platform.sessions, platform.router, sync, crawl)
 
 
 def _routes() -> list[Blueprint]:

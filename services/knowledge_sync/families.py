@@ -12,17 +12,17 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from router.requests import JobRequest
 from services.web.urls import HTTP_URL, MAX_URL_LENGTH, whatwg_url
-from shared.db.models.rails import KnowledgeBaseSource
-from shared.inputs import NUL_FREE, Id, JsonInt
+from shared.inputs import NUL_FREE, PARAMS_CONFIG, Id, JsonInt
 from tiers.families import Family
 from tiers.policies import WindowRule
 
 if TYPE_CHECKING:
     from services.knowledge_sync.actors import KnowledgeSyncActors
+    from shared.db.models.rails import KnowledgeBaseSource
 
 PAUSE_FLAG = "pause_api2_knowledge_base_sync"
 
@@ -39,7 +39,7 @@ CHUNK_GROUP_CAPS = {"fast": 4}
 
 
 class _Routed(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = PARAMS_CONFIG
 
     provider: Annotated[str, NUL_FREE] | None = Field(None, max_length=64)
     organization_data_source_id: Id | None = None

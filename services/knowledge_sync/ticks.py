@@ -8,12 +8,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from router.enqueue import Router
 from router.requests import JobRequest
 from router.ticks import Tick, enqueue_tick
-from services.knowledge_sync import daily_scan
 from services.knowledge_sync.families import PAUSE_FLAG, document_request, source_request
 
 
 def scan_requests(session: Session) -> list[JobRequest]:
     """Every live source but Intercom, then the recovery sweep's documents."""
+    # Here, not at the top: its queries load the ORM models, which a worker registering
+    # this tick does not need before the tick runs (router.deferred).
+    from services.knowledge_sync import daily_scan
+
     requests = [
         source_request(org, source_id, source_type, ods)
         for org, source_id, source_type, ods in daily_scan.sources_to_scan(session)

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from router.requests import JobRequest
-from shared.inputs import Id
+from shared.inputs import PARAMS_CONFIG, Id
 from tiers.families import Family
 from tiers.policies import RetryPolicy
 
@@ -36,7 +36,7 @@ COUNTER_CACHE_FIX_JOB_ID = "counter-cache-fix"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = PARAMS_CONFIG
 
 
 class Unit21Params(_Strict):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -32,9 +32,11 @@ from services.maintenance.families import (
     counter_cache_request,
     unit21_request,
 )
-from services.rails.client import RailsClient
 from tiers.job_state import JobState, NotInAJob
 from tiers.job_store import JobStore
+
+if TYPE_CHECKING:
+    from services.rails.client import RailsClient
 
 log = logging.getLogger(__name__)
 

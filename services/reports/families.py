@@ -10,9 +10,10 @@ from __future__ import annotations
 from datetime import date
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from router.requests import JobRequest
+from shared.inputs import PARAMS_CONFIG
 from tiers.families import Family
 from tiers.policies import RetryPolicy
 
@@ -33,7 +34,7 @@ REPORT_JOB_PREFIX = "daily-agent-eval-report-"
 class ReportParams(BaseModel):
     """One organization's report for one literal date (sentinels are resolved before)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = PARAMS_CONFIG
 
     date: date
     send_email: bool = False

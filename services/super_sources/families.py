@@ -25,11 +25,11 @@ import hashlib
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from router.requests import JobRequest
 from services.connectors.nodes import NodeRef
-from shared.inputs import NUL_FREE, Id
+from shared.inputs import NUL_FREE, PARAMS_CONFIG, Id
 from tiers.families import Family
 from tiers.policies import RetryPolicy
 
@@ -62,7 +62,7 @@ _KEY_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01234
 
 
 class _Rooted(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = PARAMS_CONFIG
 
     source: _Text = Field(min_length=1, max_length=64)
     connection_id: Id
@@ -85,7 +85,7 @@ class IndexParams(_Rooted):
 
 
 class WebhookParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = PARAMS_CONFIG
 
     source: _Text = Field(min_length=1, max_length=64)
     path: _Text = Field(min_length=1, max_length=128)

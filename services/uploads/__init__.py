@@ -8,21 +8,47 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from flask import Blueprint
 
     from router.context import ServiceContext
+    from services.uploads.actors import UploadActors
+    from shared.parity import ParityRun
 
 
 def register(platform: ServiceContext) -> None:
+    from services.uploads.families import families
+    from services.uploads.ticks import upload_scan_tick
+
+    # The upload families run in the maintenance tier: their records are in its Redis.
+    jobs_store = platform.brokers.of_tier("maintenance").jobs
+    actors = platform.defer(lambda: _actors(platform))
+    for family in families(actors.handlers()):
+        platform.add_family(family)
+
+    def job_state(job_id: str) -> str | None:
+        return (jobs_store.record(job_id) or {}).get("state")
+
+    def parity(since: datetime) -> list[ParityRun]:
+        from services.uploads.shadow import parity_source
+
+        return parity_source(jobs_store)(since)
+
+    platform.add_tick(upload_scan_tick(platform.sessions, platform.router, job_state, jobs_store))
+    platform.add_parity("uploads", parity)
+    platform.add_routes(_routes)
+
+
+def _actors(platform: ServiceContext) -> UploadActors:
+    """The actor bodies: the upload jobs (Rails, the object store, the rollout flags) and the
+    sync completions (built at their first use)."""
     from services.rails.client import RailsClient
     from services.uploads.actors import UploadActors
     from services.uploads.completion import SyncCompletions
     from services.uploads.completion_effects import NativeEffects, native_effects
     from services.uploads.dispatch import UploadJobs
-    from services.uploads.families import families
     from services.uploads.object_store import ObjectStore, object_store
-    from services.uploads.shadow import parity_source
-    from services.uploads.ticks import upload_scan_tick
     from shared.rollouts import CONVERSATION_UPLOAD_SYNC_COMPLETION
 
     settings = platform.settings
@@ -48,7 +74,6 @@ def register(platform: ServiceContext) -> None:
             CONVERSATION_UPLOAD_SYNC_COMPLETION, organization_id=organization_id
         )
 
-    # The upload families run in the maintenance tier: their records are in its Redis.
     jobs_store = platform.brokers.of_tier("maintenance").jobs
     jobs = UploadJobs(rails, platform.sessions, objects, rollout, platform.router, jobs=jobs_store)
     completions = SyncCompletions(
@@ -58,15 +83,7 @@ def register(platform: ServiceContext) -> None:
         native=native_effects(settings.native_effects),
         effects=NativeEffects(platform.sessions, platform.router.enqueue),
     )
-    for family in families(UploadActors(jobs, completions)):
-        platform.add_family(family)
-
-    def job_state(job_id: str) -> str | None:
-        return (jobs_store.record(job_id) or {}).get("state")
-
-    platform.add_tick(upload_scan_tick(platform.sessions, platform.router, job_state, jobs_store))
-    platform.add_parity("uploads", parity_source(jobs_store))
-    platform.add_routes(_routes)
+    return UploadActors(jobs, completions)
 
 
 def _routes() -> list[Blueprint]:

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from router.requests import JobRequest
-from shared.inputs import Id, conflicting
+from shared.inputs import PARAMS_CONFIG, Id, conflicting
 from tiers.families import Family
 from tiers.policies import UPLOAD_RETRY
 
@@ -57,7 +57,7 @@ SyncRunId = Annotated[
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = PARAMS_CONFIG
 
 
 class CheckParams(_Strict):

@@ -14,6 +14,9 @@ Routing of each candidate (:func:`services.uploads.store.scan_candidates`):
 Direct uploads never go through check. The summary (kept on the tick's job record) counts
 the enqueue outcomes plus ``skippedDirect`` and ``graceDirect``. The delivery-ledger
 reconciler runs in the same tick, after the scan.
+
+The scan imports the store and the reconciler (and with them the ORM models) when it runs:
+a worker registers this tick without loading the models (``router.deferred``).
 """
 
 from __future__ import annotations
@@ -22,20 +25,21 @@ import contextlib
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from router.enqueue import Router, enqueue_settled
 from router.requests import JobRequest
 from router.ticks import Tick
-from services.uploads import store
 from services.uploads.families import PAUSE_FLAG, check_request, process_request
-from services.uploads.reconciler import reconcile
 from shared.db.base import utcnow
 from shared.db.engine import session_scope
 from tiers.job_state import JobState, NotInAJob
 from tiers.job_store import JobStore
+
+if TYPE_CHECKING:
+    from services.uploads import store
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +89,9 @@ def upload_scan_tick(
     ``data:summary`` (``speedtier jobs show conversation-upload-checks-tick-<slot>``)."""
 
     def run(slot: str) -> dict[str, int]:
+        from services.uploads import store
+        from services.uploads.reconciler import reconcile
+
         now = utcnow()
         with session_scope(sessions) as session:
             candidates = store.scan_candidates(session, now)

@@ -7,6 +7,11 @@ networks are allowed (tests, the demo) or the network is allowed by name. A refu
 :class:`AddressRefused`: ``Unrecoverable`` with a reason a URL document shows
 (``refused: address 10.0.0.1 is private``), logged by whoever knows the organization
 (:func:`log_refusal`).
+
+The process's guard (:func:`set_default_guard`, set at bootstrap from the settings) is the
+guard of every session built without one (``shared.egress.session``); it lives here, apart
+from the sessions, so setting it does not import ``requests`` (a worker needs it for none of
+the work before its first job).
 """
 
 from __future__ import annotations
@@ -179,3 +184,17 @@ def settings_guard(settings: Settings) -> AddressGuard:
     """The guard of a process's settings: every address with
     ``crawl_allow_private_networks``, otherwise public ones and ``egress_allowed_networks``."""
     return address_guard(settings.crawl_allow_private_networks, settings.egress_networks)
+
+
+_default_guard = AddressGuard(allow_private=False)
+
+
+def set_default_guard(guard: AddressGuard) -> None:
+    """The guard of every session built without one (a process sets it once at bootstrap)."""
+    global _default_guard
+    _default_guard = guard
+
+
+def default_guard() -> AddressGuard:
+    """The process's guard: no private address unless bootstrap allowed some."""
+    return _default_guard

@@ -37,26 +37,13 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 from urllib3.util.connection import create_connection
 
-from shared.egress.addresses import AddressGuard
+from shared.egress.addresses import AddressGuard, default_guard
 from shared.errors import Unrecoverable
 
 #: Addresses of one host tried in resolver order while the connection itself fails.
 MAX_ADDRESSES_TRIED = 4
 #: Redirects a guarded session follows (each hop checked) before giving up.
 MAX_REDIRECTS = 5
-
-_default_guard = AddressGuard(allow_private=False)
-
-
-def set_default_guard(guard: AddressGuard) -> None:
-    """The guard of every session built without one (a process sets it once at bootstrap)."""
-    global _default_guard
-    _default_guard = guard
-
-
-def default_guard() -> AddressGuard:
-    """The process's guard: no private address unless bootstrap allowed some."""
-    return _default_guard
 
 
 class _GuardedConnection(HTTPConnection):

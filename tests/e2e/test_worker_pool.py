@@ -4,6 +4,7 @@ ends the pool with a failure status, and SIGTERM drains every child and exits 0.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import re
@@ -72,9 +73,9 @@ def parent_of(pid: int) -> int | None:
     return int(stat.rpartition(")")[2].split()[1])
 
 
-def worker_children(parent: int) -> set[int]:
-    """The live spawned worker processes of ``parent`` (not its resource tracker), from /proc."""
-    found = set()
+def _children(parent: int) -> list[tuple[int, bytes]]:
+    """The live (not zombie) children of ``parent`` with their command lines, from /proc."""
+    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or parent_of(int(entry.name)) != parent:
             continue
@@ -83,8 +84,20 @@ def worker_children(parent: int) -> set[int]:
             state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
         except OSError:
             continue
-        if b"spawn_main" in cmdline and state != "Z":
-            found.add(int(entry.name))
+        if state != "Z":
+            found.append((int(entry.name), cmdline))
+    return found
+
+
+def worker_children(parent: int) -> set[int]:
+    """The live worker processes of the pool ``parent``: spawned by it, or forked by its fork
+    server (not its resource tracker, nor the server itself)."""
+    found = set()
+    for pid, cmdline in _children(parent):
+        if b"spawn_main" in cmdline:
+            found.add(pid)
+        elif b"forkserver" in cmdline:
+            found |= {child for child, _ in _children(pid)}
     return found
 
 
@@ -189,6 +202,39 @@ def stop_everything(supervisor: subprocess.Popen[str]) -> None:
     for pid in children | worker_children(supervisor.pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+# -- children forked from a preloaded server -------------------------------------------------
+
+
+def report_start(marker: str, out: str) -> None:
+    """A child that writes whether ``marker`` was imported before it ran, and its parent, then
+    dies (the pool then ends: no restart is allowed)."""
+    Path(out).write_text(json.dumps({"preloaded": marker in sys.modules, "ppid": os.getppid()}))
+    sys.exit(3)
+
+
+@pytest.mark.timeout(120)
+def test_children_are_forked_from_a_server_that_imported_the_preload(tmp_path: Path) -> None:
+    # Given a pool whose children come from a server preloading a module the child's own
+    # code does not import
+    out = tmp_path / "child.json"
+    pool = WorkerPool(
+        report_start,
+        ("colorsys", str(out)),
+        size=1,
+        name="preloaded",
+        policy=RestartPolicy(max_restarts=0),
+        poll_seconds=0.05,
+        preload=("colorsys",),
+    )
+    # When it runs (the server started ahead, as the worker command does) and its child died
+    pool.prepare()
+    assert pool.run() == 1
+    seen = json.loads(out.read_text())
+    # Then the child found the module imported, and its parent is the server, not the pool
+    assert seen["preloaded"] is True
+    assert seen["ppid"] != os.getpid()
 
 
 # -- the crash-loop limit, on real spawned children ------------------------------------------

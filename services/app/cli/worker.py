@@ -8,55 +8,93 @@ children's values through ``PROMETHEUS_MULTIPROC_DIR`` (a fresh temporary direct
 variable is not set). ``speedtier_worker_threads{tier}`` is the worker threads of processes
 whose threads all run: set at each heartbeat, dropped when a process exits (the pool marks a
 dead child's values dead), so ``sum by (tier)`` over the pods is the tier's live capacity.
+
+Start-up (``docs/deploy/scaling.md``): a pool's children are forked from a server that
+imports the worker's modules once for all of them (``services.app.fork_server``). With
+``--processes`` given (the chart gives it) the server starts before anything else, so its
+imports overlap the pool's own start: its settings, the Redis and database URL checks and the
+Redis persistence check, which still all pass before a child starts. This module imports
+only click and the tier table: the pool's parent starts the server within a few tens of
+milliseconds of its own start. A worker process builds its products' actors once it consumes
+(``services.app.warm_up``, ``router.deferred``), and its garbage collector is off until then.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import tempfile
+import threading
+from typing import TYPE_CHECKING
 
 import click
 
-from services.app.worker_pool import WorkerPool
-from shared import heartbeat, metrics
-from shared.config import TIER_NAMES, Settings, load_settings
-from shared.observability import configure_logging
-from shared.redis_persistence import EvictionWatch, verify_redis_persistence
-from shared.runtime_file import resolve
+from tiers.table import TIERS
 
-WORKER_THREADS = metrics.gauge(
-    "worker_threads",
-    "Worker threads of live worker processes (every consumer and worker thread running).",
-    ["tier"],
-)
+if TYPE_CHECKING:
+    from prometheus_client import Gauge
+
+    from services.app.worker_pool import WorkerPool
+    from shared.config import Settings
+
+#: What the pool's fork server imports before it forks a child: the program's ``__main__``
+#: (as a spawned child would) and the worker's modules (``services.app.fork_server``).
+FORK_SERVER_PRELOAD = ("__main__", "services.app.fork_server")
 
 
 def component_of(tier: str) -> str:
     return f"worker-{tier}"
 
 
+def worker_threads_gauge() -> Gauge:
+    from shared import metrics
+
+    return metrics.gauge(
+        "worker_threads",
+        "Worker threads of live worker processes (every consumer and worker thread running).",
+        ["tier"],
+    )
+
+
+def share_metrics() -> None:
+    """Give this process's children a metrics directory (a fresh temporary one when
+    ``PROMETHEUS_MULTIPROC_DIR``, prometheus_client's variable, is not set): before any
+    child or the children's server starts, as they read it when they import
+    prometheus_client. :func:`start_metrics` switches this process to it."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="speedtier-metrics-")
+
+
 def start_metrics(settings: Settings) -> None:
     """Share values with this process's children, and serve them when a port is set."""
-    if not metrics.directory():
-        metrics.use_directory(tempfile.mkdtemp(prefix="speedtier-metrics-"))
+    from shared import metrics
+
+    share_metrics()
+    metrics.use_directory(os.environ["PROMETHEUS_MULTIPROC_DIR"])
     if settings.metrics_port:
         metrics.serve(settings.metrics_port)
 
 
 def _run_one(tier: str, threads: int, prefetch: int, pooled: bool = False) -> None:
+    gc.disable()  # until start-up is done (tiers.gc_tuning): no collection walks the imports
     from services.app.bootstrap import bootstrap
-    from tiers.table import TIERS
+    from services.app.warm_up import WarmUp
+    from shared import heartbeat
+    from shared.redis_persistence import EvictionWatch
     from tiers.worker import serve
 
     component = component_of(tier)
-    platform = bootstrap(component=component)
+    platform = bootstrap(component=component, defer=True)
     settings = platform.settings
     if not pooled:
         start_metrics(settings)
     beat_file = heartbeat.heartbeat_path(component, os.getpid() if pooled else None)
-    live = WORKER_THREADS.labels(tier)
+    live = worker_threads_gauge().labels(tier)
     eviction = EvictionWatch(settings)
+    stop = threading.Event()
+    warm_up = WarmUp(platform, tier, stop, delay=settings.worker_poll_ms / 1000)
+    warm_up.start()
 
     def beat() -> None:
         heartbeat.beat(beat_file)
@@ -71,21 +109,34 @@ def _run_one(tier: str, threads: int, prefetch: int, pooled: bool = False) -> No
             prefetch=TIERS[tier].prefetch(threads, prefetch or settings.queue_prefetch),
             drain_seconds=settings.worker_drain_seconds,
             poll_ms=settings.worker_poll_ms,
+            stop=stop,
             on_beat=beat,
             beat_seconds=heartbeat.BEAT_SECONDS,
+            on_start=warm_up.consuming,
+            tune_collector=False,
         )
     finally:
         live.set(0)
         heartbeat.clear(beat_file)
+    warm_up.raise_failure()
 
 
-def _supervise(tier: str, processes: int, threads: int, prefetch: int, settings: Settings) -> int:
-    """Run ``processes`` children under a :class:`~services.app.worker_pool.WorkerPool`, which
-    replaces a child that dies and exits non-zero on a crash loop."""
+def _pool(tier: str, processes: int, threads: int, prefetch: int) -> WorkerPool:
+    """``processes`` children of :func:`_run_one`, forked from a server that imported
+    :data:`FORK_SERVER_PRELOAD`, kept running by a :class:`~services.app.worker_pool.WorkerPool`
+    (which replaces a child that dies and exits non-zero on a crash loop)."""
+    from services.app.worker_pool import WorkerPool
+    from shared import heartbeat
+
     component = component_of(tier)
-    start_metrics(settings)
     pool_beat = heartbeat.heartbeat_path(component)
-    pool = WorkerPool(
+
+    def mark_dead(pid: int) -> None:
+        from shared import metrics
+
+        metrics.mark_dead(pid)
+
+    return WorkerPool(
         _run_one,
         (tier, threads, prefetch, True),
         size=processes,
@@ -94,16 +145,23 @@ def _supervise(tier: str, processes: int, threads: int, prefetch: int, settings:
             heartbeat.heartbeat_path(component, pid), 3 * heartbeat.BEAT_SECONDS
         ),
         on_beat=lambda: heartbeat.beat(pool_beat),
-        on_exit=metrics.mark_dead,
+        on_exit=mark_dead,
+        preload=FORK_SERVER_PRELOAD,
     )
+
+
+def _supervise(pool: WorkerPool, tier: str, settings: Settings) -> int:
+    from shared import heartbeat
+
+    start_metrics(settings)
     try:
         return pool.run()
     finally:
-        heartbeat.clear(pool_beat)
+        heartbeat.clear(heartbeat.heartbeat_path(component_of(tier)))
 
 
 @click.command("worker")
-@click.option("--tier", type=click.Choice(TIER_NAMES), required=True, help="Tier to consume.")
+@click.option("--tier", type=click.Choice(tuple(TIERS)), required=True, help="Tier to consume.")
 @click.option("--processes", type=click.IntRange(min=1), help="Worker processes.")
 @click.option("--threads", type=click.IntRange(min=1), help="Threads per process.")
 @click.option(
@@ -114,12 +172,25 @@ def _supervise(tier: str, processes: int, threads: int, prefetch: int, settings:
 )
 def worker(tier: str, processes: int | None, threads: int | None, prefetch: int) -> None:
     """Consume every queue of TIER until SIGTERM, then drain."""
+    gc.disable()  # while the modules load (a lone worker process's until it is built)
+    pool = None
+    if processes is not None and processes > 1 and threads is not None:
+        # The children's server imports while this process reads and checks its settings.
+        share_metrics()
+        pool = _pool(tier, processes, threads, prefetch)
+        pool.prepare()
+    from shared.config import load_settings
+
     settings = load_settings()
     processes = processes or settings.tier_processes(tier)
     threads = threads or settings.tier_threads(tier)
     if processes == 1:
         _run_one(tier, threads, prefetch)
         return
+    from shared.observability import configure_logging
+    from shared.redis_persistence import verify_redis_persistence
+    from shared.runtime_file import resolve
+
     configure_logging(settings.log_level, json_lines=settings.json_logs)
     # Checked once, before any child starts: a child that cannot start would only be restarted.
     resolved = resolve(settings)
@@ -127,7 +198,11 @@ def worker(tier: str, processes: int | None, threads: int | None, prefetch: int)
         if not value:
             raise click.ClickException(f"{name} is not set (speedtier up provides one locally)")
     verify_redis_persistence(resolved)
-    sys.exit(_supervise(tier, processes, threads, prefetch, settings))
+    if pool is None:
+        share_metrics()
+        pool = _pool(tier, processes, threads, prefetch)
+    gc.enable()
+    sys.exit(_supervise(pool, tier, settings))
 
 
 def register(main: click.Group) -> None:

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from router.requests import JobRequest
 from shared.errors import ValidationFailed
-from shared.inputs import Text
+from shared.inputs import PARAMS_CONFIG, Text
 from tests.fixtures_platform import AUTH, MakePlatform
 from tests.platform_harness import wait_until
 from tiers.families import Family
@@ -40,7 +40,8 @@ GREETING_RETRY = RetryPolicy(max_attempts=3, base_seconds=30.0)
 
 
 class GreetingParams(BaseModel):
-    model_config = ConfigDict(extra="forbid")  # an unknown field is a 400, not ignored
+    # An unknown field is a 400, not ignored; the validator is built at the first request.
+    model_config = PARAMS_CONFIG
 
     name: Text = Field(min_length=1, max_length=64)
 
@@ -86,7 +87,10 @@ def greeting_family(actors: GreetingActors) -> Family:
 # services/<product>/__init__.py: what bootstrap calls for every module in SERVICE_MODULES.
 def register(platform: ServiceContext) -> None:
     jobs = platform.brokers.of_tier("maintenance").jobs
-    platform.add_family(greeting_family(GreetingActors(jobs)))
+    # Built at their first use (a worker's first job, or once it consumes), with whatever
+    # they import: a worker starts without them.
+    actors = platform.defer(lambda: GreetingActors(jobs))
+    platform.add_family(greeting_family(actors.handlers()))
 
 
 # --8<-- [end:register]

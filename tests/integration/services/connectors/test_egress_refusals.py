@@ -33,8 +33,7 @@ from services.connectors import (
 )
 from services.connectors.base import SourceConfig
 from services.connectors.nodes import Connection, NodeRef
-from shared.egress.addresses import AddressRefused, address_guard
-from shared.egress.session import default_guard, set_default_guard
+from shared.egress.addresses import AddressRefused, address_guard, default_guard, set_default_guard
 from testkit.private_addresses import PRIVATE_ADDRESS_FORMS
 
 

@@ -213,8 +213,12 @@ def test_a_local_repository_is_refused_where_loopback_is(
     tmp_path: Path, origin: Path, form: str
 ) -> None:
     # Given the production guard (no private network allowed, loopback included)
-    from shared.egress.addresses import AddressRefused, address_guard
-    from shared.egress.session import default_guard, set_default_guard
+    from shared.egress.addresses import (
+        AddressRefused,
+        address_guard,
+        default_guard,
+        set_default_guard,
+    )
 
     url = str(origin) if form == "path" else origin.as_uri()
     conn = connection(tmp_path, repositories=[url])

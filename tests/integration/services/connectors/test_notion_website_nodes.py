@@ -11,8 +11,7 @@ import pytest
 
 from services.connectors import notion_nodes, website
 from services.connectors.nodes import Connection, NodeRef, WalkPage
-from shared.egress.addresses import address_guard
-from shared.egress.session import default_guard, set_default_guard
+from shared.egress.addresses import address_guard, default_guard, set_default_guard
 from shared.errors import Delay, Retryable, Unrecoverable
 from shared.http import NotFound
 from testkit.fakes.notion_server import NotionServer, heading, paragraph

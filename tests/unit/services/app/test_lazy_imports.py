@@ -43,7 +43,7 @@ def test_git_and_slack_clients_load_at_their_first_use(tmp_path: Path) -> None:
         "from services.connectors.git_repository import SOURCE\n"
         "from services.connectors.nodes import Connection, NodeRef\n"
         "from shared.egress.addresses import address_guard\n"
-        "from shared.egress.session import set_default_guard\n"
+        "from shared.egress.addresses import set_default_guard\n"
         "set_default_guard(address_guard(False, ['127.0.0.1/32']))  # a local repository\n"
         f"conn = Connection('git', 1, 1, '', {{}}, {{'cache_dir': {str(tmp_path)!r}}})\n"
         "try:\n"
