@@ -173,8 +173,14 @@ class WorkerPool:
     # -- children ----------------------------------------------------------------------------
 
     def _start(self, slot: int) -> None:
+        # The child runs with this process's environment as it is now (a fork server's is
+        # the one it started with: marks set since, such as a warning already given, would
+        # be missing).
         child = self._context.Process(
-            target=self.target, args=self.args, name=f"{self.name}-{slot}", daemon=False
+            target=_with_environment,
+            args=(dict(os.environ), self.target, self.args),
+            name=f"{self.name}-{slot}",
+            daemon=False,
         )
         child.start()
         self.children[slot] = child
@@ -264,3 +270,11 @@ class WorkerPool:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def _with_environment(
+    environment: dict[str, str], target: Callable[..., object], args: tuple[object, ...]
+) -> None:
+    """A child's entry: the pool's environment over the fork server's, then ``target``."""
+    os.environ.update(environment)
+    target(*args)

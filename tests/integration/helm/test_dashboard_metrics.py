@@ -13,6 +13,7 @@ from typing import Any
 
 from services.app.api.platform_gauges import PostgresqlGauge, TickGauges
 from services.app.bootstrap import Platform
+from services.app.cli.worker import worker_threads_gauge
 from shared import metrics
 from tests import REPO
 from tests.unit.helm.test_alert_rules import MONITORING_ON
@@ -32,6 +33,9 @@ def declared() -> set[str]:
         for info in pkgutil.walk_packages(root.__path__, prefix=f"{package}."):
             if ".migrations." not in info.name:
                 importlib.import_module(info.name)
+    # The worker command declares its threads gauge when it starts, not at import (its module
+    # loads no metrics library before the worker needs it).
+    worker_threads_gauge()
     names = set()
     for metric in metrics._metrics.values():
         kind: str = metric._type
