@@ -212,7 +212,7 @@ def redis_restarts(
         workers = Workers(shared)
         started = time.time()
         workers.start()
-        recoveries: list[float] = []
+        recoveries: list[float | None] = []
         try:
             for n in range(1, restarts + 1):
                 _until_done(client, shared.namespace, jobs * n // (2 * (restarts + 1)), every)
@@ -220,7 +220,9 @@ def redis_restarts(
                 time.sleep(down)
                 server.start()
                 back = time.time()
-                recoveries.append(_first_completion_after(client, shared.namespace, back))
+                recoveries.append(
+                    _first_completion_after(client, shared.namespace, back, _items(requests))
+                )
             wait_for_completion(client, shared.namespace, _items(requests), timeout=timeout)
         finally:
             workers.stop()
@@ -232,7 +234,7 @@ def redis_restarts(
             items,
             f"{restarts} Redis SIGKILL + restart ({down:g} s down)",
             started,
-            max(recoveries) if recoveries else None,
+            _slowest(recoveries),
             _designed_failures(items),
         )
 
@@ -253,7 +255,7 @@ def postgres_outage(*, jobs: int, down: float, timeout: float = 240) -> Row:
             time.sleep(down)
             postgres.start()
             back = time.time()
-            recovery = _first_completion_after(client, shared.namespace, back)
+            recovery = _first_completion_after(client, shared.namespace, back, _items(requests))
             wait_for_completion(client, shared.namespace, _items(requests), timeout=timeout)
         finally:
             workers.stop()
@@ -369,16 +371,27 @@ def _until_done(client: redis.Redis, namespace: str, count: int, seconds: float)
         time.sleep(POLL_MS / 1000 / 4)
 
 
-def _first_completion_after(client: redis.Redis, namespace: str, moment: float) -> float:
-    """Seconds from ``moment`` to the first job completed after it (waits up to 60 s)."""
+def _first_completion_after(
+    client: redis.Redis, namespace: str, moment: float, items: list[str]
+) -> float | None:
+    """Seconds from ``moment`` to the first job completed after it (waits up to 60 s); None
+    when every job of ``items`` had completed by then (nothing was left to recover)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with contextlib.suppress(redis.ConnectionError):
             after = completions_after(client, namespace, moment)
             if after:
                 return after[0] - moment
+            if tally(client, namespace, items).completed == len(items):
+                return None
         time.sleep(POLL_MS / 1000 / 4)
     return float("inf")
+
+
+def _slowest(recoveries: list[float | None]) -> float | None:
+    """The longest of the measured recoveries (None: none measured)."""
+    measured = [r for r in recoveries if r is not None]
+    return max(measured) if measured else None
 
 
 def _items(requests: list[Any]) -> list[str]:

@@ -50,6 +50,7 @@ from bench.chaos.scenarios import (
     _first_completion_after,
     _items,
     _row,
+    _slowest,
     stores,
 )
 
@@ -197,7 +198,7 @@ def redis_full(
             back = time.time()
             for chunk in refused:
                 platform.router.enqueue_many(chunk)
-            recovery = _first_completion_after(client, shared.namespace, back)
+            recovery = _first_completion_after(client, shared.namespace, back, _items(requests))
             wait_for_completion(client, shared.namespace, _items(requests), timeout=timeout)
         finally:
             client.config_set("maxmemory", 0)
@@ -294,7 +295,7 @@ def postgres_read_only(
                     (name,),
                 )
             back = time.time()
-            recovery = _first_completion_after(client, shared.namespace, back)
+            recovery = _first_completion_after(client, shared.namespace, back, _items(requests))
             wait_for_completion(client, shared.namespace, _items(requests), timeout=timeout)
         finally:
             workers.stop()
@@ -329,13 +330,16 @@ def connection_kills(
         workers = Workers(shared)
         started = time.time()
         workers.start()
-        recoveries: list[float] = []
+        recoveries: list[float | None] = []
         killed = 0
         try:
             for _ in range(kills):
                 time.sleep(every)
                 killed += int(client.client_kill_filter(_type="normal", skipme=True))
-                recoveries.append(_first_completion_after(client, shared.namespace, time.time()))
+                moment = time.time()
+                recoveries.append(
+                    _first_completion_after(client, shared.namespace, moment, _items(requests))
+                )
             wait_for_completion(client, shared.namespace, _items(requests), timeout=timeout)
         finally:
             workers.stop()
@@ -347,6 +351,6 @@ def connection_kills(
             items,
             f"{kills} CLIENT KILLs of every worker connection ({killed} connections)",
             started,
-            max(recoveries) if recoveries else None,
+            _slowest(recoveries),
             _designed_failures(items),
         )

@@ -38,7 +38,7 @@ from sqlalchemy import Engine, text
 from shared.errors import Delay, Retryable
 from tiers.deliveries import check_delivery
 from tiers.families import Family
-from tiers.middleware.deliveries import EPOCH
+from tiers.middleware.deliveries import RUN_EPOCH
 from tiers.middleware.outcomes import Outcomes
 from tiers.options import JOB_ID, REDIS_MESSAGE_ID
 from tiers.policies import RetryPolicy
@@ -100,7 +100,9 @@ class SettledLedger(Middleware):
         # twice. A count lost to a Redis outage can only hide a duplicate, never invent one.
         # A run's settle that was refused (a newer run of the same delivery holds the record)
         # is not counted: its epoch is not the record's.
-        epoch = getattr(message, EPOCH, None)
+        # Its run's epoch (for a run started before its start's answer came, the answer's,
+        # which came before the settle's, which the ack waited for).
+        epoch = getattr(message, RUN_EPOCH, None)
         if epoch is None:  # not run here (a copy found finished, superseded or taken back)
             return
         mine = epoch == "0" or record[2] is None or record[2] == epoch.encode()

@@ -58,8 +58,12 @@ from tiers.suspects import SuspectGate
 
 log = logging.getLogger(__name__)
 
-#: The message attribute holding its run's epoch, for the settle.
+#: The message attribute holding its run's fencing token, for the settle: its epoch, or
+#: ``s:<start id>`` for a run started before its start's answer came.
 EPOCH = "_st_epoch"
+#: The message attribute holding its run's epoch once known (set with EPOCH for a run that
+#: waited for its start; when the answer comes for one that did not).
+RUN_EPOCH = "_st_run_epoch"
 #: The message attribute saying how its run passed the suspect gate ("ordinary", "alone").
 GATED = "_st_gated"
 #: The longest a suspect run waits for the settles on their way before and after it.
@@ -154,6 +158,7 @@ class Deliveries(Middleware):
             verdict, token = start(True)
         if verdict == "run":
             setattr(message, EPOCH, token)
+            setattr(message, RUN_EPOCH, token)
             delivery = Delivery(self.jobs, job_id, token)
             with self._lock:
                 self._running[message.options[REDIS_MESSAGE_ID]] = delivery
@@ -222,6 +227,7 @@ class Deliveries(Middleware):
         verdict, token = reply
         if verdict == "run":
             delivery.epoch = token
+            setattr(message, RUN_EPOCH, token)
             return
         delivery.lost.set()
         if verdict == "worker_died":
