@@ -96,6 +96,28 @@ def test_a_stalled_worker_resumed_completes_nothing_that_completed_elsewhere(
     broker.close()
 
 
+def replace_dying_workers(
+    broker: TierBroker, redis_url: str, namespace: str, job: str, *, workers: int, threads: int
+) -> None:
+    """Start worker processes one after the other, each once the last one died, until
+    ``job`` failed or ``workers`` were started."""
+    for _ in range(workers):
+        worker = h.start_worker_process(
+            redis_url, namespace, threads=threads, heartbeat_timeout_ms=TIMEOUT_MS
+        )
+        try:
+            h.wait_until(
+                lambda w=worker: w.exitcode is not None or h.state(broker, job) == "failed",
+                timeout=30,
+            )
+        finally:
+            if worker.exitcode is None:
+                worker.terminate()
+            worker.join(timeout=20)
+        if h.state(broker, job) == "failed":
+            return
+
+
 def test_a_job_that_kills_its_worker_at_once_still_ends(
     redis_url: str, redis_client: redis.Redis, namespace: str
 ) -> None:
@@ -104,21 +126,7 @@ def test_a_job_that_kills_its_worker_at_once_still_ends(
     # Given a job that kills its worker process the moment it runs (its first start may not
     # have left the worker: that death is not counted, and its next delivery, found active,
     # waits for its start), each dead worker replaced
-    for _ in range(8):
-        worker = h.start_worker_process(
-            redis_url, namespace, threads=2, heartbeat_timeout_ms=TIMEOUT_MS
-        )
-        try:
-            h.wait_until(
-                lambda w=worker: w.exitcode is not None or h.state(broker, "plain-q") == "failed",
-                timeout=30,
-            )
-        finally:
-            if worker.exitcode is None:
-                worker.terminate()
-            worker.join(timeout=20)
-        if h.state(broker, "plain-q") == "failed":
-            break
+    replace_dying_workers(broker, redis_url, namespace, "plain-q", workers=8, threads=2)
     # Then it fails as worker_died after three counted deaths, in at most one run more
     record = broker.jobs.record("plain-q")
     assert record is not None and record["state"] == "failed"
@@ -138,21 +146,7 @@ def test_a_job_that_kills_its_worker_every_time_fails_as_worker_died_after_three
     # Given a job that kills its worker process each time it runs (0.2 s in, once the three
     # fetched with it are running), fetched and run with three others; each dead worker is
     # replaced
-    for _ in range(6):
-        worker = h.start_worker_process(
-            redis_url, namespace, threads=4, heartbeat_timeout_ms=TIMEOUT_MS
-        )
-        try:
-            h.wait_until(
-                lambda w=worker: w.exitcode is not None or h.state(broker, "plain-p") == "failed",
-                timeout=30,
-            )
-        finally:
-            if worker.exitcode is None:
-                worker.terminate()
-            worker.join(timeout=20)
-        if h.state(broker, "plain-p") == "failed":
-            break
+    replace_dying_workers(broker, redis_url, namespace, "plain-p", workers=6, threads=4)
     with h.running_worker(broker):
         h.wait_until(
             lambda: all(h.state(broker, f"plain-{i}") == "completed" for i in beside), timeout=30
