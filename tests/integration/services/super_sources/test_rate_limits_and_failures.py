@@ -239,7 +239,8 @@ def test_an_import_waits_at_the_webhook_reserve_while_a_webhook_still_proceeds(
         # Then the import waits for the reset, and the webhook's node is fetched and indexed
         h.wait_until(lambda: h.state(super_platform.broker, answer.job_id) == "delayed")
         h.wait_until(lambda: h.state(super_platform.broker, hook_job) == "completed")
-        assert _fetches(redis_client, namespace, hooked) == 1
+        # (the webhook job enqueues the node's index job, which fetches it: awaited too)
+        h.wait_until(lambda: _fetches(redis_client, namespace, hooked) == 1)
         # before the reset, while the import still waits without walking
         assert datetime.now(UTC) < reset, "the machine was too slow to observe the order"
         assert h.state(super_platform.broker, answer.job_id) == "delayed"
