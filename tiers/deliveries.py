@@ -62,9 +62,19 @@ class Delivery:
         if not self.fenced:
             return False
         [(epoch, _)] = self.jobs.epochs([self.job_id])
-        if epoch is not None and epoch != self.epoch:
+        if later_start(epoch, self.epoch):
             self.lost.set()
         return self.lost.is_set()
+
+
+def later_start(epoch: str | None, mine: str) -> bool:
+    """Whether a job record's ``epoch`` is a later start than a run's (``mine``): only that
+    supersedes the run (a record replaced since, by a new job of the same id, starts its
+    epochs again: not a newer run of the same delivery)."""
+    try:
+        return epoch is not None and int(epoch) > int(mine)
+    except ValueError:
+        return epoch is not None and epoch != mine
 
 
 _running = threading.local()

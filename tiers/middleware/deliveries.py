@@ -46,7 +46,7 @@ from dramatiq.broker import Broker
 from dramatiq.common import q_name
 from dramatiq.middleware import Middleware, SkipMessage
 
-from tiers.deliveries import Delivery, set_current
+from tiers.deliveries import Delivery, later_start, set_current
 from tiers.families import Family, family_of
 from tiers.job_store import JobStore
 from tiers.middleware.group_slots import FETCHED_AT, GroupSlots
@@ -298,7 +298,9 @@ class Deliveries(Middleware):
         marked = 0
         for delivery, (epoch, open_start) in zip(running, epochs, strict=True):
             if delivery.fenced:
-                superseded = epoch is not None and epoch != delivery.epoch
+                # Only a later start supersedes a run (a record replaced since, by a new job
+                # of the same id, starts its epochs again: not a newer run of this delivery).
+                superseded = later_start(epoch, delivery.epoch)
             else:
                 # Its start's answer not read yet: another start open means another run.
                 superseded = open_start is not None and open_start != delivery.start_id

@@ -7,8 +7,10 @@ returned                       completed         record kept for the retention
 RecordMissing                  record_missing    record kept for the retention
 Paused                         skipped           record kept for the retention
 Cancelled (an operator)        cancelled         record kept for the retention, no retry
-DeliveryLost                   (none)            the settle is refused: a newer run of
-                                                 the job holds it (``tiers.deliveries``)
+DeliveryLost                   delayed           the settle is refused when a newer run
+                                                 of the job holds it (``tiers.deliveries``);
+                                                 if none does, back in 0.5 s, attempt NOT
+                                                 spent (the job never ends unrun)
 Unrecoverable                  failed            message dead-lettered, no retry
 Delay(until)                   delayed           back at ``until``, attempt NOT spent
 PostgreSQL / Redis unreachable delayed           back in OUTAGE_DELAY_SECONDS, attempt
@@ -206,6 +208,10 @@ def classify(message: Any, exception: BaseException | None, policy: RetryPolicy)
     family's retry ``policy``: the table at the top of this module."""
     if isinstance(exception, Held):
         exception = exception.outcome
+    if isinstance(exception, DeliveryLost):
+        # A newer run holds the job: this settle is refused (its token is old). Should the
+        # delivery still be this run's after all, the job runs again rather than end unrun.
+        exception = Delay.after(0.5, reason=f"delivery lost: {exception}"[:200], source="outage")
     if _is_outage(exception):
         log.warning(
             "job %s met an infrastructure outage (%s); delayed, attempt not spent",
@@ -229,8 +235,7 @@ def classify(message: Any, exception: BaseException | None, policy: RetryPolicy)
     error = f"{type(exception).__name__}: {exception}"
     if isinstance(exception, RecordMissing):
         return Settlement("record_missing", failures, error=error)
-    if isinstance(exception, Paused | DeliveryLost):
-        # DeliveryLost: a newer run holds the job; this settle is refused (its epoch is old).
+    if isinstance(exception, Paused):
         return Settlement("skipped", failures, error=error)
     if isinstance(exception, Cancelled):
         return Settlement("cancelled", failures, error=error)

@@ -7,7 +7,15 @@ import time
 import pytest
 from dramatiq.message import Message
 
-from shared.errors import Cancelled, Delay, Paused, RecordMissing, Retryable, Unrecoverable
+from shared.errors import (
+    Cancelled,
+    Delay,
+    DeliveryLost,
+    Paused,
+    RecordMissing,
+    Retryable,
+    Unrecoverable,
+)
 from tiers.attempts import Attempt
 from tiers.middleware.held import Held
 from tiers.middleware.outcomes import classify
@@ -59,6 +67,15 @@ def test_a_delay_comes_back_at_its_time_without_spending_an_attempt() -> None:
     assert again.queue_name == "f.fast.DQ"
     assert again.options[ETA] == int(until * 1000)
     assert again.options["k"] == "v"
+
+
+def test_a_lost_delivery_comes_back_without_spending_an_attempt() -> None:
+    # (its settle is refused when a newer run holds the job; when none does, the job runs
+    # again rather than end unrun)
+    settlement = classify(message(failures=1), DeliveryLost("run 2 was delivered again"), POLICY)
+    assert (settlement.state, settlement.failures, settlement.error) == ("delayed", 1, "")
+    assert settlement.delay.startswith("delivery lost: ")
+    assert settlement.next_message.queue_name == "f.fast.DQ"
 
 
 def test_a_failure_is_retried_with_backoff_until_the_attempts_run_out() -> None:
