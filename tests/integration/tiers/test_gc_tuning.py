@@ -73,7 +73,9 @@ def test_a_worker_process_is_tuned_and_a_worker_thread_leaves_its_process_alone(
     frozen, threshold = gc.get_freeze_count(), gc.get_threshold()
     with h.running_worker(broker, drain=2):
         pass
-    assert (gc.get_freeze_count(), gc.get_threshold()) == (frozen, threshold)
+    # (no freeze: the permanent generation did not grow; it may shrink as objects in it die)
+    assert gc.get_freeze_count() <= frozen
+    assert gc.get_threshold() == threshold
 
     # A worker process (serve in its main thread): tuned before it started
     context = multiprocessing.get_context("spawn")
