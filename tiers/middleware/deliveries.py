@@ -288,22 +288,25 @@ class Deliveries(Middleware):
     def check_running(self) -> int:
         """Mark the running deliveries a newer run of their job superseded; returns how
         many were newly marked."""
+        # Each delivery is judged by what it was before the read: a start answered between
+        # the two would otherwise compare the record as it was before that start (no epoch
+        # yet, or the previous one) with the run's new epoch.
         with self._lock:
             running = [
-                d
+                (d, d.epoch, d.start_id)
                 for d in self._running.values()
                 if (d.fenced or d.start_id) and not d.lost.is_set()
             ]
-        epochs = self.jobs.epochs([d.job_id for d in running])
+        epochs = self.jobs.epochs([d.job_id for d, _, _ in running])
         marked = 0
-        for delivery, (epoch, open_start) in zip(running, epochs, strict=True):
-            if delivery.fenced:
+        for (delivery, mine, start_id), (epoch, open_start) in zip(running, epochs, strict=True):
+            if mine not in ("", "0"):
                 # Only a later start supersedes a run (a record replaced since, by a new job
                 # of the same id, starts its epochs again: not a newer run of this delivery).
-                superseded = later_start(epoch, delivery.epoch)
+                superseded = later_start(epoch, mine)
             else:
                 # Its start's answer not read yet: another start open means another run.
-                superseded = open_start is not None and open_start != delivery.start_id
+                superseded = open_start is not None and open_start != start_id
             if superseded:
                 delivery.lost.set()
                 marked += 1

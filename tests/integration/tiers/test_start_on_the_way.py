@@ -4,13 +4,17 @@ so a run of the job started again elsewhere fences it as a waited-for start's ep
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Sequence
+
 import redis
 
 from router.enqueue import Router
 from router.requests import JobRequest
 from tests import platform_harness as h
 from tiers.broker import TierBroker
-from tiers.middleware.deliveries import DEFAULT_MAX_UNSETTLED
+from tiers.deliveries import Delivery
+from tiers.middleware.deliveries import DEFAULT_MAX_UNSETTLED, Deliveries
 
 QUEUE = "t_plain.fast"
 
@@ -63,3 +67,41 @@ def test_a_worker_runs_jobs_with_starts_on_their_way_once_each(
         record = broker.jobs.record(f"plain-on-{i}")
         assert record is not None and record["attempts"] == "1" and "open" not in record
         assert record["epoch"] == "1"
+
+
+def test_the_delivery_watcher_keeps_a_run_whose_start_is_answered_while_it_looks(
+    router: Router, broker: TierBroker, redis_client: redis.Redis
+) -> None:
+    # Given a run of this worker whose start is on its way (no epoch yet)
+    router.enqueue(JobRequest("t_plain", 1, {"item": "w"}))
+    consumer = broker.consume(QUEUE, prefetch=10, timeout=100)
+    message = next(consumer)
+    assert message is not None
+    [deliveries] = [m for m in broker.middleware if isinstance(m, Deliveries)]
+    delivery = Delivery(broker.jobs, "plain-w", "", start_id="mine", answered=threading.Event())
+    deliveries._running["w"] = delivery
+    read = broker.jobs.epochs
+
+    def epochs_then_answer(job_ids: Sequence[str]) -> list[tuple[str | None, str | None]]:
+        # The watcher reads the record before the start is processed; its answer comes
+        # before the watcher compares.
+        seen = read(job_ids)
+        verdict, token = started(broker, message, "mine")
+        assert verdict == "run"
+        delivery.epoch = token
+        delivery.answered.set()  # type: ignore[union-attr]
+        return seen
+
+    broker.jobs.epochs = epochs_then_answer  # type: ignore[method-assign]
+    try:
+        # When the delivery watcher looks
+        assert deliveries.check_running() == 0
+    finally:
+        del broker.jobs.epochs
+    # Then the run is not taken for one delivered again elsewhere: it still holds the job
+    assert not delivery.lost.is_set()
+    assert deliveries.check_running() == 0
+    # And a later start elsewhere is seen
+    assert started(broker, message, "theirs")[0] == "run"
+    assert deliveries.check_running() == 1 and delivery.lost.is_set()
+    consumer.close()
