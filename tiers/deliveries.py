@@ -33,6 +33,41 @@ if TYPE_CHECKING:
 #: How long ``check_delivery()`` waits for the answer to its run's start on its way.
 ANSWER_WAIT_SECONDS = 10.0
 
+#: Serializes :meth:`Latch.set` (two threads may mark one delivery lost at once).
+_SETTING = threading.Lock()
+
+
+class Latch:
+    """A flag set once and waited for: ``threading.Event``'s ``is_set``, ``set`` and ``wait``
+    on one held lock, released when set. Two are made for every run; an ``Event`` is a
+    ``Condition`` over its own lock, built in Python, and its making showed in a no-op
+    drain's profile."""
+
+    __slots__ = ("_held", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._held = threading.Lock()
+        self._held.acquire()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        with _SETTING:
+            if not self._set:
+                self._set = True
+                self._held.release()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Whether the flag is set, waiting up to ``timeout`` seconds (None: for ever)."""
+        if self._set:
+            return True
+        if self._held.acquire(timeout=-1 if timeout is None else timeout):
+            self._held.release()
+            return True
+        return self._set
+
 
 @dataclass
 class Delivery:
@@ -43,9 +78,9 @@ class Delivery:
     jobs: JobStore
     job_id: str
     epoch: str
-    lost: threading.Event = field(default_factory=threading.Event)
+    lost: Latch = field(default_factory=Latch)
     start_id: str = ""
-    answered: threading.Event | None = None
+    answered: Latch | None = None
 
     @property
     def fenced(self) -> bool:

@@ -46,7 +46,7 @@ from dramatiq.broker import Broker
 from dramatiq.common import q_name
 from dramatiq.middleware import Middleware, SkipMessage
 
-from tiers.deliveries import Delivery, later_start, set_current
+from tiers.deliveries import Delivery, Latch, later_start, set_current
 from tiers.families import Family, family_of
 from tiers.job_store import JobStore
 from tiers.middleware.group_slots import FETCHED_AT, GroupSlots
@@ -70,6 +70,20 @@ GATED = "_st_gated"
 FLUSH_SECONDS = 10.0
 #: Runs of a job that may end without a settle before it fails as ``worker_died``.
 DEFAULT_MAX_UNSETTLED = 3
+
+
+def _draw_start_prefix() -> None:
+    """This process's start ids' prefix: drawn again in a forked child, whose count would
+    otherwise repeat its parent's."""
+    global _start_prefix
+    _start_prefix = f"{uuid4().hex}-"
+
+
+_start_prefix = ""
+_draw_start_prefix()
+os.register_at_fork(after_in_child=_draw_start_prefix)
+#: The starts of this process (every broker's): with the prefix, a start's id.
+_starts = itertools.count(1)
 
 
 class Deliveries(Middleware):
@@ -99,16 +113,6 @@ class Deliveries(Middleware):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.gate = SuspectGate()
-        self._prefix = ""
-        self._prefix_pid = 0
-        self._starts = itertools.count(1)
-
-    def _start_prefix(self) -> str:
-        """This process's start ids' prefix: drawn again in a forked child, whose count
-        would otherwise repeat its parent's."""
-        if self._prefix_pid != os.getpid():
-            self._prefix, self._prefix_pid = f"{uuid4().hex}-", os.getpid()
-        return self._prefix
 
     def _flush(self) -> None:
         self.jobs.flush_settles(FLUSH_SECONDS)
@@ -123,7 +127,7 @@ class Deliveries(Middleware):
         # as a second run (nor its first try as a run that died). This process's prefix and
         # a count: unique without a system call per run (uuid4 reads the OS's random source,
         # letting go of the GIL, which the worker threads then queue up to take back).
-        start_id = f"{self._start_prefix()}{next(self._starts)}"
+        start_id = f"{_start_prefix}{next(_starts)}"
 
         def start(alone: bool) -> tuple[str, str]:
             return until_redis_answers(
@@ -189,7 +193,7 @@ class Deliveries(Middleware):
         start's id as its token (``s:<start_id>``: refused unless that start is the job's
         open one); a verdict other than ``run`` marks the delivery lost."""
         job_id = message.options[JOB_ID]
-        delivery = Delivery(self.jobs, job_id, "", start_id=start_id, answered=threading.Event())
+        delivery = Delivery(self.jobs, job_id, "", start_id=start_id, answered=Latch())
         setattr(message, EPOCH, "s:" + start_id)
 
         def answered(reply: tuple[str, str] | None, error: Exception | None) -> None:

@@ -4,7 +4,6 @@ so a run of the job started again elsewhere fences it as a waited-for start's ep
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 
 import redis
@@ -13,7 +12,7 @@ from router.enqueue import Router
 from router.requests import JobRequest
 from tests import platform_harness as h
 from tiers.broker import TierBroker
-from tiers.deliveries import Delivery
+from tiers.deliveries import Delivery, Latch
 from tiers.middleware.deliveries import DEFAULT_MAX_UNSETTLED, Deliveries
 
 QUEUE = "t_plain.fast"
@@ -78,7 +77,7 @@ def test_the_delivery_watcher_keeps_a_run_whose_start_is_answered_while_it_looks
     message = next(consumer)
     assert message is not None
     [deliveries] = [m for m in broker.middleware if isinstance(m, Deliveries)]
-    delivery = Delivery(broker.jobs, "plain-w", "", start_id="mine", answered=threading.Event())
+    delivery = Delivery(broker.jobs, "plain-w", "", start_id="mine", answered=Latch())
     deliveries._running["w"] = delivery
     read = broker.jobs.epochs
 
