@@ -135,6 +135,28 @@ def test_the_fork_server_preloads_every_library_a_worker_loads_before_its_first_
     assert set(words[2:]) <= {"router", "services", "shared", "tiers"}
 
 
+def test_a_worker_loads_the_orm_only_when_a_job_opens_a_session(env: dict[str, str]) -> None:
+    script = (
+        "import sys\n"
+        "from sqlalchemy import text\n"
+        "import services.app.fork_server\n"
+        "from services.app.bootstrap import bootstrap\n"
+        "from shared.db.engine import session_scope\n"
+        "platform = bootstrap(component='worker-fast', defer=True)\n"
+        "print('sqlalchemy.orm' in sys.modules)\n"
+        "with session_scope(platform.sessions) as session:\n"
+        "    print(session.execute(text('select 41 + 1')).scalar_one())\n"
+        "print('sqlalchemy.orm' in sys.modules, platform.sessions.kw['bind'] is platform.engine)\n"
+        "platform.close()\n"
+    )
+
+    words = printed_by(script, env)
+
+    # neither the fork server's preload nor the bootstrap of a worker loads the ORM; the
+    # platform's session factory makes it at its first session, bound to the engine
+    assert words == ["False", "42", "True", "True"]
+
+
 WARM_UP = """
 import gc, sys, threading
 from services.app.bootstrap import bootstrap
