@@ -12,10 +12,9 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
-from sqlalchemy.orm import Session, sessionmaker
 
 from router.enqueue import Router, enqueue_settled
 from router.requests import JobRequest
@@ -24,6 +23,9 @@ from shared.db.engine import session_scope
 from shared.inputs import Text
 from tiers.families import Family
 from tiers.policies import RetryPolicy
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
 
 SLOT_FORMAT = "%Y-%m-%dT%H:%MZ"
 log = logging.getLogger(__name__)

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import dramatiq
 from sqlalchemy import Engine
-from sqlalchemy.orm import Session, sessionmaker
 
 from router.context import ServiceContext
 from router.deferred import Deferred, deferred_of
@@ -21,7 +20,7 @@ from router.tick_monitors import MonitorSettings
 from router.ticks import Tick, tick_family
 from shared import runtime_file
 from shared.config import InvalidSettings, Settings, load_settings, parse_rate, refusals
-from shared.db.engine import make_engine, make_session_factory
+from shared.db.engine import lazy_session_factory, make_engine
 from shared.egress.addresses import set_default_guard, settings_guard
 from shared.errors import NotConfigured
 from shared.flags import Flags
@@ -41,6 +40,7 @@ from tiers.tier_brokers import TierBrokers
 
 if TYPE_CHECKING:
     from flask import Blueprint
+    from sqlalchemy.orm import Session, sessionmaker
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +259,7 @@ def bootstrap(
         router=Router(registry, brokers),
         flags=flags,
         engine=engine,
-        sessions=make_session_factory(engine),
+        sessions=lazy_session_factory(engine),
         slots=slots,
     )
     context: ServiceContext = platform  # the protocol every service's register() is typed on

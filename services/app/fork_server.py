@@ -10,7 +10,9 @@ them nor touches, and so copies, the memory pages it shares with the server.
 
 The products' declarations are imported here too: every product's ``families`` and
 ``ticks`` modules (the file roles each has), which its ``register`` imports; their actors
-load later, once a worker consumes (``router.deferred``).
+load later, once a worker consumes (``router.deferred``), and so does SQLAlchemy's ORM
+(``shared.db.engine.lazy_session_factory``). A lone worker process (``--processes 1``)
+imports this module too: the same modules, loaded the same way.
 """
 
 from __future__ import annotations
@@ -18,17 +20,33 @@ from __future__ import annotations
 import gc
 import importlib
 import importlib.util
+import sys
 
-#: The worker's modules, the PostgreSQL driver (the engine loads it when it is made) and the
-#: program's command line, which a child would import anyway.
+#: The worker's modules, the PostgreSQL driver (the engine loads it when it is made), the
+#: program's command line, which a child would import anyway, and what a child would
+#: otherwise import before its first fetch: its heartbeat, the codec of its first
+#: connection's host name, the reader of the Lua scripts' files and the modules the
+#: products' ``register`` imports (:data:`REGISTERED`).
 MODULES = (
     "services.app.cli",
     "services.app.cli.worker",
     "services.app.bootstrap",
     "services.app.warm_up",
     "tiers.worker",
+    "shared.heartbeat",
     "psycopg",
     "sqlalchemy.dialects.postgresql.psycopg",
+    "encodings.idna",
+    "importlib.readers",
+)
+
+#: The modules the products' ``register`` imports when it runs (beside their ``families`` and
+#: ``ticks``, :func:`declarations`); ``tests/integration/services/app/test_worker_start.py``
+#: fails when a worker's bootstrap loads a module the preload left out.
+REGISTERED = (
+    "services.ingestion.vector_cache",
+    "services.maintenance.shadow",
+    "services.super_sources.sources",
 )
 
 
@@ -40,15 +58,37 @@ def declarations() -> list[str]:
     return [name for name in names if importlib.util.find_spec(name) is not None]
 
 
+#: What redis-py's import loads only to offer metrics of its own, which the platform does
+#: not turn on (its traces come from ``shared.tracing``).
+REDIS_METRICS_SDK = "opentelemetry.sdk.metrics"
+
+
+def import_redis() -> None:
+    """Import redis-py without OpenTelemetry's metrics SDK (about 0.02 s of a start):
+    redis-py imports it if it can and otherwise leaves its own metrics unavailable. The
+    SDK itself stays importable afterwards; a redis-py that cannot do without it is
+    imported with it."""
+    if "redis" in sys.modules or REDIS_METRICS_SDK in sys.modules:
+        return
+    sys.modules[REDIS_METRICS_SDK] = None  # type: ignore[assignment]  # its import fails
+    try:
+        importlib.import_module("redis")
+    except ImportError:
+        pass  # the first of MODULES that needs redis imports it, the SDK as well
+    finally:
+        del sys.modules[REDIS_METRICS_SDK]
+
+
 def preload() -> None:
     """Import :data:`MODULES` and the declarations with the collector off, then freeze what
     they made."""
     enabled = gc.isenabled()
     gc.disable()
     try:
+        import_redis()
         for name in MODULES:
             importlib.import_module(name)
-        for name in declarations():
+        for name in (*declarations(), *REGISTERED):
             importlib.import_module(name)
     finally:
         gc.freeze()

@@ -24,7 +24,8 @@ process that imported those modules once (multiprocessing's ``forkserver``): a c
 starts with them imported, in milliseconds instead of the tenths of a second their imports
 take, and a replacement as well. The server has one thread, so forking it is safe, and it
 exits with the pool. :meth:`WorkerPool.prepare` starts it ahead of :meth:`WorkerPool.run`,
-so its imports overlap whatever the caller does meanwhile.
+so its imports overlap whatever the caller does meanwhile, and as a fork of the caller
+(``services.app.server_fork``), which skips a new interpreter's start.
 """
 
 from __future__ import annotations
@@ -129,11 +130,16 @@ class WorkerPool:
 
     def prepare(self) -> None:
         """Start the fork server now, if the children come from one: it imports ``preload``
-        while the caller goes on (:meth:`run` starts it otherwise, and waits for it)."""
+        while the caller goes on (:meth:`run` starts it otherwise, and waits for it). The
+        server is a fork of this process while it has one thread
+        (``services.app.server_fork``), a new interpreter otherwise."""
         if self.preload:
             from multiprocessing import forkserver
 
-            forkserver.ensure_running()
+            from services.app.server_fork import start_forked_server
+
+            if not start_forked_server(self.preload):
+                forkserver.ensure_running()
 
     def run(self) -> int:
         """Start the children and keep them running until a stop signal or a crash loop.

@@ -18,8 +18,7 @@ registers these ticks without loading the models (``router.deferred``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from sqlalchemy.orm import Session, sessionmaker
+from typing import TYPE_CHECKING
 
 from router.enqueue import Router, enqueue_settled
 from router.requests import JobRequest
@@ -30,7 +29,9 @@ from services.ingestion.families import (
     refresh_request,
     sync_request,
 )
-from shared.db.base import utcnow
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
 
 DEFAULT_TICK_LIMIT = 200
 DEFAULT_TENANT_SLICE = 20
@@ -61,6 +62,7 @@ def refresh_requests(
 ) -> list[JobRequest]:
     """The re-fetch of the URL documents due for it that one refresh tick takes."""
     from services.ingestion.store import documents_to_refresh
+    from shared.db.base import utcnow
 
     due = documents_to_refresh(
         session,
@@ -75,6 +77,7 @@ def refresh_requests(
 def connector_sync_requests(session: Session, bounds: SweepBounds) -> list[JobRequest]:
     """The syncs of the connector bindings due for one, that one refresh tick takes."""
     from services.ingestion.store import bindings_to_sync
+    from shared.db.base import utcnow
 
     due = bindings_to_sync(
         session, now=utcnow(), limit=bounds.limit, tenant_slice=bounds.tenant_slice

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, text
-from sqlalchemy.orm import Session
 
 from shared import metrics
 
 if TYPE_CHECKING:
     import numpy as np
+    from sqlalchemy.orm import Session
 
 CACHE_BYTES = metrics.gauge(
     "search_cache_bytes", "Bytes of tenants' vectors kept for retrieval's exact ranking."

@@ -3,12 +3,15 @@ have content but no chunks."""
 
 from __future__ import annotations
 
-from sqlalchemy.orm import Session, sessionmaker
+from typing import TYPE_CHECKING
 
 from router.enqueue import Router
 from router.requests import JobRequest
 from router.ticks import Tick, enqueue_tick
 from services.knowledge_sync.families import PAUSE_FLAG, document_request, source_request
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
 
 
 def scan_requests(session: Session) -> list[JobRequest]:

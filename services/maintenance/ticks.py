@@ -20,8 +20,6 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.orm import Session, sessionmaker
-
 from router.enqueue import Router
 from router.ticks import Tick, enqueue_tick
 from services.maintenance import store
@@ -36,6 +34,8 @@ from tiers.job_state import JobState, NotInAJob
 from tiers.job_store import JobStore
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+
     from services.rails.client import RailsClient
 
 log = logging.getLogger(__name__)

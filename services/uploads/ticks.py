@@ -27,18 +27,17 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.orm import Session, sessionmaker
-
 from router.enqueue import Router, enqueue_settled
 from router.requests import JobRequest
 from router.ticks import Tick
 from services.uploads.families import PAUSE_FLAG, check_request, process_request
-from shared.db.base import utcnow
 from shared.db.engine import session_scope
 from tiers.job_state import JobState, NotInAJob
 from tiers.job_store import JobStore
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
+
     from services.uploads import store
 
 log = logging.getLogger(__name__)
@@ -91,6 +90,7 @@ def upload_scan_tick(
     def run(slot: str) -> dict[str, int]:
         from services.uploads import store
         from services.uploads.reconciler import reconcile
+        from shared.db.base import utcnow
 
         now = utcnow()
         with session_scope(sessions) as session:

@@ -1,14 +1,17 @@
-"""Engines and sessions. Nothing here connects at import time."""
+"""Engines and sessions. Nothing here connects at import time, and nothing here imports
+SQLAlchemy's ORM before a session factory is made (:func:`lazy_session_factory`)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.orm import Session, sessionmaker
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session, sessionmaker
 
 _PSYCOPG_DRIVER = "postgresql+psycopg"
 _PLAIN_POSTGRES = ("postgres", "postgresql")
@@ -66,7 +69,40 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
     Objects stay readable after commit (``expire_on_commit=False``) so a unit can enqueue
     follow-ups with the ids it just committed without another round trip.
     """
+    from sqlalchemy.orm import sessionmaker
+
     return sessionmaker(bind=engine, expire_on_commit=False)
+
+
+class _LazySessionFactory:
+    """:func:`make_session_factory` of ``engine``, made at its first use (a call or any
+    attribute of a ``sessionmaker``). Two threads that both use it first may both make one:
+    they are alike, and the first stays."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._factory: sessionmaker[Session] | None = None
+
+    def _made(self) -> sessionmaker[Session]:
+        if self._factory is None:
+            self._factory = make_session_factory(self._engine)
+        return self._factory
+
+    def __call__(self, **options: Any) -> Session:
+        return self._made()(**options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._made(), name)
+
+    def __repr__(self) -> str:
+        return f"lazy_session_factory({self._engine!r})"
+
+
+def lazy_session_factory(engine: Engine) -> sessionmaker[Session]:
+    """:func:`make_session_factory` of ``engine``, made (and the ORM imported) at its first
+    use: a worker hands it to its products when it starts, and loads the ORM only once a
+    job opens a session (``docs/deploy/scaling.md``, a new worker's start)."""
+    return cast("sessionmaker[Session]", _LazySessionFactory(engine))
 
 
 @contextmanager

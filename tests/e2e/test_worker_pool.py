@@ -91,12 +91,17 @@ def _children(parent: int) -> list[tuple[int, bytes]]:
 
 def worker_children(parent: int) -> set[int]:
     """The live worker processes of the pool ``parent``: spawned by it, or forked by its fork
-    server (not its resource tracker, nor the server itself)."""
+    server (not its resource tracker, nor the server itself, a new interpreter running
+    ``forkserver`` or a fork of the pool with the pool's command line)."""
+    try:
+        own = (Path(f"/proc/{parent}") / "cmdline").read_bytes()
+    except OSError:
+        return set()
     found = set()
     for pid, cmdline in _children(parent):
         if b"spawn_main" in cmdline:
             found.add(pid)
-        elif b"forkserver" in cmdline:
+        elif b"forkserver" in cmdline or cmdline == own:
             found |= {child for child, _ in _children(pid)}
     return found
 
@@ -235,6 +240,49 @@ def test_children_are_forked_from_a_server_that_imported_the_preload(tmp_path: P
     # Then the child found the module imported, and its parent is the server, not the pool
     assert seen["preloaded"] is True
     assert seen["ppid"] != os.getpid()
+
+
+FORKED_SERVER = """
+import json, os, sys
+from services.app.worker_pool import RestartPolicy, WorkerPool
+from tests.e2e.test_worker_pool import report_start
+
+sys.set_by_the_pool_before_its_server = True  # what a fork of this process has, a spawn not
+pool = WorkerPool(
+    report_start, ("colorsys", {out!r}), size=1, name="forked",
+    policy=RestartPolicy(max_restarts=0), poll_seconds=0.05, preload=("colorsys",),
+)
+pool.prepare()
+print(pool.run())
+"""
+
+
+def report_fork(marker: str, out: str) -> None:
+    """:func:`report_start`, and whether the pool's mark made before its server started is
+    here."""
+    mark = getattr(sys, "set_by_the_pool_before_its_server", False)
+    Path(out).write_text(
+        json.dumps({"preloaded": marker in sys.modules, "ppid": os.getppid(), "mark": mark})
+    )
+    sys.exit(3)
+
+
+@pytest.mark.timeout(120)
+def test_a_single_threaded_pool_forks_its_server_from_itself(tmp_path: Path) -> None:
+    # Given a pool started from a process of one thread (the worker command's)
+    out = tmp_path / "child.json"
+    script = FORKED_SERVER.format(out=str(out)).replace("report_start", "report_fork")
+    # When it runs and its child died
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=100
+    )
+    assert done.stdout.split() == ["1"], done.stderr
+    seen = json.loads(out.read_text())
+    # Then the child was forked from a server that is a fork of the pool's process (it has
+    # the pool's mark), which imported the preload
+    assert seen["preloaded"] is True and seen["mark"] is True
+    # and the server ended with the pool's process
+    wait_until(lambda: not Path(f"/proc/{seen['ppid']}").exists(), timeout=30)
 
 
 # -- the crash-loop limit, on real spawned children ------------------------------------------

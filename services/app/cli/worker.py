@@ -78,6 +78,9 @@ def start_metrics(settings: Settings) -> None:
 
 def _run_one(tier: str, threads: int, prefetch: int, pooled: bool = False) -> None:
     gc.disable()  # until start-up is done (tiers.gc_tuning): no collection walks the imports
+    # What a pool's fork server imported before forking this child, or, in a lone worker
+    # process, the same modules loaded the same way now.
+    import services.app.fork_server  # noqa: F401
     from services.app.bootstrap import bootstrap
     from services.app.warm_up import WarmUp
     from shared import heartbeat

@@ -119,8 +119,8 @@ def test_the_fork_server_preloads_every_library_a_worker_loads_before_its_first_
         "loaded = set(sys.modules)\n"
         "from services.app.bootstrap import bootstrap\n"
         "platform = bootstrap(component='worker-fast', defer=True)\n"
-        "new = {name.split('.')[0] for name in set(sys.modules) - loaded}\n"
-        "print(*sorted(new - sys.stdlib_module_names))\n"
+        "new = set(sys.modules) - loaded\n"
+        "print(*sorted(n for n in new if n.split('.')[0] not in sys.stdlib_module_names))\n"
         "platform.close()\n"
     )
 
@@ -129,10 +129,32 @@ def test_the_fork_server_preloads_every_library_a_worker_loads_before_its_first_
     # the collector is back on, and what the preload made is frozen (a child's collections
     # never walk it)
     assert words[:2] == ["True", "True"]
-    # and a child forked from it loads no library of its own before it serves: besides the
-    # standard library's lazy parts (the codec a first connection uses), at most a few
-    # modules of the project (a product's package, a helper its register imports)
-    assert set(words[2:]) <= {"router", "services", "shared", "tiers"}
+    # and a child forked from it loads no module of its own before it serves, neither a
+    # library nor one of the project's (a helper a product's register imports belongs in
+    # services.app.fork_server.REGISTERED)
+    assert words[2:] == []
+
+
+def test_a_worker_loads_the_orm_only_when_a_job_opens_a_session(env: dict[str, str]) -> None:
+    script = (
+        "import sys\n"
+        "from sqlalchemy import text\n"
+        "import services.app.fork_server\n"
+        "from services.app.bootstrap import bootstrap\n"
+        "from shared.db.engine import session_scope\n"
+        "platform = bootstrap(component='worker-fast', defer=True)\n"
+        "print('sqlalchemy.orm' in sys.modules)\n"
+        "with session_scope(platform.sessions) as session:\n"
+        "    print(session.execute(text('select 41 + 1')).scalar_one())\n"
+        "print('sqlalchemy.orm' in sys.modules, platform.sessions.kw['bind'] is platform.engine)\n"
+        "platform.close()\n"
+    )
+
+    words = printed_by(script, env)
+
+    # neither the fork server's preload nor the bootstrap of a worker loads the ORM; the
+    # platform's session factory makes it at its first session, bound to the engine
+    assert words == ["False", "42", "True", "True"]
 
 
 WARM_UP = """

@@ -44,3 +44,21 @@ def test_a_familys_params_validator_is_built_at_its_first_validation() -> None:
     )
 
     assert printed_by(script) == ["False", "3", "True"]
+
+
+def test_the_worker_preload_leaves_the_orm_and_the_opentelemetry_metrics_sdk_out() -> None:
+    # What a pool's fork server (and a lone worker process) imports before its first job
+    script = (
+        "import sys\n"
+        "import services.app.fork_server\n"
+        "print('sqlalchemy.orm' in sys.modules, 'opentelemetry.sdk.metrics' in sys.modules)\n"
+        "import redis.observability.providers\n"
+        "print(redis.observability.providers.OTEL_AVAILABLE)\n"
+        "from opentelemetry.sdk.metrics import MeterProvider\n"
+        "print(MeterProvider.__name__)\n"
+    )
+
+    # neither the ORM (loaded at a job's first session) nor the metrics SDK redis-py would
+    # load for metrics of its own that the platform does not turn on; the SDK itself is
+    # still importable by whatever needs it
+    assert printed_by(script) == ["False", "False", "False", "MeterProvider"]
