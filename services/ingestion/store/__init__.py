@@ -75,6 +75,7 @@ from services.ingestion.store.documents import (
     read_source,
     resubmit,
 )
+from services.ingestion.store.indexed import NewVersion, mark_indexed
 from services.ingestion.store.knowledge_bases import (
     create_knowledge_base,
     get_knowledge_base,
@@ -122,6 +123,7 @@ __all__ = [
     "FileSource",
     "KnownItem",
     "Landing",
+    "NewVersion",
     "TextSource",
     "UrlSource",
     "UsageTotals",
@@ -157,6 +159,7 @@ __all__ = [
     "lock_document",
     "locked_document",
     "mark_for_retry",
+    "mark_indexed",
     "mark_listed",
     "organization_for_key",
     "read_source",
