@@ -113,12 +113,12 @@ def worker_main(
     slot: int, shared: Any, go: Any, stop: Any, values: dict[str, Any], threads: int
 ) -> None:
     """A worker process: the production platform, serving the fast tier until ``stop``."""
-    from bench.ingestion_ceiling import apply_token_count_mode
+    from bench.ingestion_ceiling import warm_up
     from services.app.bootstrap import bootstrap
     from shared.config import load_settings
     from tiers.worker import serve
 
-    apply_token_count_mode()
+    warm_up()
     platform = bootstrap(load_settings(**values), component=f"bench-ingestion-{slot}")
     broker = platform.broker
     broker.add_middleware(Counters(shared, slot), before=type(broker.middleware[0]))
