@@ -168,7 +168,6 @@ def submit(
     """Store ``(organization, Document)`` items in ``processing`` in one transaction, then
     enqueue their ingestion jobs; their document ids."""
     from services.ingestion import store
-    from services.ingestion.families import ingest_request
     from shared.db.engine import session_scope
 
     with session_scope(env.platform.sessions) as session:
@@ -187,12 +186,19 @@ def submit(
         ]
         session.commit()
     if enqueue:
-        answers = env.platform.router.enqueue_many(
-            [ingest_request(org, doc_id, bases[org]) for org, doc_id in added]
-        )
-        if any(answer.outcome != "added" for answer in answers):
-            raise RuntimeError(f"not every job was added: {answers[:3]}")
+        enqueue_jobs(env, added, bases)
     return [doc_id for _, doc_id in added]
+
+
+def enqueue_jobs(env: Stack, documents: Sequence[tuple[int, int]], bases: dict[int, int]) -> None:
+    """Enqueue the ingestion jobs of ``(organization, document id)`` pairs."""
+    from services.ingestion.families import ingest_request
+
+    answers = env.platform.router.enqueue_many(
+        [ingest_request(org, doc_id, bases[org]) for org, doc_id in documents]
+    )
+    if any(answer.outcome != "added" for answer in answers):
+        raise RuntimeError(f"not every job was added: {answers[:3]}")
 
 
 def statuses(env: Stack, ids: Sequence[int]) -> dict[int, str]:
