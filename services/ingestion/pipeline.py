@@ -101,15 +101,15 @@ def ingest_document(
     recrawl_interval_seconds: float = DEFAULT_RECRAWL_INTERVAL_SECONDS,
     ocr: OcrLimits = DEFAULT_OCR_LIMITS,
     fetch_feed: FeedFetch | None = None,
-    document: KbDocument | None = None,
+    read: store.DocumentRead | None = None,
 ) -> IngestOutcome:
     """Run one ingestion pass over a document in ``processing``, in the caller's transaction
     (the caller commits). A document in another status is left as it is.
 
     Parameters:
-      document: the document as the caller just read it in this database session
-        (``store.get_document``), so the pass does not read it again; None: the pass reads
-        it.
+      read: the document and its source bytes as the caller just read them in this
+        database session (``store.read_document``), so the pass does not read them again;
+        None: the pass reads them.
       chunker / embedder: the shared chunk/embed component.
       now: the time written as ``ready_at``, ``failed_at`` or ``last_fetched_at``.
       fetch: fetches a page (``services.web.fetch.page_fetcher``); needed for a URL document
@@ -130,13 +130,14 @@ def ingest_document(
     """
     from services.indexing.extract import ExtractionFailed
 
-    if document is None:
-        document = store.get_document(
+    if read is None:
+        read = store.read_document(
             session, organization_id=organization_id, document_id=document_id
         )
+    document = read.document
     if document.status != "processing":
         return _settled(session, document, unchanged=True)
-    this = _Pass(session, document, now, recrawl_interval_seconds, ocr)
+    this = _Pass(session, read, now, recrawl_interval_seconds, ocr)
     try:
         text = this.extract_text(fetch, fetch_feed)
     except (FetchFailed, ExtractionFailed, FeedUnreadable) as exc:
@@ -173,13 +174,14 @@ class _Pass:
     def __init__(
         self,
         session: Session,
-        document: KbDocument,
+        read: store.DocumentRead,
         now: datetime,
         recrawl_interval: float,
         ocr: OcrLimits = DEFAULT_OCR_LIMITS,
     ) -> None:
         self.session = session
-        self.document = document
+        self.read = read
+        self.document = document = read.document
         self.submitted_at = document.submitted_at
         self.now = now
         self.recrawl_interval = recrawl_interval
@@ -192,9 +194,7 @@ class _Pass:
         from services.indexing.extract import extract
 
         document = self.document
-        source = store.read_source(
-            self.session, organization_id=document.organization_id, document_id=document.id
-        )
+        source = self.read.take_source()
         if document.kind == "url" and source is None and document.connector == RSS_CONNECTOR:
             if fetch_feed is None:
                 raise Unrecoverable(f"document {document.id}: a feed document needs a fetcher")
