@@ -3,6 +3,7 @@
   python -m bench.ingestion            # 1,000 documents / 10 tenants, a 500-document import
   python -m bench.ingestion --quick    # 200 documents, a 100-document import
   python -m bench.ingestion --only memory
+  python -m bench.ingestion --only rounds --documents 400 --rounds 5
 
 Everything runs on the embedded PostgreSQL 18 with pgvector (started in a temporary
 directory, migrated) and Redis (``BENCH_REDIS_URL``, default db 14, a fresh key namespace,
@@ -25,6 +26,11 @@ does it: ``store.add_document`` and a commit, then ``router.enqueue`` of
    VmHWM before and after; then :mod:`bench.ingestion_memory` measures the peak of each
    step in a fresh process; ``--profile-memory`` also replays the
    ingestion under tracemalloc and names the code holding the memory.
+4. **Rounds** (only when asked for: ``--only rounds``): the workers against the indexer
+   (the same documents written into a table like ``kb_chunks`` by a pipeline that adds
+   nothing) and the bare pipelined ceiling, ``--rounds`` times, the order alternating and
+   every phase starting from a vacuumed, checkpointed database
+   (:mod:`bench.ingestion_rounds`): workers / indexer with its median and spread.
 """
 
 from __future__ import annotations
@@ -48,16 +54,19 @@ DEFAULTS: dict[str, Any] = {
     "fairness_rounds": 4,
     "memory_bytes": 10 * 1024 * 1024,
     "poll_ms": 100,
+    "rounds": 5,
 }
 QUICK = {"documents": 200, "import_documents": 100, "fairness_rounds": 2}
-PARTS = ("throughput", "fairness", "memory")
+PARTS = ("throughput", "fairness", "memory", "rounds")
+#: What a run without ``--only`` measures (rounds repeat the throughput's phases: on demand).
+DEFAULT_PARTS = ("throughput", "fairness", "memory")
 
 
 def run(
     *,
     quick: bool = False,
     redis_url: str = REDIS_URL,
-    only: Sequence[str] = PARTS,
+    only: Sequence[str] = DEFAULT_PARTS,
     profile_memory: bool = False,
     say: Any = None,
     **overrides: Any,
@@ -74,7 +83,7 @@ def run(
         "targets": {},
     }
     client.close()
-    from bench import ingestion_fairness, ingestion_memory, ingestion_throughput
+    from bench import ingestion_fairness, ingestion_memory, ingestion_rounds, ingestion_throughput
     from bench.ingestion_stack import stack
 
     with stack(redis_url, settings["poll_ms"]) as env:
@@ -83,6 +92,9 @@ def run(
             result["throughput"] = throughput
             # the goal: the platform at >= 0.8x this run's pipelined ceiling
             result["targets"]["ceiling_met"] = throughput["ratio_to_ceiling_pipelined"] >= 0.8
+        if "rounds" in only:
+            rounds = result["rounds"] = ingestion_rounds.measure_rounds(env, settings, say)
+            result["targets"]["indexer_ratio_met"] = rounds["workers_to_indexer"]["median"] >= 0.9
         if "fairness" in only:
             result["fairness"] = ingestion_fairness.measure_fairness(env, settings, say)
         if "memory" in only:
@@ -107,8 +119,10 @@ def summary(result: dict[str, Any]) -> str:
         f"{result['load_average_1m_at_start']} at the start. Tokens are chunk tokens "
         "(cl100k), overlaps included."
     )
-    from bench import ingestion_fairness, ingestion_memory, ingestion_throughput
+    from bench import ingestion_fairness, ingestion_memory, ingestion_rounds, ingestion_throughput
 
+    if "rounds" in result:
+        lines += ["", *ingestion_rounds.summary_lines(result["rounds"])]
     if "throughput" in result:
         lines += ["", *ingestion_throughput.summary_lines(result["throughput"], result["settings"])]
     if "fairness" in result:
@@ -129,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--documents", type=int, help="throughput documents (default 1,000)")
     parser.add_argument("--processes", type=int, help="worker processes (default 2)")
     parser.add_argument("--threads", type=int, help="threads per worker process (default 4)")
+    parser.add_argument("--rounds", type=int, help="rounds of --only rounds (default 5)")
     parser.add_argument(
         "--profile-memory",
         action="store_true",
@@ -151,11 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     result = run(
         quick=options.quick,
         redis_url=options.redis_url or REDIS_URL,
-        only=options.only or PARTS,
+        only=options.only or DEFAULT_PARTS,
         profile_memory=options.profile_memory,
         documents=options.documents,
         processes=options.processes,
         threads=options.threads,
+        rounds=options.rounds,
     )
     result["command"] = "python -m bench.ingestion " + " ".join(argv or sys.argv[1:])
     path = write_result(NAME, result)

@@ -113,12 +113,12 @@ def worker_main(
     slot: int, shared: Any, go: Any, stop: Any, values: dict[str, Any], threads: int
 ) -> None:
     """A worker process: the production platform, serving the fast tier until ``stop``."""
-    from bench.ingestion_ceiling import apply_token_count_mode
+    from bench.ingestion_ceiling import warm_up
     from services.app.bootstrap import bootstrap
     from shared.config import load_settings
     from tiers.worker import serve
 
-    apply_token_count_mode()
+    warm_up()
     platform = bootstrap(load_settings(**values), component=f"bench-ingestion-{slot}")
     broker = platform.broker
     broker.add_middleware(Counters(shared, slot), before=type(broker.middleware[0]))
@@ -168,7 +168,6 @@ def submit(
     """Store ``(organization, Document)`` items in ``processing`` in one transaction, then
     enqueue their ingestion jobs; their document ids."""
     from services.ingestion import store
-    from services.ingestion.families import ingest_request
     from shared.db.engine import session_scope
 
     with session_scope(env.platform.sessions) as session:
@@ -187,12 +186,19 @@ def submit(
         ]
         session.commit()
     if enqueue:
-        answers = env.platform.router.enqueue_many(
-            [ingest_request(org, doc_id, bases[org]) for org, doc_id in added]
-        )
-        if any(answer.outcome != "added" for answer in answers):
-            raise RuntimeError(f"not every job was added: {answers[:3]}")
+        enqueue_jobs(env, added, bases)
     return [doc_id for _, doc_id in added]
+
+
+def enqueue_jobs(env: Stack, documents: Sequence[tuple[int, int]], bases: dict[int, int]) -> None:
+    """Enqueue the ingestion jobs of ``(organization, document id)`` pairs."""
+    from services.ingestion.families import ingest_request
+
+    answers = env.platform.router.enqueue_many(
+        [ingest_request(org, doc_id, bases[org]) for org, doc_id in documents]
+    )
+    if any(answer.outcome != "added" for answer in answers):
+        raise RuntimeError(f"not every job was added: {answers[:3]}")
 
 
 def statuses(env: Stack, ids: Sequence[int]) -> dict[int, str]:

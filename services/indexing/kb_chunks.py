@@ -3,7 +3,9 @@
 Ingestion (seed 003) decides when a document's chunks change; this writes them. The delete
 and the insert run in the caller's transaction, which holds the document's row lock, so
 concurrent replacements of one document serialise; the caller commits, and a reader sees
-the old chunk set or the new one, never half of either.
+the old chunk set or the new one, never half of either. A caller that deletes the old set
+in a statement of its own (ingestion folds it into the one that marks the document ready)
+writes the new one with :func:`copy_kb_chunks`.
 
 The new rows go in with one binary ``COPY`` on the session's own connection (so in its
 transaction), not as an ``INSERT`` per row: the server skips a statement's set-up per row,
@@ -91,6 +93,41 @@ def replace_kb_chunks(
         ),
         execution_options={"synchronize_session": False},
     )
+    copy_kb_chunks(
+        session,
+        organization_id=organization_id,
+        knowledge_base_id=knowledge_base_id,
+        document_id=document_id,
+        chunks=chunks,
+        vectors=vectors,
+        audience=audience,
+        created_at=created_at,
+    )
+
+
+def copy_kb_chunks(
+    session: Session,
+    *,
+    organization_id: int,
+    knowledge_base_id: int,
+    document_id: int,
+    chunks: Sequence[Chunk],
+    vectors: Sequence[PackedVector],
+    audience: list[str],
+    created_at: datetime,
+) -> None:
+    """Add ``chunks`` (with their ``vectors``, in order) to the document's chunks with one
+    binary ``COPY``, in the caller's transaction: :func:`replace_kb_chunks` without its
+    delete, for a caller that deleted the previous chunk set in a statement of its own
+    (under the document's lock, in the same transaction).
+
+    Raises:
+      ValueError: ``created_at`` is naive.
+      IntegrityError: no such document in this organization (the foreign key), or a
+        position the document already has.
+    """
+    if created_at.tzinfo is None:
+        raise ValueError("created_at must be timezone-aware")
     if not chunks:
         return
     encode: Callable[[PackedVector], object]

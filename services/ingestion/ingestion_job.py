@@ -149,15 +149,15 @@ def run_ingestion(
         submitted_at: datetime | None = None
         try:
             with session_scope(sessions) as session:
-                document = store.get_document(
+                read = store.read_document(
                     session, organization_id=organization_id, document_id=document_id
                 )
-                submitted_at = document.submitted_at
+                submitted_at = read.document.submitted_at
                 outcome = ingest_document(
                     session,
                     organization_id=organization_id,
                     document_id=document_id,
-                    document=document,
+                    read=read,
                     chunker=chunker,
                     embedder=embedder,
                     now=now,

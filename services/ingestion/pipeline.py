@@ -7,7 +7,9 @@ with a complete chunk set made by the same chunker and embedder embeds nothing. 
 it chunks and embeds *before* taking the document's lock, then, in the caller's
 transaction, writes the new version, replaces the chunk set (delete + insert) and marks the
 document ready with a usage event, so readers see the old chunk set or the new one, never
-half of either. Concurrent runs serialise on the lock; a run that finds the work done (or
+half of either (one statement writes the version, deletes the old chunk set, marks the
+document ready and records the event; one ``COPY`` adds the new chunks). Concurrent runs
+serialise on the lock; a run that finds the work done (or
 the document re-submitted or deleted meanwhile) writes nothing.
 
 Failures: an extraction failure (or an unreachable, redirecting or oversize URL) marks the
@@ -42,7 +44,7 @@ from services.indexing.chunking import Chunk
 from services.indexing.digests import text_hash
 from services.indexing.embedders import Embedder
 from services.indexing.index_writer import DocumentChunker, index_fingerprint
-from services.indexing.kb_chunks import check_embedding_dimensions, replace_kb_chunks
+from services.indexing.kb_chunks import check_embedding_dimensions, copy_kb_chunks
 from services.indexing.ocr import DEFAULT_OCR_LIMITS, OcrLimits
 from services.ingestion import store
 from services.ingestion.feeds import RSS_CONNECTOR, FeedUnreadable, feed_document_source
@@ -99,15 +101,15 @@ def ingest_document(
     recrawl_interval_seconds: float = DEFAULT_RECRAWL_INTERVAL_SECONDS,
     ocr: OcrLimits = DEFAULT_OCR_LIMITS,
     fetch_feed: FeedFetch | None = None,
-    document: KbDocument | None = None,
+    read: store.DocumentRead | None = None,
 ) -> IngestOutcome:
     """Run one ingestion pass over a document in ``processing``, in the caller's transaction
     (the caller commits). A document in another status is left as it is.
 
     Parameters:
-      document: the document as the caller just read it in this database session
-        (``store.get_document``), so the pass does not read it again; None: the pass reads
-        it.
+      read: the document and its source bytes as the caller just read them in this
+        database session (``store.read_document``), so the pass does not read them again;
+        None: the pass reads them.
       chunker / embedder: the shared chunk/embed component.
       now: the time written as ``ready_at``, ``failed_at`` or ``last_fetched_at``.
       fetch: fetches a page (``services.web.fetch.page_fetcher``); needed for a URL document
@@ -128,13 +130,14 @@ def ingest_document(
     """
     from services.indexing.extract import ExtractionFailed
 
-    if document is None:
-        document = store.get_document(
+    if read is None:
+        read = store.read_document(
             session, organization_id=organization_id, document_id=document_id
         )
+    document = read.document
     if document.status != "processing":
         return _settled(session, document, unchanged=True)
-    this = _Pass(session, document, now, recrawl_interval_seconds, ocr)
+    this = _Pass(session, read, now, recrawl_interval_seconds, ocr)
     try:
         text = this.extract_text(fetch, fetch_feed)
     except (FetchFailed, ExtractionFailed, FeedUnreadable) as exc:
@@ -171,13 +174,14 @@ class _Pass:
     def __init__(
         self,
         session: Session,
-        document: KbDocument,
+        read: store.DocumentRead,
         now: datetime,
         recrawl_interval: float,
         ocr: OcrLimits = DEFAULT_OCR_LIMITS,
     ) -> None:
         self.session = session
-        self.document = document
+        self.read = read
+        self.document = document = read.document
         self.submitted_at = document.submitted_at
         self.now = now
         self.recrawl_interval = recrawl_interval
@@ -190,9 +194,7 @@ class _Pass:
         from services.indexing.extract import extract
 
         document = self.document
-        source = store.read_source(
-            self.session, organization_id=document.organization_id, document_id=document.id
-        )
+        source = self.read.take_source()
         if document.kind == "url" and source is None and document.connector == RSS_CONNECTOR:
             if fetch_feed is None:
                 raise Unrecoverable(f"document {document.id}: a feed document needs a fetcher")
@@ -262,13 +264,8 @@ class _Pass:
         if isinstance(locked, IngestOutcome):
             return locked
         version = _write_index(self.session, locked, new, self.now)
-        count = len(new.chunks)
-        tokens = sum(chunk.token_count for chunk in new.chunks)
-        _mark_ready(
-            self.session, locked, self.now, {"chunks": count, "tokens": tokens, "embedded": count}
-        )
         self.session.flush()
-        return IngestOutcome(locked.id, "ready", version, count, embedded=count)
+        return IngestOutcome(locked.id, "ready", version, len(new.chunks), embedded=len(new.chunks))
 
 
 def _settled(
@@ -294,39 +291,42 @@ def mark_failed(document: KbDocument, reason: str, now: datetime) -> None:
 
 
 def _write_index(session: Session, document: KbDocument, new: _NewIndex, now: datetime) -> int:
-    """Write ``new`` as the document's current content and chunk set; returns the version.
+    """Write ``new`` as the document's current content and chunk set and mark it ready with
+    its usage event; returns the version.
 
     Content equal to the current version's (only the chunker or embedder changed) keeps
     its version; anything else becomes version ``current_version + 1``, and versions older
-    than the retained ten superseded ones are deleted.
+    than the retained ten superseded ones are deleted. One statement writes the version,
+    deletes the previous chunk set, marks the document and records the event
+    (:func:`store.mark_indexed`); one ``COPY`` adds the new chunks.
     """
-    organization_id, document_id = document.organization_id, document.id
     version = document.current_version
+    new_version = None
     if new.digest != document.content_hash or version == 0:
         version += 1
-        store.add_version(
-            session,
-            organization_id=organization_id,
-            document_id=document_id,
-            version=version,
-            content=new.text,
-            content_hash=new.digest,
-            now=now,
-            cause=document.submission_cause,
-        )
-    replace_kb_chunks(
+        new_version = store.NewVersion(version, new.text, new.digest, document.submission_cause)
+    count = len(new.chunks)
+    tokens = sum(chunk.token_count for chunk in new.chunks)
+    store.mark_indexed(
         session,
-        organization_id=organization_id,
+        document,
+        version=version,
+        content_hash=new.digest,
+        index_fingerprint=new.fingerprint,
+        new_version=new_version,
+        payload={"chunks": count, "tokens": tokens, "embedded": count},
+        now=now,
+    )
+    copy_kb_chunks(
+        session,
+        organization_id=document.organization_id,
         knowledge_base_id=document.knowledge_base_id,
-        document_id=document_id,
+        document_id=document.id,
         chunks=new.chunks,
         vectors=new.vectors,
         audience=list(document.audience),
         created_at=now,
     )
-    document.content_hash = new.digest
-    document.index_fingerprint = new.fingerprint
-    document.current_version = version
     return version
 
 

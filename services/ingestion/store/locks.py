@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import hashlib
 
-from sqlalchemy import text
+import psycopg
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
+
+_LOCK = "SELECT pg_advisory_xact_lock(%s)"
 
 
 def _lock_key(*parts: object) -> int:
@@ -15,7 +18,17 @@ def _lock_key(*parts: object) -> int:
 
 
 def _hold(session: Session, key: int) -> None:
-    session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+    """Take the lock in the session's transaction, on its psycopg connection: every
+    ingestion pass and upload takes one, and the driver prepares this fixed statement once
+    per connection where SQLAlchemy would build and bind it each time."""
+    connection = session.connection().connection.driver_connection
+    if not isinstance(connection, psycopg.Connection):
+        raise TypeError(f"advisory locks need a psycopg connection, not {type(connection)}")
+    try:
+        connection.execute(_LOCK, (key,))
+    except psycopg.Error as exc:
+        # What SQLAlchemy raises for its own statements, so callers see one kind.
+        raise DBAPIError.instance(_LOCK, (key,), exc, psycopg.Error) from exc
 
 
 def lock_document(session: Session, organization_id: int, document_id: int) -> None:

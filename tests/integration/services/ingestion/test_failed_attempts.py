@@ -121,14 +121,14 @@ def test_an_attempt_failing_before_its_first_read_counts_against_the_current_sub
 ) -> None:
     factory, org = committed
     doc_id = submit(factory, org, "notes read after an outage " * 40)
-    read = store.get_document
+    read = store.read_document
 
-    def lost_connection(*args: Any, **kwargs: Any) -> KbDocument:
-        monkeypatch.setattr(store, "get_document", read)
+    def lost_connection(*args: Any, **kwargs: Any) -> store.DocumentRead:
+        monkeypatch.setattr(store, "read_document", read)
         raise Retryable("database: connection lost")
 
     # The job's first read fails (the failure path reads the document on its own)
-    monkeypatch.setattr(store, "get_document", lost_connection)
+    monkeypatch.setattr(store, "read_document", lost_connection)
     with pytest.raises(Retryable):
         attempt(factory, org, doc_id, HashingEmbedder(384))
     assert state(factory, org, doc_id) == ("failed", 1)
