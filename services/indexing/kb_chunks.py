@@ -21,17 +21,15 @@ import sys
 from array import array
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
 
-import psycopg
 from sqlalchemy import delete
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from services.indexing.chunk_batches import PackedVector
 from services.indexing.chunking import Chunk
 from services.indexing.embedders import Embedder
 from shared.db.base import API2_SCHEMA
+from shared.db.driver import as_sqlalchemy_errors, driver_connection
 from shared.db.models.ingestion import KbChunk
 from shared.db.vector import embedding_storage
 from shared.errors import Unrecoverable
@@ -136,27 +134,27 @@ def copy_kb_chunks(
     else:
         embedding_type, encode = "float8[]", list
     types = [*_TYPES_BEFORE_EMBEDDING, embedding_type, *_TYPES_AFTER_EMBEDDING]
-    try:
-        with _driver_connection(session).cursor() as cursor, cursor.copy(COPY_STATEMENT) as copy:
-            copy.set_types(types)
-            for chunk, vector in zip(chunks, vectors, strict=True):
-                copy.write_row(
-                    (
-                        organization_id,
-                        knowledge_base_id,
-                        document_id,
-                        chunk.position,
-                        chunk.content,
-                        chunk.token_count,
-                        encode(vector),
-                        audience,
-                        created_at,
-                    )
+    connection = driver_connection(session)
+    with (
+        as_sqlalchemy_errors(COPY_STATEMENT, None),
+        connection.cursor() as cursor,
+        cursor.copy(COPY_STATEMENT) as copy,
+    ):
+        copy.set_types(types)
+        for chunk, vector in zip(chunks, vectors, strict=True):
+            copy.write_row(
+                (
+                    organization_id,
+                    knowledge_base_id,
+                    document_id,
+                    chunk.position,
+                    chunk.content,
+                    chunk.token_count,
+                    encode(vector),
+                    audience,
+                    created_at,
                 )
-    except psycopg.Error as exc:
-        # What SQLAlchemy raises for its own statements (IntegrityError for the foreign
-        # key, OperationalError for a lost connection...), so callers see one kind.
-        raise DBAPIError.instance(COPY_STATEMENT, None, exc, psycopg.Error) from exc
+            )
 
 
 def vector_binary(vector: PackedVector) -> bytes:
@@ -173,11 +171,3 @@ def vector_binary(vector: PackedVector) -> bytes:
     if sys.byteorder == "little":
         values.byteswap()
     return len(values).to_bytes(2, "big") + b"\x00\x00" + values.tobytes()
-
-
-def _driver_connection(session: Session) -> psycopg.Connection[Any]:
-    """The psycopg connection under the session's current transaction."""
-    connection = session.connection().connection.driver_connection
-    if not isinstance(connection, psycopg.Connection):
-        raise TypeError(f"kb_chunks needs a psycopg connection, not {type(connection).__name__}")
-    return connection

@@ -23,15 +23,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from psycopg.types.json import Jsonb
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from services.ingestion.store.usage import INGESTED_EVENT
 from services.ingestion.store.versions import RETAINED_SNAPSHOTS
 from shared.db.base import API2_SCHEMA
+from shared.db.driver import driver_execute
 from shared.db.models.ingestion import KbDocument
 from shared.errors import RecordMissing
 
@@ -121,15 +120,7 @@ def mark_indexed(
             "cause": new_version.cause,
             "oldest_kept": new_version.version - RETAINED_SNAPSHOTS,
         }
-    statement = STATEMENTS[new_version is not None]
-    connection = session.connection().connection.driver_connection
-    if not isinstance(connection, psycopg.Connection):
-        raise TypeError(f"mark_indexed needs a psycopg connection, not {type(connection)}")
-    try:
-        row = connection.execute(statement, parameters).fetchone()
-    except psycopg.Error as exc:
-        # What SQLAlchemy raises for its own statements, so callers see one kind.
-        raise DBAPIError.instance(statement, parameters, exc, psycopg.Error) from exc
+    row = driver_execute(session, STATEMENTS[new_version is not None], parameters)
     if row is None:
         raise RecordMissing(f"document {document.id} not found")
     written = {

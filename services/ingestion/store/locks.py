@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 
-import psycopg
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
+
+from shared.db.driver import driver_execute
 
 _LOCK = "SELECT pg_advisory_xact_lock(%s)"
 
@@ -21,14 +21,7 @@ def _hold(session: Session, key: int) -> None:
     """Take the lock in the session's transaction, on its psycopg connection: every
     ingestion pass and upload takes one, and the driver prepares this fixed statement once
     per connection where SQLAlchemy would build and bind it each time."""
-    connection = session.connection().connection.driver_connection
-    if not isinstance(connection, psycopg.Connection):
-        raise TypeError(f"advisory locks need a psycopg connection, not {type(connection)}")
-    try:
-        connection.execute(_LOCK, (key,))
-    except psycopg.Error as exc:
-        # What SQLAlchemy raises for its own statements, so callers see one kind.
-        raise DBAPIError.instance(_LOCK, (key,), exc, psycopg.Error) from exc
+    driver_execute(session, _LOCK, (key,))
 
 
 def lock_document(session: Session, organization_id: int, document_id: int) -> None:
