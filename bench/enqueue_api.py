@@ -2,6 +2,7 @@
 
   python -m bench.enqueue_api                  # bodies of 1 and of 100 requests, a curve
   python -m bench.enqueue_api --quick          # shorter steps, fewer concurrencies
+  python -m bench.enqueue_api --quick --rounds 5   # and 4 more rounds of the 8 and 32 pair
   python -m bench.enqueue_api --load aiohttp --workers 3 --threads 2 --no-access-log
 
 ``speedtier api`` (gunicorn, ``--workers`` x ``--threads``, production settings with a bearer
@@ -22,6 +23,12 @@ and the 1-minute load average (the machine is shared: ratios within one run matt
 The targets and their verdicts, computed from the steps, are in ``bench.enqueue_api_report``:
 >= 2,000 requests/s with p99 <= 20 ms, p99 <= 5x p50 at every concurrency from 1 to 32, and
 no lower rate at 32 clients than at 8 (single-request bodies).
+
+``--rounds N`` adds N - 1 rounds of the two steps that decide "no drop" (8 and 32 clients,
+API and ceiling each), the order of the pair alternating from round to round, after the
+curve (its first round): the server's CPU per request moves by several percent between
+steps a few seconds apart, so one pair's ratio says little about a difference of that size.
+Each round's ratio is reported, and the verdict is on their median.
 
 wrk's percentiles include its coordinated-omission correction: one stall of 75 ms on a
 connection that sends a request every 1 ms counts as 75 slow requests, so at one client a
@@ -58,7 +65,7 @@ from bench.common import (
     rnd,
     write_result,
 )
-from bench.enqueue_api_report import summary, targets
+from bench.enqueue_api_report import NO_DROP_FROM, TAIL_UP_TO, summary, targets
 from bench.http_load import PATH, run_load, wrk_available
 from bench.server_connections import SpreadSample
 
@@ -258,6 +265,7 @@ def run(
     threads: int = THREADS,
     ceiling: bool = True,
     access_log: bool = True,
+    rounds: int = 1,
 ) -> dict[str, Any]:
     from services.app.embedded import start_embedded_postgres
     from shared.db.migrate import upgrade
@@ -291,14 +299,24 @@ def run(
                     ) as api,
                     ceiling_server(workers, threads, access_log) if ceiling else _nothing() as bare,
                 ):
+
+                    def measure(size: int, concurrency: int, round_: int) -> None:
+                        shape = {**step, "size": size, "concurrency": concurrency}
+                        result = _step("api", api[1], api[0], client, **shape, start=start)
+                        record({**result, "round": round_})
+                        if bare is not None and size == 1:
+                            result = _step(
+                                "ceiling", bare[1], bare[0], client, **shape, start=start
+                            )
+                            record({**result, "round": round_})
+
                     for size, concurrencies in curve.items():
                         for concurrency in concurrencies:
-                            shape = {**step, "size": size, "concurrency": concurrency}
-                            record(_step("api", api[1], api[0], client, **shape, start=start))
-                            if bare is not None and size == 1:
-                                record(
-                                    _step("ceiling", bare[1], bare[0], client, **shape, start=start)
-                                )
+                            measure(size, concurrency, 1)
+                    for round_ in range(2, rounds + 1):
+                        pair = (NO_DROP_FROM, TAIL_UP_TO)
+                        for concurrency in pair if round_ % 2 else pair[::-1]:
+                            measure(1, concurrency, round_)
             finally:
                 service.stop()
     finally:
@@ -311,6 +329,7 @@ def run(
             "threads": threads,
             "access_log": access_log,
             "load": tool,
+            "rounds": rounds,
             **step,
         },
         "steps": steps,
@@ -332,11 +351,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workers", type=int, default=WORKERS, help="gunicorn workers")
     parser.add_argument("--threads", type=int, default=THREADS, help="threads per worker")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="rounds of the 8 and 32 client steps (the first is the curve's), order alternating",
+    )
     parser.add_argument("--no-ceiling", action="store_true", help="skip the bare Flask ceiling")
     parser.add_argument("--no-access-log", action="store_true", help="both servers without it")
     parser.add_argument("--serve-ceiling", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
+    if options.rounds < 1:
+        parser.error("--rounds must be at least 1")
     if options.serve_ceiling:
         serve_ceiling(options.port, options.workers, options.threads, not options.no_access_log)
         return 0
@@ -349,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         threads=options.threads,
         ceiling=not options.no_ceiling,
         access_log=not options.no_access_log,
+        rounds=options.rounds,
     )
     path = write_result(NAME, result)
     print(summary(result))

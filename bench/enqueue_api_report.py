@@ -9,12 +9,14 @@ tail                   p99 <= :data:`TAIL_RATIO` x p50 at every concurrency from
                        :data:`TAIL_UP_TO`
 no drop                the rate at the highest concurrency above :data:`NO_DROP_FROM` (up
                        to :data:`TAIL_UP_TO`) is at least the rate at :data:`NO_DROP_FROM`
+                       (the median of the rounds' ratios, with ``--rounds``)
 =====================  ==============================================================
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from statistics import median
 from typing import Any
 
 from bench.common import markdown_table
@@ -49,17 +51,7 @@ def targets(steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
         for s in singles
         if s["concurrency"] <= TAIL_UP_TO
     ]
-    rates = {s["concurrency"]: s["requests_per_second"] for s in singles}
-    top = max((c for c in rates if NO_DROP_FROM < c <= TAIL_UP_TO), default=None)
-    no_drop = (
-        {
-            "from": NO_DROP_FROM,
-            "to": top,
-            "ratio": round(rates[top] / rates[NO_DROP_FROM], 3),
-        }
-        if top is not None and rates.get(NO_DROP_FROM)
-        else None
-    )
+    no_drop = _no_drop(singles)
     return {
         "best_single_within_p99": best,
         "single_rps": TARGET_RPS,
@@ -72,6 +64,27 @@ def targets(steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "no_drop": no_drop,
         "no_drop_met": no_drop is not None and no_drop["ratio"] >= 1.0,
     }
+
+
+def _no_drop(singles: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The rate at the highest concurrency above :data:`NO_DROP_FROM` (up to
+    :data:`TAIL_UP_TO`) over the rate at :data:`NO_DROP_FROM`, per round that measured both
+    (``round``, 1 when absent), and their median (``ratio``); None when no round did."""
+    by_round: dict[int, dict[int, float]] = {}
+    for s in singles:
+        by_round.setdefault(s.get("round", 1), {})[s["concurrency"]] = s["requests_per_second"]
+    tops = [c for rates in by_round.values() for c in rates if NO_DROP_FROM < c <= TAIL_UP_TO]
+    if not tops:
+        return None
+    top = max(tops)
+    ratios = [
+        round(rates[top] / rates[NO_DROP_FROM], 3)
+        for _round, rates in sorted(by_round.items())
+        if rates.get(NO_DROP_FROM) and top in rates
+    ]
+    if not ratios:
+        return None
+    return {"from": NO_DROP_FROM, "to": top, "ratio": median(ratios), "rounds": ratios}
 
 
 def _ratio(step: dict[str, Any], steps: Sequence[dict[str, Any]]) -> str:
@@ -105,8 +118,15 @@ def _verdicts(found: dict[str, Any]) -> list[str]:
         f"{ratios or 'no step'}: " + ("**met**." if found["tail_met"] else "**missed**.")
     )
     no_drop = found["no_drop"]
+    rounds = (
+        f" (median of {len(no_drop['rounds'])} rounds: "
+        + ", ".join(str(r) for r in no_drop["rounds"])
+        + ")"
+        if no_drop and len(no_drop["rounds"]) > 1
+        else ""
+    )
     drop = (
-        f"Rate at {no_drop['to']} clients / at {no_drop['from']}: {no_drop['ratio']} "
+        f"Rate at {no_drop['to']} clients / at {no_drop['from']}: {no_drop['ratio']}{rounds} "
         f"(target >= 1): " + ("**met**." if found["no_drop_met"] else "**missed**.")
         if no_drop
         else f"No drop from {NO_DROP_FROM} clients: not measured (no such steps)."
@@ -118,6 +138,7 @@ def summary(result: dict[str, Any]) -> str:
     steps = result["steps"]
     rows: list[Sequence[Any]] = [
         [
+            s.get("round", 1),
             s["server"],
             s["body_requests"],
             s["concurrency"],
@@ -153,6 +174,7 @@ def summary(result: dict[str, Any]) -> str:
             "",
             markdown_table(
                 [
+                    "round",
                     "server",
                     "requests per body",
                     "concurrency",
