@@ -5,7 +5,9 @@ Every pass starts with this read. It runs on the session's own psycopg connectio
 (:func:`shared.db.driver.driver_execute`), in its transaction: the driver prepares the fixed
 text after a few runs, so the server plans it once per connection, and the client builds
 no SQL, no ORM instance and no identity-map entry per document (an ORM select of the
-document cost about 0.5 ms of the worker's CPU, measured). A pass that must change the
+document cost about 0.5 ms of the worker's CPU, measured). The row comes in binary, so the
+source arrives as its bytes, not as hex text twice their size that the server encodes and
+the client decodes. A pass that must change the
 document beyond what :func:`~services.ingestion.store.indexed.mark_indexed` writes (fail
 it, store a fetched page) reads it again as an ORM instance under its lock
 (:func:`~services.ingestion.store.documents.locked_document`).
@@ -22,7 +24,6 @@ from services.ingestion.store import documents
 from shared.db.base import API2_SCHEMA
 from shared.db.driver import driver_execute
 from shared.db.models.ingestion import KbDocument
-from shared.db.tenant import organization_filter
 from shared.errors import RecordMissing
 
 
@@ -97,6 +98,7 @@ def read_document(session: Session, *, organization_id: int, document_id: int) -
             "document_id": document_id,
             "slice": documents.SOURCE_READ_SLICE,
         },
+        binary=True,
     )
     if row is None:
         raise RecordMissing(f"document {document_id} not found")
@@ -104,6 +106,5 @@ def read_document(session: Session, *, organization_id: int, document_id: int) -
     size, head = row[len(_COLUMNS) :]
     source = None
     if size is not None:
-        scoped = (organization_filter(KbDocument, organization_id), KbDocument.id == document_id)
-        source = documents.rest_of_source(session, scoped, size, head)
+        source = documents.rest_of_source(session, organization_id, document_id, size, head)
     return DocumentRead(state, source)

@@ -180,18 +180,21 @@ def read_source(session: Session, *, organization_id: int, document_id: int) -> 
     ).one_or_none()
     if first is None or first[0] is None:
         return None
-    return rest_of_source(session, scoped, *first)
+    return rest_of_source(session, organization_id, document_id, *first)
 
 
 def _source_slice(offset: int) -> Any:
     return func.substring(KbDocument.source_bytes, offset + 1, SOURCE_READ_SLICE)
 
 
-def rest_of_source(session: Session, scoped: Sequence[Any], size: int, head: bytes) -> bytes:
-    """A source of ``size`` bytes whose first slice (:data:`SOURCE_READ_SLICE` bytes) is
-    ``head``, with the other slices read from the row ``scoped`` selects."""
+def rest_of_source(
+    session: Session, organization_id: int, document_id: int, size: int, head: bytes
+) -> bytes:
+    """The document's source of ``size`` bytes whose first slice (:data:`SOURCE_READ_SLICE`
+    bytes) is ``head``, with the other slices read."""
     if size <= SOURCE_READ_SLICE:
         return bytes(head)  # one round trip, as for most documents
+    scoped = (organization_filter(KbDocument, organization_id), KbDocument.id == document_id)
     source = bytearray(head)
     for offset in range(SOURCE_READ_SLICE, size, SOURCE_READ_SLICE):
         source += session.execute(select(_source_slice(offset)).where(*scoped)).scalar_one()
