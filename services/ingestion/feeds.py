@@ -256,7 +256,10 @@ def sync_feed(
 
 
 def feed_document_source(
-    session: Session, document: KbDocument, fetch: FeedFetch, now: datetime
+    session: Session,
+    document: KbDocument | store.DocumentState,
+    fetch: FeedFetch,
+    now: datetime,
 ) -> bytes:
     """For a URL document bound to the ``rss`` connector (the feed's subscription): read the
     feed, add or refresh its entries' documents in the document's base (with the feed

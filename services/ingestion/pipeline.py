@@ -58,7 +58,7 @@ from services.web.failures import FetchFailed
 from services.web.feed_fetch import FeedFetch
 from services.web.fetch import PageFetch
 from shared.db.models.ingestion import KbDocument
-from shared.errors import Unrecoverable
+from shared.errors import Retryable, Unrecoverable
 
 NO_TEXT = "no extractable text"
 REASON_LENGTH = 200
@@ -222,20 +222,30 @@ class _Pass:
         meanwhile, or finished by a concurrent run). Raises RecordMissing when it was
         deleted meanwhile."""
         session, document = self.session, self.document
-        locked = store.locked_document(
-            session, organization_id=document.organization_id, document_id=document.id
+        store.lock_document(session, document.organization_id, document.id)
+        locked = self._current()
+        if isinstance(locked, IngestOutcome) or self.fetched is None:
+            return locked
+        locked.source_bytes = self.fetched
+        locked.content_type = MARKDOWN_CONTENT_TYPE
+        locked.last_fetched_at = self.now
+        locked.refresh_failures = 0
+        interval = store.refresh_interval_of(session, locked, self.recrawl_interval)
+        locked.next_refresh_at = next_refresh_time(self.now, interval, 0)
+        return locked
+
+    def _current(self) -> KbDocument | IngestOutcome:
+        """Under the document's lock: the document as it is now when this pass's submission
+        is still its own and in ``processing``, else the outcome to return. Raises
+        RecordMissing when it was deleted meanwhile."""
+        document = self.document
+        locked = store.get_document(
+            self.session, organization_id=document.organization_id, document_id=document.id
         )
         if locked.submitted_at != self.submitted_at:
-            return _settled(session, locked, superseded=True)
+            return _settled(self.session, locked, superseded=True)
         if locked.status != "processing":
-            return _settled(session, locked, unchanged=True)
-        if self.fetched is not None:
-            locked.source_bytes = self.fetched
-            locked.content_type = MARKDOWN_CONTENT_TYPE
-            locked.last_fetched_at = self.now
-            locked.refresh_failures = 0
-            interval = store.refresh_interval_of(session, locked, self.recrawl_interval)
-            locked.next_refresh_at = next_refresh_time(self.now, interval, 0)
+            return _settled(self.session, locked, unchanged=True)
         return locked
 
     def failed(self, reason: str) -> IngestOutcome:
@@ -260,16 +270,36 @@ class _Pass:
         return _settled(self.session, locked, unchanged=True)
 
     def indexed(self, new: _NewIndex) -> IngestOutcome:
-        locked = self._locked()
-        if isinstance(locked, IngestOutcome):
-            return locked
-        version = _write_index(self.session, locked, new, self.now)
-        self.session.flush()
-        return IngestOutcome(locked.id, "ready", version, len(new.chunks), embedded=len(new.chunks))
+        """Write ``new`` under the document's lock. Without a fetched page to store, the
+        statement that writes is the check that the submission is still current
+        (:func:`store.mark_indexed`), so the document is read again only when it was not."""
+        session, document = self.session, self.document
+        loaded: KbDocument | None = None
+        if self.fetched is None:
+            store.lock_document(session, document.organization_id, document.id)
+        else:
+            locked = self._locked()
+            if isinstance(locked, IngestOutcome):
+                return locked
+            loaded = locked
+        version = _write_index(session, document, new, self.now, loaded)
+        if version is None:
+            why = self._current()
+            if isinstance(why, IngestOutcome):
+                return why
+            raise Retryable(f"document {document.id}: its indexed state was not written")
+        session.flush()
+        return IngestOutcome(
+            document.id, "ready", version, len(new.chunks), embedded=len(new.chunks)
+        )
 
 
 def _settled(
-    session: Session, document: KbDocument, *, unchanged: bool = False, superseded: bool = False
+    session: Session,
+    document: KbDocument | store.DocumentState,
+    *,
+    unchanged: bool = False,
+    superseded: bool = False,
 ) -> IngestOutcome:
     return IngestOutcome(
         document_id=document.id,
@@ -290,15 +320,23 @@ def mark_failed(document: KbDocument, reason: str, now: datetime) -> None:
     document.updated_at = now
 
 
-def _write_index(session: Session, document: KbDocument, new: _NewIndex, now: datetime) -> int:
+def _write_index(
+    session: Session,
+    document: store.DocumentState,
+    new: _NewIndex,
+    now: datetime,
+    loaded: KbDocument | None,
+) -> int | None:
     """Write ``new`` as the document's current content and chunk set and mark it ready with
-    its usage event; returns the version.
+    its usage event, if the submission ``document`` was read at is still the document's
+    and in ``processing``; returns the version, or None when nothing was written.
 
     Content equal to the current version's (only the chunker or embedder changed) keeps
     its version; anything else becomes version ``current_version + 1``, and versions older
     than the retained ten superseded ones are deleted. One statement writes the version,
     deletes the previous chunk set, marks the document and records the event
-    (:func:`store.mark_indexed`); one ``COPY`` adds the new chunks.
+    (:func:`store.mark_indexed`); one ``COPY`` adds the new chunks. ``loaded``: the
+    document's ORM instance in the session, if the pass holds one.
     """
     version = document.current_version
     new_version = None
@@ -307,7 +345,7 @@ def _write_index(session: Session, document: KbDocument, new: _NewIndex, now: da
         new_version = store.NewVersion(version, new.text, new.digest, document.submission_cause)
     count = len(new.chunks)
     tokens = sum(chunk.token_count for chunk in new.chunks)
-    store.mark_indexed(
+    written = store.mark_indexed(
         session,
         document,
         version=version,
@@ -316,7 +354,10 @@ def _write_index(session: Session, document: KbDocument, new: _NewIndex, now: da
         new_version=new_version,
         payload={"chunks": count, "tokens": tokens, "embedded": count},
         now=now,
+        loaded=loaded,
     )
+    if not written:
+        return None
     copy_kb_chunks(
         session,
         organization_id=document.organization_id,

@@ -41,10 +41,19 @@ def as_sqlalchemy_errors(
 
 
 def driver_execute(
-    session: Session, statement: str, parameters: Mapping[str, Any] | Sequence[Any]
+    session: Session,
+    statement: str,
+    parameters: Mapping[str, Any] | Sequence[Any],
+    *,
+    binary: bool = False,
 ) -> tuple[Any, ...] | None:
     """Run ``statement`` (psycopg ``%s`` / ``%(name)s`` parameters) in the session's
-    transaction on its psycopg connection; its first row, or None."""
+    transaction on its psycopg connection; its first row, or None.
+
+    Parameters:
+      binary: ask for the row in binary (a ``bytea`` then comes as its bytes, not as hex
+        text twice their size that both sides encode and decode).
+    """
     connection = driver_connection(session)
     with as_sqlalchemy_errors(statement, parameters):
-        return connection.execute(statement, parameters).fetchone()
+        return connection.execute(statement, parameters, binary=binary).fetchone()

@@ -55,6 +55,7 @@ from services.ingestion.store.connector_items import (
     unlisted_items,
 )
 from services.ingestion.store.deletions import delete_document, delete_knowledge_base
+from services.ingestion.store.document_reads import DocumentRead, DocumentState, read_document
 from services.ingestion.store.document_sources import (
     MAX_CRAWL_DEPTH,
     DocumentSource,
@@ -67,13 +68,11 @@ from services.ingestion.store.documents import (
     SOURCE_READ_SLICE,
     AddedDocument,
     DocumentBusy,
-    DocumentRead,
     add_document,
     get_document,
     list_documents,
     locked_document,
     mark_for_retry,
-    read_document,
     read_source,
     resubmit,
 )
@@ -120,6 +119,7 @@ __all__ = [
     "DocumentBusy",
     "DocumentRead",
     "DocumentSource",
+    "DocumentState",
     "DocumentTooLarge",
     "DueBinding",
     "DueDocument",

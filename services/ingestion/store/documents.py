@@ -157,40 +157,6 @@ def get_document(
     return document
 
 
-class DocumentRead:
-    """A document as one statement read it, with its stored source bytes, which the first
-    :meth:`take_source` hands over and lets go of (a large source is not kept alive by
-    whoever holds this)."""
-
-    def __init__(self, document: KbDocument, source: bytes | None) -> None:
-        self.document = document
-        self._source = source
-
-    def take_source(self) -> bytes | None:
-        """The source bytes (None: none stored), once; this keeps no reference to them."""
-        source, self._source = self._source, None
-        return source
-
-
-def read_document(session: Session, *, organization_id: int, document_id: int) -> DocumentRead:
-    """:func:`get_document` and :func:`read_source` in one round trip for a document whose
-    source fits in :data:`SOURCE_READ_SLICE` (the rest, if any, is read a slice at a time,
-    as :func:`read_source` does). Raises RecordMissing."""
-    scoped = (organization_filter(KbDocument, organization_id), KbDocument.id == document_id)
-    statement = (
-        select_scoped(KbDocument, organization_id=organization_id)
-        .add_columns(func.octet_length(KbDocument.source_bytes), _source_slice(0))
-        .where(KbDocument.id == document_id, KbDocument.deleted_at.is_(None))
-        .execution_options(populate_existing=True)
-    )
-    row = session.execute(statement).one_or_none()
-    if row is None:
-        raise RecordMissing(f"document {document_id} not found")
-    document, size, head = row
-    source = None if size is None else _rest_of_source(session, scoped, size, head)
-    return DocumentRead(document, source)
-
-
 def locked_document(session: Session, *, organization_id: int, document_id: int) -> KbDocument:
     """Take the document's lock (held until the transaction ends), then read the document
     as it is now. Raises RecordMissing (missing, deleted or another tenant's)."""
@@ -214,17 +180,21 @@ def read_source(session: Session, *, organization_id: int, document_id: int) -> 
     ).one_or_none()
     if first is None or first[0] is None:
         return None
-    return _rest_of_source(session, scoped, *first)
+    return rest_of_source(session, organization_id, document_id, *first)
 
 
 def _source_slice(offset: int) -> Any:
     return func.substring(KbDocument.source_bytes, offset + 1, SOURCE_READ_SLICE)
 
 
-def _rest_of_source(session: Session, scoped: Sequence[Any], size: int, head: bytes) -> bytes:
-    """A source of ``size`` bytes whose first slice is ``head``: the other slices read."""
+def rest_of_source(
+    session: Session, organization_id: int, document_id: int, size: int, head: bytes
+) -> bytes:
+    """The document's source of ``size`` bytes whose first slice (:data:`SOURCE_READ_SLICE`
+    bytes) is ``head``, with the other slices read."""
     if size <= SOURCE_READ_SLICE:
         return bytes(head)  # one round trip, as for most documents
+    scoped = (organization_filter(KbDocument, organization_id), KbDocument.id == document_id)
     source = bytearray(head)
     for offset in range(SOURCE_READ_SLICE, size, SOURCE_READ_SLICE):
         source += session.execute(select(_source_slice(offset)).where(*scoped)).scalar_one()
