@@ -7,9 +7,10 @@ callbacks) or a pipeline's command stack, and the pool's hand-out and return of 
 (locks, four metric updates, an event). Here the calls are packed once, written in one send
 and their replies read in order, on a connection the sender keeps for itself, checked before
 each use as the pool checks the connections it hands out. The sender keeps as many as its
-threads have sent on at once: a thread takes one that is idle, or opens another to keep, and
-puts it back after its round trip (one list's ``pop`` and ``append``; the pool's hand-out,
-which threads sending together used to fall back to, cost several times as much).
+threads have sent on at once, up to :data:`KEEP_AT_MOST`: a thread takes one that is idle,
+or opens another to keep, and puts it back after its round trip (one list's ``pop`` and
+``append``, where the pool's hand-out and return cost several times as much); past that
+many at once, a thread takes one of the client's pool.
 
 =========================================  ===============================================
 what goes wrong                            what happens
@@ -64,6 +65,11 @@ class OutcomeUnknown(SpeedtierError, redis.ConnectionError, redis.TimeoutError):
     ``redis.TimeoutError``, so every caller that retries on those keeps doing so."""
 
 
+#: Connections a sender keeps at most (an API worker's threads, a worker's consumers, and the
+#: handler threads enqueueing at one moment); more threads sending at once use the pool.
+KEEP_AT_MOST = 8
+
+
 class ScriptSender:
     """Sends script calls for ``client`` (which must not decode replies, like Dramatiq's)."""
 
@@ -73,9 +79,11 @@ class ScriptSender:
         #: never handed out by it) that no thread is using now. ``list.pop`` and
         #: ``list.append`` are atomic: threads take and give back without a lock.
         self._idle: list[Any] = []
+        #: The connections kept, idle or in use (changed under ``_lock``).
+        self._kept = 0
         #: Bumped by :meth:`close`: a connection taken before is closed when it comes back.
         self._generation = 0
-        self._close_lock = threading.Lock()
+        self._lock = threading.Lock()
 
     def send(
         self, script: Script, key: str, calls: Sequence[Sequence[Any]], *, atomic: bool = False
@@ -134,8 +142,9 @@ class ScriptSender:
     def close(self) -> None:
         """Close the kept connections (the next call opens another); one in use is closed
         when its thread gives it back."""
-        with self._close_lock:
+        with self._lock:
             self._generation += 1
+            self._kept = 0
             while self._idle:
                 try:
                     self._idle.pop().disconnect()
@@ -161,6 +170,8 @@ class ScriptSender:
             return list(pipe.execute(raise_on_error=False))
         generation = self._generation
         connection = self._take()
+        if connection is None:
+            return self._through_pool(commands)
         try:
             reopen_if_stale(connection)
             return _send_and_read(connection, commands)
@@ -173,17 +184,38 @@ class ScriptSender:
             else:  # closed while it was in use
                 connection.disconnect()
 
-    def _take(self) -> Any:
-        """An idle kept connection of this process, or a new one to keep."""
+    def _take(self) -> Any | None:
+        """An idle kept connection of this process, a new one to keep, or None when
+        :data:`KEEP_AT_MOST` are kept and in use."""
         pid = os.getpid()
         while True:
             try:
                 connection = self._idle.pop()
             except IndexError:
-                return self.client.connection_pool.make_connection()
+                break
             if connection.pid == pid:
                 return connection
             # The parent's, inherited through a fork: dropped, its socket left to the parent.
+            with self._lock:
+                self._kept -= 1
+        with self._lock:
+            if self._kept >= KEEP_AT_MOST:
+                return None
+            self._kept += 1
+        return self.client.connection_pool.make_connection()
+
+    def _through_pool(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Every command's reply, on a connection of the client's pool."""
+        pool = self.client.connection_pool
+        connection = pool.get_connection()
+        try:
+            return _send_and_read(connection, commands)
+        except BaseException:
+            # Never back in the pool with replies on their way.
+            connection.disconnect()  # type: ignore[no-untyped-call]
+            raise
+        finally:
+            pool.release(connection)
 
 
 def reopen_if_stale(connection: Any) -> None:

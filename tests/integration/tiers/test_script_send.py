@@ -15,7 +15,7 @@ import pytest
 import redis
 from redis.commands.core import Script
 
-from tiers.script_send import ScriptSender
+from tiers.script_send import KEEP_AT_MOST, ScriptSender
 
 ECHO = "return ARGV[1]"
 COUNT = "return redis.call('incr', KEYS[1] .. ':count:' .. ARGV[1])"
@@ -144,28 +144,49 @@ def test_threads_sending_at_once_each_send_on_a_kept_connection(
         return get_connection(*args, **kwargs)
 
     monkeypatch.setattr(pool, "get_connection", counting)
-    start = threading.Barrier(8)
+    start = threading.Barrier(KEEP_AT_MOST)
     sent: dict[int, list[Any]] = {}
 
     def run(t: int) -> None:
         start.wait()
         sent[t] = [sender.send(echo, namespace, [[f"{t}-{i}"]])[0] for i in range(200)]
 
-    # When eight threads send together
-    threads = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+    # When as many threads as a sender keeps connections for send together
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(KEEP_AT_MOST)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=30)
     # Then each got its replies, none through a connection handed out by the pool, and the
     # sender keeps no more connections than threads sent at once
-    assert sent == {t: [f"{t}-{i}".encode() for i in range(200)] for t in range(8)}
+    assert sent == {t: [f"{t}-{i}".encode() for i in range(200)] for t in range(KEEP_AT_MOST)}
     assert hand_outs == []
-    assert 1 <= len(sender._idle) <= 8
+    assert 1 <= len(sender._idle) <= KEEP_AT_MOST
     # And closing it closes them all
     kept = list(sender._idle)
     sender.close()
     assert sender._idle == [] and all(c._sock is None for c in kept)
+
+
+def test_a_sender_keeps_at_most_its_limit_of_connections(
+    client: redis.Redis, sender: ScriptSender, namespace: str
+) -> None:
+    echo = script(client, ECHO)
+    threads_at_once = KEEP_AT_MOST * 2
+    start = threading.Barrier(threads_at_once)
+    sent: dict[int, list[Any]] = {}
+
+    def run(t: int) -> None:
+        start.wait()
+        sent[t] = [sender.send(echo, namespace, [[f"{t}-{i}"]])[0] for i in range(100)]
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(threads_at_once)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sent == {t: [f"{t}-{i}".encode() for i in range(100)] for t in range(threads_at_once)}
+    assert len(sender._idle) <= KEEP_AT_MOST
 
 
 def test_a_connection_redis_dropped_is_opened_again(
