@@ -84,6 +84,8 @@ class ScriptSender:
         #: Bumped by :meth:`close`: a connection taken before is closed when it comes back.
         self._generation = 0
         self._lock = threading.Lock()
+        #: The process the connections and the lock belong to (a forked child starts anew).
+        self._pid = os.getpid()
 
     def send(
         self, script: Script, key: str, calls: Sequence[Sequence[Any]], *, atomic: bool = False
@@ -188,16 +190,14 @@ class ScriptSender:
         """An idle kept connection of this process, a new one to keep, or None when
         :data:`KEEP_AT_MOST` are kept and in use."""
         pid = os.getpid()
-        while True:
-            try:
-                connection = self._idle.pop()
-            except IndexError:
-                break
-            if connection.pid == pid:
-                return connection
-            # The parent's, inherited through a fork: dropped, its socket left to the parent.
-            with self._lock:
-                self._kept -= 1
+        if self._pid != pid:
+            # Forked: the connections are the parent's (their sockets left to it), and so is
+            # the lock, which a parent's thread may have held at the fork.
+            self._idle, self._kept, self._lock, self._pid = [], 0, threading.Lock(), pid
+        try:
+            return self._idle.pop()
+        except IndexError:
+            pass
         with self._lock:
             if self._kept >= KEEP_AT_MOST:
                 return None

@@ -210,8 +210,8 @@ def test_a_forked_child_opens_a_connection_of_its_own(
     echo = script(client, ECHO)
     sender.send(echo, namespace, [["warm"]])
     (parents,) = sender._idle
-    # Given the kept connection belongs to another process (as after a fork)
-    parents.pid = -1
+    # Given the sender's connections belong to another process (as after a fork)
+    sender._pid = -1
     # When this "child" sends
     assert sender.send(echo, namespace, [["child"]]) == [b"child"]
     # Then it used a new connection, kept now in the parent's place, and left the parent's
