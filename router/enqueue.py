@@ -13,7 +13,13 @@ from dramatiq.message import Message
 
 from router.registry import Registry
 from router.requests import JobRequest, RoutedJob, route, route_all
-from shared.errors import EnqueueOutcomeUnknown, QueueFull, QueueUnavailable, ValidationFailed
+from shared.errors import (
+    EnqueueOutcomeUnknown,
+    QueueFull,
+    QueueUnavailable,
+    ValidationFailed,
+    WindowFull,
+)
 from shared.observability import warn
 from tiers.broker import TierBroker
 from tiers.job_store import EnqueueResult
@@ -26,6 +32,7 @@ from tiers.options import (
     PROVIDER,
     WINDOW_SCOPE,
 )
+from tiers.rate_window import WindowGuard
 from tiers.redis_retry import REDIS_DOWN
 from tiers.script_send import OutcomeUnknown
 from tiers.tier_brokers import TierBrokers
@@ -106,9 +113,16 @@ class Router:
         """Enqueue one request. Raises ValidationFailed or QueueUnavailable."""
         return self.enqueue_many([request])[0]
 
-    def enqueue_many(self, requests: Sequence[JobRequest]) -> list[Enqueued]:
+    def enqueue_many(
+        self, requests: Sequence[JobRequest], guard: WindowGuard | None = None
+    ) -> list[Enqueued]:
         """Validate all requests first (none is enqueued if any is invalid), then enqueue
         them in pipelined batches of ``BATCH_SIZE``.
+
+        ``guard`` is a window on the control Redis that the call goes ahead under
+        (``tiers.rate_window.WindowGuard``), checked before anything is enqueued: by the
+        enqueue script itself when the first round trip goes to the control Redis, else read
+        alone first.
 
         Raises:
           ValidationFailed: with ``requests[i].field`` messages; nothing was enqueued.
@@ -118,16 +132,37 @@ class Router:
             or nothing), and no other was enqueued.
           EnqueueOutcomeUnknown: a QueueUnavailable whose ``unknown`` requests were sent
             and not answered: they may or may not be enqueued.
+          WindowFull: ``guard``'s window is full; nothing was enqueued.
         """
         if len(requests) == 1:  # a single enqueue: one broker, no batches to cut
-            return [self._enqueue_one(route(self.registry, requests[0], prefix=SINGLE_PREFIX))]
-        return self.enqueue_routed(route_all(self.registry, requests))
+            job = route(self.registry, requests[0], prefix=SINGLE_PREFIX)
+            return [self._enqueue_one(job, guard)]
+        return self.enqueue_routed(route_all(self.registry, requests), guard)
 
-    def _enqueue_one(self, job: RoutedJob) -> Enqueued:
-        (result,) = _sent(self.brokers.of_tier(job.tier), [self.message_for(job)], {0: job}, {})
+    def _enqueue_one(self, job: RoutedJob, guard: WindowGuard | None) -> Enqueued:
+        broker = self.brokers.of_tier(job.tier)
+        messages = [self.message_for(job)]
+        (result,) = _sent(broker, messages, {0: job}, {}, self._guard_on(broker, guard))
         return Enqueued(result.job_id, result.outcome, result.queue, job.family.kind)
 
-    def enqueue_routed(self, routed: Sequence[RoutedJob]) -> list[Enqueued]:
+    def _guard_on(self, broker: TierBroker, guard: WindowGuard | None) -> WindowGuard | None:
+        """The guard a round trip to ``broker`` carries: ``guard`` itself to the control
+        broker, whose Redis holds its window; to another, none, once the window was read
+        alone and found open.
+
+        Raises:
+          WindowFull: read alone, the window is full.
+        """
+        if guard is None or broker is self.broker:
+            return guard
+        ends_at = guard.read()
+        if ends_at is not None:
+            raise WindowFull(ends_at)
+        return None
+
+    def enqueue_routed(
+        self, routed: Sequence[RoutedJob], guard: WindowGuard | None = None
+    ) -> list[Enqueued]:
         """Enqueue jobs already validated and routed (``route_all``), in pipelined batches.
 
         Each job goes to its tier's Redis: a batch spanning tiers on different Redis servers
@@ -135,13 +170,15 @@ class Router:
         another accepted stay accepted and the error lists them (sending them again is
         deduplicated).
 
+        ``guard`` goes with the first round trip (as :meth:`enqueue_many`).
+
         Raises:
-          QueueUnavailable, EnqueueOutcomeUnknown: as :meth:`enqueue_many`.
+          QueueUnavailable, EnqueueOutcomeUnknown, WindowFull: as :meth:`enqueue_many`.
         """
         answers: list[Enqueued] = []
         for start in range(0, len(routed), BATCH_SIZE):
             batch = routed[start : start + BATCH_SIZE]
-            results = self._enqueue_batch(batch, start, answers)
+            results = self._enqueue_batch(batch, start, answers, guard if start == 0 else None)
             answers.extend(
                 Enqueued(r.job_id, r.outcome, r.queue, job.family.kind)
                 for r, job in zip(results, batch, strict=True)
@@ -149,21 +186,30 @@ class Router:
         return answers
 
     def _enqueue_batch(
-        self, batch: Sequence[RoutedJob], start: int, before: Sequence[Enqueued]
+        self,
+        batch: Sequence[RoutedJob],
+        start: int,
+        before: Sequence[Enqueued],
+        guard: WindowGuard | None,
     ) -> list[EnqueueResult]:
-        """One transaction per Redis the batch's tiers use; results in batch order.
-        ``start`` is the batch's first index in the call, and ``before`` the answers of the
-        call's earlier batches (what a failure reports as accepted)."""
-        by_broker: dict[int, tuple[TierBroker, list[int]]] = {}
+        """One transaction per Redis the batch's tiers use, the control Redis's first;
+        results in batch order. ``start`` is the batch's first index in the call, ``before``
+        the answers of the call's earlier batches (what a failure reports as accepted), and
+        ``guard`` is checked before the first transaction."""
+        by_broker: dict[int, tuple[TierBroker, list[int]]] = {id(self.broker): (self.broker, [])}
         for index, job in enumerate(batch):
             broker = self.brokers.of_tier(job.tier)
             by_broker.setdefault(id(broker), (broker, []))[1].append(index)
         accepted: dict[int, Enqueued] = dict(enumerate(before))
         results: list[EnqueueResult | None] = [None] * len(batch)
         for broker, indices in by_broker.values():
+            if not indices:
+                continue
             jobs = {start + i: batch[i] for i in indices}
             messages = [self.message_for(job) for job in jobs.values()]
-            for index, reply in zip(indices, _sent(broker, messages, jobs, accepted), strict=True):
+            sent = _sent(broker, messages, jobs, accepted, self._guard_on(broker, guard))
+            guard = None  # checked: the later transactions go ahead
+            for index, reply in zip(indices, sent, strict=True):
                 results[index] = reply
                 accepted[start + index] = Enqueued(
                     reply.job_id, reply.outcome, reply.queue, batch[index].family.kind
@@ -176,10 +222,11 @@ def _sent(
     messages: list[Message[Any]],
     jobs: Mapping[int, RoutedJob],
     accepted: Mapping[int, Enqueued],
+    guard: WindowGuard | None = None,
 ) -> list[EnqueueResult]:
-    """``broker.enqueue_identified(messages)``, its Redis errors as the API's: ``jobs``
-    are the messages' jobs by index in the call, ``accepted`` what the call enqueued
-    before.
+    """``broker.enqueue_identified(messages, guard)``, its Redis errors as the API's:
+    ``jobs`` are the messages' jobs by index in the call, ``accepted`` what the call
+    enqueued before. ``WindowFull`` (the guard's window full) passes through.
 
     Raises:
       EnqueueOutcomeUnknown: sent, and no answer came (``jobs`` are the unknown ones).
@@ -187,7 +234,7 @@ def _sent(
       QueueUnavailable: Redis could not be reached or is read-only; none was enqueued.
     """
     try:
-        return broker.enqueue_identified(messages)
+        return broker.enqueue_identified(messages, guard)
     except OutcomeUnknown as exc:
         unknown = {index: job.job_id for index, job in jobs.items()}
         raise EnqueueOutcomeUnknown(

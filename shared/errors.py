@@ -172,5 +172,14 @@ class EnqueueOutcomeUnknown(QueueUnavailable):
     deduplicated."""
 
 
+class WindowFull(SpeedtierError):
+    """A call's guard window (``tiers.rate_window.WindowGuard``) was full: nothing was done.
+    ``ends_at``: the epoch seconds at which that window ends."""
+
+    def __init__(self, ends_at: float) -> None:
+        super().__init__(f"the guard's window is full until {ends_at:.3f}")
+        self.ends_at = ends_at
+
+
 class NotConfigured(SpeedtierError):
     """A setting the process needs is missing (the message names it); commands print it."""

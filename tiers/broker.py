@@ -25,6 +25,7 @@ from tiers.job_store import EnqueueResult, JobStore, as_text
 from tiers.middleware.group_slots import GROUP_PARKED
 from tiers.middleware.job_metrics import tier_of_queue
 from tiers.options import ETA, JOB_ID, REDIS_MESSAGE_ID
+from tiers.rate_window import WindowGuard
 from tiers.script_send import ScriptSender
 from tiers.settling import ACKED_IN_SETTLE
 
@@ -243,11 +244,15 @@ class TierBroker(RedisBroker):
         self.emit_after("enqueue", prepared, delay)
         return prepared
 
-    def enqueue_identified(self, messages: Sequence[Message[Any]]) -> list[EnqueueResult]:
+    def enqueue_identified(
+        self, messages: Sequence[Message[Any]], guard: WindowGuard | None = None
+    ) -> list[EnqueueResult]:
         """Enqueue messages carrying job ids, built for this call (``Router.message_for``), in
         one round trip; report each one's outcome. A new message's first copy takes its
         message id as its Redis id (unique as well: a later copy of it, a retry or a move,
-        gets a fresh one), set in place: no copy and no second uuid per enqueue."""
+        gets a fresh one), set in place: no copy and no second uuid per enqueue. With
+        ``guard`` (a window on this broker's Redis) nothing is enqueued, and
+        ``shared.errors.WindowFull`` raised, when its window is full."""
         prepared = list(messages)
         for message in prepared:
             message.options[REDIS_MESSAGE_ID] = message.message_id
@@ -255,7 +260,7 @@ class TierBroker(RedisBroker):
         if hooked:
             for message in prepared:
                 self.emit_before("enqueue", message, None)
-        results = self.jobs.enqueue_many(prepared)
+        results = self.jobs.enqueue_many(prepared, guard=guard)
         if hooked:
             for message in prepared:
                 self.emit_after("enqueue", message, None)

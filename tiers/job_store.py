@@ -14,6 +14,7 @@ from uuid import uuid4
 import redis
 from dramatiq.message import Message
 
+from shared.errors import WindowFull
 from tiers.beat_log import BeatLog
 from tiers.fetch_claims import QUEUED_LEASE_MS as QUEUED_LEASE_MS
 from tiers.fetch_claims import FetchClaims
@@ -28,6 +29,7 @@ from tiers.options import (
     ORGANIZATION,
     REDIS_MESSAGE_ID,
 )
+from tiers.rate_window import WindowGuard
 from tiers.redis_values import as_text as as_text
 from tiers.redis_values import now_ms as now_ms
 from tiers.run_starts import RunStarts
@@ -124,7 +126,10 @@ class JobStore(FetchClaims, RunStarts):
         ]
 
     def enqueue_many(
-        self, messages: Sequence[Message[Any]], previous_redis_id: str = ""
+        self,
+        messages: Sequence[Message[Any]],
+        previous_redis_id: str = "",
+        guard: WindowGuard | None = None,
     ) -> list[EnqueueResult]:
         """Register and push each message in one round trip (``tiers.script_send``: no
         ``SCRIPT EXISTS`` first; a script Redis forgot is loaded and the refused calls sent
@@ -133,9 +138,12 @@ class JobStore(FetchClaims, RunStarts):
         Each message is handled by its own atomic script call, and a batch of several is one
         transaction (``MULTI``/``EXEC``): Redis takes all of them or none (a Redis out of
         memory refuses the whole batch, never a part). ``previous_redis_id`` names the copy
-        a single message replaces when it moves along (its id stays the same).
+        a single message replaces when it moves along (its id stays the same). ``guard``, a
+        window on this Redis, is checked by every call of the round trip before it does
+        anything: all of them see the same counter, so all go ahead or none does.
 
         Raises:
+          WindowFull: ``guard``'s window is full; nothing was enqueued.
           tiers.script_send.OutcomeUnknown: sent, and Redis did not answer: all of the
             batch or none of it may be enqueued.
           redis.ConnectionError / redis.TimeoutError: Redis could not be reached; nothing
@@ -144,9 +152,15 @@ class JobStore(FetchClaims, RunStarts):
         """
         now = now_ms()
         calls = [self._enqueue_args(message, now, previous_redis_id) for message in messages]
+        if guard is not None:
+            guarded = guard.script_args()
+            for args in calls:
+                args += guarded
         replies = self._sender.send(
             self._scripts["enqueue"], self.namespace, calls, atomic=len(calls) > 1
         )
+        if replies and replies[0][0] == b"guarded":
+            raise WindowFull(int(replies[0][1]) / 1000.0)
         return [
             EnqueueResult(
                 job_id=message.options[JOB_ID],

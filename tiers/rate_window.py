@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 
@@ -30,6 +31,26 @@ class Admission:
     start_at: float
     reserved_index: int | None
     window_index: int | None = None
+
+
+@dataclass(frozen=True)
+class WindowGuard:
+    """A window (:meth:`RateWindows.key`, ``rule``) a call goes ahead under only while its
+    current window has counted fewer than ``rule.limit``; read, never counted.
+
+    The enqueue script checks it in its own call (``tiers/lua/enqueue.lua``) when the window
+    lives on the Redis the call goes to; otherwise ``read`` checks it alone first, under its
+    owner's rules (what an unreachable Redis means): the epoch seconds at which the full
+    window ends, or None to go ahead.
+    """
+
+    key: str
+    rule: WindowRule
+    read: Callable[[], float | None]
+
+    def script_args(self) -> list[str | int]:
+        """The guard's arguments to a script that checks it: key prefix, limit, period (ms)."""
+        return [self.key, self.rule.limit, max(1, int(self.rule.period_seconds * 1000))]
 
 
 class RateWindows:

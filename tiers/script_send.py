@@ -6,8 +6,11 @@ enqueue's own work: ``execute_command`` (retry wrapper, timing and metrics hooks
 callbacks) or a pipeline's command stack, and the pool's hand-out and return of a connection
 (locks, four metric updates, an event). Here the calls are packed once, written in one send
 and their replies read in order, on a connection the sender keeps for itself, checked before
-each use as the pool checks the connections it hands out; a thread that finds it in use by
-another takes one of the client's pool.
+each use as the pool checks the connections it hands out. The sender keeps as many as its
+threads have sent on at once, up to :data:`KEEP_AT_MOST`: a thread takes one that is idle,
+or opens another to keep, and puts it back after its round trip (one list's ``pop`` and
+``append``, where the pool's hand-out and return cost several times as much); past that
+many at once, a thread takes one of the client's pool.
 
 =========================================  ===============================================
 what goes wrong                            what happens
@@ -29,11 +32,14 @@ Redis forgot the script (restart, flush)   it is loaded and only the calls it re
 one call's script fails                    every reply is read first (the connection stays
                                            clean), then the first error is raised
 the thread interrupted between sending     the kept connection is closed (replies may be
-and reading (an async exception)           pending on it) and opened again by the next call;
-                                           one of the pool is closed before it goes back
+and reading (an async exception)           pending on it) before it goes back, and opened
+                                           again by its next use
 Redis closed the kept connection (a        seen before the send, as the pool sees it:
 restart, an idle timeout)                  the connection is opened again
-the process forked                         the child opens a connection of its own
+the process forked                         the child opens connections of its own and
+                                           leaves the parent's alone
+:meth:`ScriptSender.close` while a thread  its connection is closed when it comes back
+is sending
 =========================================  ===============================================
 """
 
@@ -59,14 +65,27 @@ class OutcomeUnknown(SpeedtierError, redis.ConnectionError, redis.TimeoutError):
     ``redis.TimeoutError``, so every caller that retries on those keeps doing so."""
 
 
+#: Connections a sender keeps at most (an API worker's threads, a worker's consumers, and the
+#: handler threads enqueueing at one moment); more threads sending at once use the pool.
+KEEP_AT_MOST = 8
+
+
 class ScriptSender:
     """Sends script calls for ``client`` (which must not decode replies, like Dramatiq's)."""
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
-        #: The connection this sender keeps (a ``redis.Connection`` of the client's pool).
-        self._kept: Any = None
-        self._kept_lock = threading.Lock()
+        #: The connections this sender keeps (``redis.Connection``s the client's pool made,
+        #: never handed out by it) that no thread is using now. ``list.pop`` and
+        #: ``list.append`` are atomic: threads take and give back without a lock.
+        self._idle: list[Any] = []
+        #: The connections kept, idle or in use (changed under ``_lock``).
+        self._kept = 0
+        #: Bumped by :meth:`close`: a connection taken before is closed when it comes back.
+        self._generation = 0
+        self._lock = threading.Lock()
+        #: The process the connections and the lock belong to (a forked child starts anew).
+        self._pid = os.getpid()
 
     def send(
         self, script: Script, key: str, calls: Sequence[Sequence[Any]], *, atomic: bool = False
@@ -123,11 +142,16 @@ class ScriptSender:
             pending = refused
 
     def close(self) -> None:
-        """Close the kept connection (the next call opens another)."""
-        with self._kept_lock:
-            if self._kept is not None:
-                self._kept.disconnect()
-                self._kept = None
+        """Close the kept connections (the next call opens another); one in use is closed
+        when its thread gives it back."""
+        with self._lock:
+            self._generation += 1
+            self._kept = 0
+            while self._idle:
+                try:
+                    self._idle.pop().disconnect()
+                except IndexError:  # taken by a sending thread meanwhile
+                    break
 
     def _transaction(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """``commands`` in one ``MULTI``/``EXEC``: their replies, or, when Redis refused one
@@ -146,19 +170,42 @@ class ScriptSender:
             for command in commands:
                 pipe.execute_command(*command)  # type: ignore[no-untyped-call]
             return list(pipe.execute(raise_on_error=False))
-        if self._kept_lock.acquire(blocking=False):
-            try:
-                connection = self._kept
-                if connection is None or connection.pid != os.getpid():
-                    connection = self._kept = self.client.connection_pool.make_connection()
-                reopen_if_stale(connection)
-                try:
-                    return _send_and_read(connection, commands)
-                except BaseException:
-                    connection.disconnect()  # its replies may still be on their way
-                    raise
-            finally:
-                self._kept_lock.release()
+        generation = self._generation
+        connection = self._take()
+        if connection is None:
+            return self._through_pool(commands)
+        try:
+            reopen_if_stale(connection)
+            return _send_and_read(connection, commands)
+        except BaseException:
+            connection.disconnect()  # never kept with its replies still on their way
+            raise
+        finally:
+            if generation == self._generation:
+                self._idle.append(connection)
+            else:  # closed while it was in use
+                connection.disconnect()
+
+    def _take(self) -> Any | None:
+        """An idle kept connection of this process, a new one to keep, or None when
+        :data:`KEEP_AT_MOST` are kept and in use."""
+        pid = os.getpid()
+        if self._pid != pid:
+            # Forked: the connections are the parent's (their sockets left to it), and so is
+            # the lock, which a parent's thread may have held at the fork.
+            self._idle, self._kept, self._lock, self._pid = [], 0, threading.Lock(), pid
+        try:
+            return self._idle.pop()
+        except IndexError:
+            pass
+        with self._lock:
+            if self._kept >= KEEP_AT_MOST:
+                return None
+            self._kept += 1
+        return self.client.connection_pool.make_connection()
+
+    def _through_pool(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Every command's reply, on a connection of the client's pool."""
         pool = self.client.connection_pool
         connection = pool.get_connection()
         try:

@@ -3,7 +3,8 @@
 The check runs for the whole ``/internal`` path space, not per blueprint, so a service
 blueprint cannot forget it and an unknown ``/internal`` path answers 401 (not 404) to a
 caller without the token. A caller whose address has failed too often is answered 429
-before its token is looked at (``auth_throttle``).
+whether its token is right or wrong (``auth_throttle``): before its token is looked at, or,
+on a view that checks the throttle in its own Redis call (the enqueue routes), by that call.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 
 from flask import Flask, Response, request
 
-from services.apikit.auth_throttle import count_failure, throttled
+from services.apikit.auth_throttle import count_failure, defer, throttled
 from services.apikit.errors import error_response
 
 log = logging.getLogger(__name__)
@@ -64,10 +65,13 @@ def install_bearer_auth(app: Flask, token: str | None) -> None:
         presented = bearer_credential()
         if presented is None:
             return unauthorized("missing bearer token", credential_given=False)
+        right = token_matches(presented, token)
+        if right and defer():  # the view's own Redis call checks the throttle
+            return None
         refused = throttled()
         if refused is not None:
             return refused
-        if not token_matches(presented, token):
+        if not right:
             log.warning("rejected a wrong bearer token for %s %s", request.method, request.path)
             count_failure()
             return unauthorized("invalid bearer token")

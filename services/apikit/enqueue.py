@@ -34,6 +34,12 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 
 from router.registry import Registry
 from router.requests import JobRequest
+from services.apikit.auth_throttle import (
+    checks_auth_throttle,
+    deferred_guard,
+    guard_checked,
+    refused_by_guard,
+)
 from services.apikit.context import current_platform
 from services.apikit.errors import field_path
 from services.apikit.openapi import ResponseSpec, View, describe
@@ -46,7 +52,7 @@ from services.apikit.schemas import (
     StrictRequest,
 )
 from shared import metrics
-from shared.errors import ConflictingFields, ValidationFailed
+from shared.errors import ConflictingFields, QueueUnavailable, ValidationFailed, WindowFull
 from shared.inputs import CONFLICTING
 
 ENQUEUE_RESPONSES: dict[int, ResponseSpec] = {
@@ -225,7 +231,16 @@ def enqueue_requests(
         requests = contract.parse(request.get_data(cache=False))
         if prepare is not None:
             requests = prepare(requests)
-        jobs = current_platform().router.enqueue_many(requests)
+        try:
+            # The failed-authentication throttle, when the bearer check left it to this call.
+            jobs = current_platform().router.enqueue_many(requests, deferred_guard())
+        except WindowFull as full:
+            return refused_by_guard(full)
+        except QueueUnavailable as failed:
+            if failed.accepted or failed.unknown:  # the guarded call ran, or may have
+                guard_checked()
+            raise
+        guard_checked()
     # EnqueueAccepted's shape, built directly (the router's answers are already plain strings
     # of the right values; validating them again through pydantic cost as much as parsing).
     answer = {
@@ -269,6 +284,7 @@ def enqueue_blueprint(
 
     @blueprint.post("/enqueue")
     @describe_enqueue(summary, contract)
+    @checks_auth_throttle
     def enqueue() -> ResponseReturnValue:
         return enqueue_requests(contract, prepare)
 

@@ -8,6 +8,7 @@ from flask import Blueprint, jsonify, request
 from flask.typing import ResponseReturnValue
 from werkzeug.routing import BaseConverter
 
+from services.apikit.auth_throttle import checks_auth_throttle
 from services.apikit.context import current_platform
 from services.apikit.enqueue import EnqueueContract, describe_enqueue, enqueue_requests
 from services.apikit.errors import error_response
@@ -35,6 +36,7 @@ ANY_KIND = EnqueueContract("EnqueueBody")
 
 @blueprint.post("/enqueue")
 @describe_enqueue("Enqueue jobs of any registered kind", ANY_KIND)
+@checks_auth_throttle
 def enqueue() -> ResponseReturnValue:
     return enqueue_requests(ANY_KIND)
 

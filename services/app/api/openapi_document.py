@@ -32,8 +32,9 @@ Mode = Literal["validation", "serialization"]
 
 _CACHE_KEY = "speedtier.openapi"
 THROTTLED = (
-    "Too many failed authentications from this address (SPEEDTIER_AUTH_FAILURE_RATE); the "
-    "credential was not checked. Retry after Retry-After."
+    "Too many failed authentications from this address (SPEEDTIER_AUTH_FAILURE_RATE): the "
+    "same answer whether the credential is right or wrong, and nothing was done. Retry after "
+    "Retry-After."
 )
 _IGNORED_METHODS = frozenset({"HEAD", "OPTIONS"})
 _ARGUMENT = re.compile(r"<(?:[^<>:]+:)?([^<>]+)>")

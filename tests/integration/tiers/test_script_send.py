@@ -15,7 +15,7 @@ import pytest
 import redis
 from redis.commands.core import Script
 
-from tiers.script_send import ScriptSender
+from tiers.script_send import KEEP_AT_MOST, ScriptSender
 
 ECHO = "return ARGV[1]"
 COUNT = "return redis.call('incr', KEYS[1] .. ':count:' .. ARGV[1])"
@@ -131,14 +131,71 @@ def test_threads_sharing_a_sender_each_get_their_own_replies(
     assert results == {t: [f"{t}-{i}".encode() for i in range(100)] for t in range(8)}
 
 
+def test_threads_sending_at_once_each_send_on_a_kept_connection(
+    client: redis.Redis, sender: ScriptSender, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    echo = script(client, ECHO)
+    pool = client.connection_pool
+    hand_outs: list[int] = []
+    get_connection = pool.get_connection
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        hand_outs.append(1)
+        return get_connection(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "get_connection", counting)
+    start = threading.Barrier(KEEP_AT_MOST)
+    sent: dict[int, list[Any]] = {}
+
+    def run(t: int) -> None:
+        start.wait()
+        sent[t] = [sender.send(echo, namespace, [[f"{t}-{i}"]])[0] for i in range(200)]
+
+    # When as many threads as a sender keeps connections for send together
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(KEEP_AT_MOST)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    # Then each got its replies, none through a connection handed out by the pool, and the
+    # sender keeps no more connections than threads sent at once
+    assert sent == {t: [f"{t}-{i}".encode() for i in range(200)] for t in range(KEEP_AT_MOST)}
+    assert hand_outs == []
+    assert 1 <= len(sender._idle) <= KEEP_AT_MOST
+    # And closing it closes them all
+    kept = list(sender._idle)
+    sender.close()
+    assert sender._idle == [] and all(c._sock is None for c in kept)
+
+
+def test_a_sender_keeps_at_most_its_limit_of_connections(
+    client: redis.Redis, sender: ScriptSender, namespace: str
+) -> None:
+    echo = script(client, ECHO)
+    threads_at_once = KEEP_AT_MOST * 2
+    start = threading.Barrier(threads_at_once)
+    sent: dict[int, list[Any]] = {}
+
+    def run(t: int) -> None:
+        start.wait()
+        sent[t] = [sender.send(echo, namespace, [[f"{t}-{i}"]])[0] for i in range(100)]
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(threads_at_once)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert sent == {t: [f"{t}-{i}".encode() for i in range(100)] for t in range(threads_at_once)}
+    assert len(sender._idle) <= KEEP_AT_MOST
+
+
 def test_a_connection_redis_dropped_is_opened_again(
     client: redis.Redis, sender: ScriptSender, namespace: str, redis_client: redis.Redis
 ) -> None:
     count = script(client, COUNT)
     sender.send(count, namespace, [["warm"]])
     # Given Redis closed the sender's connection
-    kept = sender._kept
-    assert kept is not None
+    (kept,) = sender._idle
     kept.send_command("CLIENT", "ID")
     redis_client.client_kill_filter(_id=str(kept.read_response()))
     # When the next call is sent
@@ -152,14 +209,15 @@ def test_a_forked_child_opens_a_connection_of_its_own(
 ) -> None:
     echo = script(client, ECHO)
     sender.send(echo, namespace, [["warm"]])
-    parents = sender._kept
-    assert parents is not None
-    # Given the kept connection belongs to another process (as after a fork)
-    parents.pid = -1
+    (parents,) = sender._idle
+    # Given the sender's connections belong to another process (as after a fork)
+    sender._pid = -1
     # When this "child" sends
     assert sender.send(echo, namespace, [["child"]]) == [b"child"]
-    # Then it used a new connection, and left the parent's socket alone
-    assert sender._kept is not parents
+    # Then it used a new connection, kept now in the parent's place, and left the parent's
+    # socket alone
+    (kept,) = sender._idle
+    assert kept is not parents
     assert parents._sock is not None
     parents.disconnect()
 
