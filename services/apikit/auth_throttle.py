@@ -12,8 +12,9 @@ a credential from an address under its limit       checked as usual
 the check fails                                    401, counted in the address's window
 a credential from an address whose window is full  429 with ``Retry-After`` (seconds to the
                                                    window's end), the same answer whether the
-                                                   credential is right or wrong, so a right
-                                                   guess is not revealed; nothing is done
+                                                   credential is right or wrong (on the enqueue
+                                                   routes, not the same time: below); nothing
+                                                   is done
 a request without any credential                   not counted, never 429 (it guesses nothing)
 Redis unreachable                                  checked as usual, not counted, a warning at
                                                    most once a minute: the throttle fails open,
