@@ -7,10 +7,10 @@ text after a few runs, so the server plans it once per connection, and the clien
 no SQL, no ORM instance and no identity-map entry per document (an ORM select of the
 document cost about 0.5 ms of the worker's CPU, measured). The row comes in binary, so the
 source arrives as its bytes, not as hex text twice their size that the server encodes and
-the client decodes. A pass that must change the
-document beyond what :func:`~services.ingestion.store.indexed.mark_indexed` writes (fail
-it, store a fetched page) reads it again as an ORM instance under its lock
-(:func:`~services.ingestion.store.documents.locked_document`).
+the client decodes. A pass that must change the document beyond what
+:func:`~services.ingestion.store.indexed.mark_indexed` writes (fail it, mark it unchanged,
+store a fetched page) takes its lock and reads it again as an ORM instance
+(:func:`~services.ingestion.store.documents.get_document`).
 """
 
 from __future__ import annotations

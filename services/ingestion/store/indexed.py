@@ -110,7 +110,7 @@ def mark_indexed(
 
     Parameters:
       document: the document as the pass read it (its ids, base and ``submitted_at``).
-      loaded: the document's ORM instance in this session, if the caller holds one: it is
+      loaded: the document's ORM instance in ``session``, if the caller holds one: it is
         given the written values as its loaded state.
 
     Returns:
