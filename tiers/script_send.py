@@ -181,10 +181,20 @@ class ScriptSender:
             connection.disconnect()  # never kept with its replies still on their way
             raise
         finally:
+            self._give_back(connection, generation)
+
+    def _give_back(self, connection: Any, generation: int) -> None:
+        """Keep ``connection`` for the next call, unless :meth:`close` ran since it was taken
+        (at ``generation``) or while it was being put back: then close it."""
+        if generation == self._generation:
+            self._idle.append(connection)
             if generation == self._generation:
-                self._idle.append(connection)
-            else:  # closed while it was in use
-                connection.disconnect()
+                return
+            try:  # closed just as it came back: close may have missed it
+                self._idle.remove(connection)
+            except ValueError:  # close took it
+                return
+        connection.disconnect()
 
     def _take(self) -> Any | None:
         """An idle kept connection of this process, a new one to keep, or None when
