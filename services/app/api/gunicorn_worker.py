@@ -3,7 +3,8 @@
 gunicorn refuses some requests before the app sees them (a request line over
 ``limit_request_line``, 4094 bytes by default; too many or too large headers; a malformed
 request line or header) and answers them with an HTML page. :class:`JsonErrorsWorker` is
-gunicorn's gthread worker answering those in JSON instead:
+gunicorn's gthread worker (as ``services.app.api.thread_loop`` runs it) answering those in
+JSON instead:
 
 =================================  ======  ===============================================
 refusal                            status  body
@@ -32,7 +33,8 @@ from gunicorn.http.errors import (
     ParseException,
     UnsupportedTransferCoding,
 )
-from gunicorn.workers.gthread import ThreadWorker
+
+from services.app.api.thread_loop import LeanThreadWorker
 
 WORKER_CLASS = f"{__name__}.JsonErrorsWorker"
 
@@ -71,8 +73,9 @@ def response_bytes(status: int, body: dict[str, Any]) -> bytes:
     return head.encode("latin-1") + payload
 
 
-class JsonErrorsWorker(ThreadWorker):  # type: ignore[misc]
-    """gunicorn's gthread worker, with its request refusals in JSON."""
+class JsonErrorsWorker(LeanThreadWorker):
+    """gunicorn's gthread worker (its loop's bookkeeping constant per request:
+    ``services.app.api.thread_loop``), with its request refusals in JSON."""
 
     def handle_error(self, req: Any, client: Any, addr: Any, exc: BaseException) -> None:
         answer = refusal(exc)
