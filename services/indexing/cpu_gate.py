@@ -6,8 +6,9 @@ hashing embedder), an ingestion pass is CPU-bound from its extraction to its las
 so four threads of one process taking turns at it gain nothing over one, and pay for the
 turns: the interpreter hands the GIL from one to another every switch interval (5 ms), and
 each resumes on caches the others filled. Measured with ``python -m bench.ingestion_passes
---threads 4`` (``docs/benchmarks.md``), the process spent about a tenth more CPU a document
-than when the passes of one process take that work one at a time.
+--threads 4`` on a machine shared with other work (``docs/benchmarks.md``, provisional),
+the process spent about a tenth more CPU a document than when its passes take that work one
+at a time.
 
 :func:`cpu_gate_for` gives such a pass this process's gate: the pass holds it while it
 parses the document's bytes, splits the text and embeds the chunks, and nowhere else. Its
