@@ -195,7 +195,7 @@ class _Pass:
         self,
         fetch: PageFetch | None,
         fetch_feed: FeedFetch | None = None,
-        embedder: object = None,
+        embedder: Embedder | None = None,
     ) -> str:
         """The document's text, from its stored source or, for a URL document without one,
         from its page (kept in :attr:`fetched`, stored when the pass ends); the source is
