@@ -81,6 +81,9 @@ class HashingEmbedder:
       dimensions: the vector length.
     """
 
+    #: It computes in this process, holding the GIL (:mod:`services.indexing.cpu_gate`).
+    cpu_bound = True
+
     def __init__(self, dimensions: int = DEFAULT_HASHING_DIMENSIONS) -> None:
         if dimensions < 1:
             raise ValueError(f"dimensions must be positive, got {dimensions}")

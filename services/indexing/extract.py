@@ -23,7 +23,7 @@ import os.path
 import re
 import zipfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from io import BytesIO
 from typing import Any
@@ -32,8 +32,9 @@ import docx
 from docx.enum.style import WD_STYLE_TYPE
 from docx.table import Table
 from docx.text.paragraph import Paragraph
-from pypdf import PasswordType, PdfReader
+from pypdf import PageObject, PasswordType, PdfReader
 
+from services.indexing.cpu_gate import UNGATED
 from services.indexing.ocr import DEFAULT_OCR_LIMITS, OcrLimits, ocr_pdf_pages
 from services.indexing.text_decoding import NotText, decode_text
 from services.web.html import extract_html
@@ -125,6 +126,7 @@ def extract(
     filename: str | None,
     max_bytes: int = MAX_BYTES,
     ocr: OcrLimits = DEFAULT_OCR_LIMITS,
+    cpu: AbstractContextManager[object] = UNGATED,
 ) -> Extracted:
     """The text of an uploaded document.
 
@@ -135,6 +137,8 @@ def extract(
       max_bytes: a larger input, or a longer text, is refused.
       ocr: how many PDF pages without a text layer may be OCRed, and for how long
         (:mod:`services.indexing.ocr`).
+      cpu: held while the bytes are parsed (everything but OCR, which runs outside the
+        GIL): the caller's :mod:`~services.indexing.cpu_gate`, or nothing.
 
     Returns:
       The normalised text, the title and the detected media type.
@@ -149,16 +153,19 @@ def extract(
     media_type, charset = _parse_content_type(content_type)
     kind = _detect(data, media_type, filename)
     title: str | None
-    empty_reason = NO_PDF_TEXT if kind == PDF else NO_TEXT
+    empty_reason = NO_TEXT
+    with cpu:
+        if kind == PDF:
+            title, pages, texts = _read_pdf(data)
+        elif kind == DOCX:
+            title, text = _read_docx(data)
+        elif kind == HTML:
+            title, text, _ = extract_html(_decode(data, charset, html=True), "")
+        else:
+            text = _decode(data, charset, html=False)
+            title = _first_heading(text) if kind == MARKDOWN else None
     if kind == PDF:
-        title, text, empty_reason = _read_pdf(data, ocr)
-    elif kind == DOCX:
-        title, text = _read_docx(data)
-    elif kind == HTML:
-        title, text, _ = extract_html(_decode(data, charset, html=True), "")
-    else:
-        text = _decode(data, charset, html=False)
-        title = _first_heading(text) if kind == MARKDOWN else None
+        text, empty_reason = _ocr_blank_pages(pages, texts, ocr)
     text = _normalise(text)
     if not text:
         raise ExtractionFailed(empty_reason)
@@ -257,9 +264,8 @@ def _reading() -> Iterator[None]:
         raise ExtractionFailed(UNREADABLE) from exc
 
 
-def _read_pdf(data: bytes, ocr: OcrLimits) -> tuple[str | None, str, str]:
-    """The PDF's title, its text (a page without a text layer OCRed, within ``ocr``) and
-    the reason to give if that text is empty."""
+def _read_pdf(data: bytes) -> tuple[str | None, list[PageObject], list[str]]:
+    """The PDF's title, its pages and their text layers."""
     if data.rfind(b"%%EOF", max(0, len(data) - _HEAD_BYTES)) < 0:
         raise ExtractionFailed(UNREADABLE)
     with _reading():
@@ -271,6 +277,12 @@ def _read_pdf(data: bytes, ocr: OcrLimits) -> tuple[str | None, str, str]:
         texts = [page.extract_text() for page in pages]
         metadata = reader.metadata
         title = _clean(metadata.title if metadata is not None else None)
+    return title, pages, texts
+
+
+def _ocr_blank_pages(pages: list[PageObject], texts: list[str], ocr: OcrLimits) -> tuple[str, str]:
+    """The PDF's text, its pages without a text layer OCRed within ``ocr``, and the reason
+    to give if that text is empty."""
     blank = [index for index, text in enumerate(texts) if not text.strip()]
     reason = NO_PDF_TEXT
     if blank and ocr.max_pages <= 0:
@@ -281,7 +293,7 @@ def _read_pdf(data: bytes, ocr: OcrLimits) -> tuple[str | None, str, str]:
             texts[blank[position]] = text
         if result.timed_out:
             reason = NO_PDF_TEXT_OCR_TIMEOUT
-    return title, "\n\n".join(texts), reason
+    return "\n\n".join(texts), reason
 
 
 def _read_docx(data: bytes) -> tuple[str | None, str]:

@@ -41,6 +41,7 @@ from sqlalchemy.orm import Session
 
 from services.indexing.chunk_batches import PackedVector, embed_chunks
 from services.indexing.chunking import Chunk
+from services.indexing.cpu_gate import cpu_gate_for
 from services.indexing.digests import text_hash
 from services.indexing.embedders import Embedder
 from services.indexing.index_writer import DocumentChunker, index_fingerprint
@@ -139,7 +140,7 @@ def ingest_document(
         return _settled(session, document, unchanged=True)
     this = _Pass(session, read, now, recrawl_interval_seconds, ocr)
     try:
-        text = this.extract_text(fetch, fetch_feed)
+        text = this.extract_text(fetch, fetch_feed, embedder)
     except (FetchFailed, ExtractionFailed, FeedUnreadable) as exc:
         return this.failed(exc.reason)
     digest, fingerprint = text_hash(text), index_fingerprint(chunker, embedder)
@@ -149,11 +150,13 @@ def ingest_document(
         and store.has_chunks(session, organization_id, document_id)
     ):
         return this.unchanged()
-    chunks = chunker.split(text)
+    with cpu_gate_for(embedder, len(text)):
+        chunks = chunker.split(text)
     if not chunks:
         return this.failed(NO_TEXT)
     check_embedding_dimensions(session, embedder)
-    vectors = embed_chunks(embedder, chunks)
+    with cpu_gate_for(embedder, len(text)):
+        vectors = embed_chunks(embedder, chunks)
     return this.indexed(_NewIndex(text, digest, fingerprint, chunks, vectors))
 
 
@@ -188,9 +191,15 @@ class _Pass:
         self.ocr = ocr
         self.fetched: bytes | None = None
 
-    def extract_text(self, fetch: PageFetch | None, fetch_feed: FeedFetch | None = None) -> str:
+    def extract_text(
+        self,
+        fetch: PageFetch | None,
+        fetch_feed: FeedFetch | None = None,
+        embedder: Embedder | None = None,
+    ) -> str:
         """The document's text, from its stored source or, for a URL document without one,
-        from its page (kept in :attr:`fetched`, stored when the pass ends)."""
+        from its page (kept in :attr:`fetched`, stored when the pass ends); the source is
+        parsed under ``embedder``'s CPU gate (a page is fetched outside it)."""
         from services.indexing.extract import extract
 
         document = self.document
@@ -213,7 +222,11 @@ class _Pass:
         content_type = MARKDOWN_CONTENT_TYPE if document.kind == "url" else document.content_type
         # The bytes go with this frame: the text is what follows; they stay in the database.
         return extract(
-            source or b"", content_type=content_type, filename=document.filename, ocr=self.ocr
+            source or b"",
+            content_type=content_type,
+            filename=document.filename,
+            ocr=self.ocr,
+            cpu=cpu_gate_for(embedder, len(source or b"")),
         ).text
 
     def _locked(self) -> KbDocument | IngestOutcome:

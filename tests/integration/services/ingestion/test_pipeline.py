@@ -79,7 +79,8 @@ def words(seed: object, n: int = 150) -> str:
 
 class CountingEmbedder(HashingEmbedder):
     """The hashing embedder, counting what it is asked; optionally failing or waiting for
-    others at a barrier (to line up concurrent runs)."""
+    others at a barrier (to line up concurrent runs: it then waits, so it is not CPU-bound
+    and takes no CPU gate, which would keep the others from reaching the barrier)."""
 
     def __init__(
         self,
@@ -93,6 +94,7 @@ class CountingEmbedder(HashingEmbedder):
         self.texts = 0
         self.fail = fail
         self.barrier = barrier
+        self.cpu_bound = barrier is None
         self._lock = threading.Lock()
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
