@@ -75,11 +75,12 @@ for i, redis_id in ipairs(ids) do
             if type(gk) ~= "string" then
                 gk = ""
             end
+            -- One read of the record serves the claim and the rerun check.
             local before = redis.call("hmget", ns .. ":job:" .. options["st_job"], "state",
-                "open")
+                "msg", "cur", "open")
             verdict = claim_fetched(options["st_job"], message["message_id"], redis_id, gk,
-                tonumber(options["st_cap"]) or 0, now, lease, messages, acks)
-            if verdict == "run" and (before[1] == "active" or before[2]) then
+                tonumber(options["st_cap"]) or 0, now, lease, messages, acks, before)
+            if verdict == "run" and (before[1] == "active" or before[4]) then
                 -- An earlier run never settled, or the worker that fetched this delivery
                 -- died (perhaps mid-run, before its start reached Redis): this start waits
                 -- for start.lua's verdict.
