@@ -100,6 +100,18 @@ end
 -- deadline (every claim of one call leases until the same now + lease).
 local claim_leased = {}
 
+-- A number as Redis writes a script's number argument ("%.17g"), formatted once per call
+-- for the times every claim of a fetch writes.
+local claim_texts = {}
+local function claim_text(number)
+    local text = claim_texts[number]
+    if not text then
+        text = string.format("%.17g", number)
+        claim_texts[number] = text
+    end
+    return text
+end
+
 -- Claim a message a worker fetched or is about to run: the verdict run | stale | done |
 -- parked | later. A stale copy (the record points at another message) or a finished job is
 -- left alone; a grouped job takes (or keeps) its slot, leased until now + lease; with the
@@ -120,7 +132,7 @@ local function claim(job_id, message_id, redis_id, gk, cap, now, lease, park_it,
         end
     end
     if gk ~= "" then
-        local group, deadline = ns .. ":group:" .. gk, now + lease
+        local group, deadline = ns .. ":group:" .. gk, claim_text(now + lease)
         -- Usually the job holds its slot (admitted when queued, or by a release): one
         -- command moves its lease. 0 means it holds none, or already this very deadline.
         if redis.call("zadd", group, "XX", "CH", deadline, job_id) == 0
@@ -143,7 +155,7 @@ local function claim(job_id, message_id, redis_id, gk, cap, now, lease, park_it,
         redis.call("hset", record, "msg", message_id, "cur", redis_id, "created_at", now,
             "group", gk, "failures", 0)
     end
-    redis.call("hset", record, "state", "active", "started_at", now)
+    redis.call("hset", record, "state", "active", "started_at", claim_text(now))
     return "run"
 end
 

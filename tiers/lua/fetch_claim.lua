@@ -15,7 +15,7 @@
 -- A delay queue's messages (they carry an eta) are fetched here too, never claimed.
 local now, lease, queue, worker_id = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local count = tonumber(ARGV[5])
-redis.call("zadd", ns .. ":__heartbeats__", now, worker_id)
+redis.call("zadd", ns .. ":__heartbeats__", ARGV[1], worker_id)
 local queue_key = ns .. ":" .. queue
 local messages = queue_key .. ".msgs"
 local acks = ns .. ":__acks__." .. worker_id .. "." .. queue

@@ -26,7 +26,7 @@ local ack_queue, worker_id = ARGV[14], ARGV[15]
 local rates_key, rates_keep, epoch = ARGV[16], ARGV[17], ARGV[18]
 
 if ack_queue ~= "" then
-    redis.call("zadd", ns .. ":__heartbeats__", now, worker_id)
+    redis.call("zadd", ns .. ":__heartbeats__", ARGV[5], worker_id)
     if redis.call("srem", ns .. ":__acks__." .. worker_id .. "." .. ack_queue, redis_id) > 0 then
         redis.call("hdel", ns .. ":" .. ack_queue .. ".msgs", redis_id)
     end
