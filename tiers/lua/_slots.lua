@@ -6,6 +6,10 @@
 -- a parked message is in its group's parked list and nowhere else; an admitted grouped
 -- message waits in its queue's fair order (or in the list, put back there by Dramatiq),
 -- or is in one worker's ack set; parked messages leave their list oldest first.
+-- Per script call: a fetch's claims all lease until the same now + lease, so each group's
+-- __leases__ entry is brought down once per call (_prelude.lua's rule: at or below the
+-- group's earliest deadline); a release reads the parked message's job id and queue from its
+-- text when each key occurs once with a plain string value, and decodes it otherwise.
 
 -- Put a message where its job now waits: a delay queue, its queue (a grouped one, taking a
 -- group slot when the group has room, in the fair order), or the group's parked list.
