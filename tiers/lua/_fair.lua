@@ -86,6 +86,25 @@ local function fair_set_now(q, v)
     redis.call("set", q .. ".fq.v", v)
 end
 
+-- A queue's fair order is kept in Redis's skiplist encoding of a sorted set. In the listpack
+-- encoding (Redis's default below 128 members) an added member's place is found by parsing
+-- every score stored before it, and the fair order's scores are fractions, added mostly at its
+-- end. No command sees the encoding: a member longer than zset-max-listpack-value (64 bytes
+-- by default), added and removed in the same step, converts the set (FAIR_CONVERT cannot be a
+-- message's redis id). A set that empties is deleted, and the next one starts as a listpack.
+local FAIR_CONVERT = "\0fair order: skiplist\0" .. string.rep("-", 100)
+
+local function fair_add(q, tag, redis_id)
+    local fq = q .. ".fq"
+    local encoding = redis.call("object", "encoding", fq)
+    if encoding == "listpack" or encoding == "ziplist" then
+        redis.call("zadd", fq, 0, FAIR_CONVERT, tag, redis_id)
+        redis.call("zrem", fq, FAIR_CONVERT)
+    else
+        redis.call("zadd", fq, tag, redis_id)
+    end
+end
+
 -- Queue an admitted message of group gk in queue's fair order (sparse: the group holds no
 -- other job).
 local function fair_push(queue, redis_id, data, gk, sparse)
@@ -102,7 +121,7 @@ local function fair_push(queue, redis_id, data, gk, sparse)
     if sparse and tag == v then
         tag = v - FAIR_EPSILON
     end
-    redis.call("zadd", q .. ".fq", tag, redis_id)
+    fair_add(q, tag, redis_id)
 end
 
 -- Group gk's only other job (job_id) lost its sparse place: it scores at least V now.

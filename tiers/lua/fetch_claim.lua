@@ -15,7 +15,7 @@
 -- A delay queue's messages (they carry an eta) are fetched here too, never claimed.
 local now, lease, queue, worker_id = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local count = tonumber(ARGV[5])
-redis.call("zadd", ns .. ":__heartbeats__", now, worker_id)
+redis.call("zadd", ns .. ":__heartbeats__", ARGV[1], worker_id)
 local queue_key = ns .. ":" .. queue
 local messages = queue_key .. ".msgs"
 local acks = ns .. ":__acks__." .. worker_id .. "." .. queue
@@ -75,11 +75,12 @@ for i, redis_id in ipairs(ids) do
             if type(gk) ~= "string" then
                 gk = ""
             end
+            -- One read of the record serves the claim and the rerun check.
             local before = redis.call("hmget", ns .. ":job:" .. options["st_job"], "state",
-                "open")
+                "msg", "cur", "open")
             verdict = claim_fetched(options["st_job"], message["message_id"], redis_id, gk,
-                tonumber(options["st_cap"]) or 0, now, lease, messages, acks)
-            if verdict == "run" and (before[1] == "active" or before[2]) then
+                tonumber(options["st_cap"]) or 0, now, lease, messages, acks, before)
+            if verdict == "run" and (before[1] == "active" or before[4]) then
                 -- An earlier run never settled, or the worker that fetched this delivery
                 -- died (perhaps mid-run, before its start reached Redis): this start waits
                 -- for start.lua's verdict.

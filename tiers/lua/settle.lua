@@ -26,7 +26,7 @@ local ack_queue, worker_id = ARGV[14], ARGV[15]
 local rates_key, rates_keep, epoch = ARGV[16], ARGV[17], ARGV[18]
 
 if ack_queue ~= "" then
-    redis.call("zadd", ns .. ":__heartbeats__", now, worker_id)
+    redis.call("zadd", ns .. ":__heartbeats__", ARGV[5], worker_id)
     if redis.call("srem", ns .. ":__acks__." .. worker_id .. "." .. ack_queue, redis_id) > 0 then
         redis.call("hdel", ns .. ":" .. ack_queue .. ".msgs", redis_id)
     end
@@ -44,7 +44,7 @@ end
 
 local record = ns .. ":job:" .. job_id
 local current = redis.call("hmget", record, "cur", "epoch", "queue", "started_at", "state",
-    "open")
+    "open", "attempts")
 if current[1] and current[1] ~= redis_id then
     return "stale"
 end
@@ -69,20 +69,21 @@ if gk ~= "" then
     released = pushed or false
     fair_flush()
 end
+-- attempts counts runs that ended here; a fetched message that never started is not one.
+-- The record's fields are written in one command (this script reads and writes them alone).
+local fields = {"attempts", (tonumber(current[7]) or 0) + 1, "failures", failures}
 if err ~= "" then
-    redis.call("hset", record, "last_error", err)
+    fields[#fields + 1], fields[#fields + 2] = "last_error", err
 end
 if delay ~= "" then
-    redis.call("hset", record, "last_delay", delay)
+    fields[#fields + 1], fields[#fields + 2] = "last_delay", delay
 end
--- attempts counts runs that ended here; a fetched message that never started is not one.
-redis.call("hincrby", record, "attempts", 1)
 if next_redis_id ~= "" then
     push(next_queue, next_redis_id, next_data)
     redis.call("hset", record, "state", "delayed", "cur", next_redis_id, "queue", next_queue,
-        "failures", failures)
+        unpack(fields))
 else
-    redis.call("hset", record, "state", state, "finished_at", now, "failures", failures)
+    redis.call("hset", record, "state", state, "finished_at", now, unpack(fields))
     redis.call("pexpire", record, retention)
 end
 -- "released": the freed slot went to a parked message, now in the queue (the settling

@@ -51,6 +51,25 @@ def test_a_new_organizations_job_goes_before_every_busy_organizations_backlog(
     assert set(firsts.values()) == {1}
 
 
+def test_the_fair_order_holds_its_messages_alone_in_the_skiplist_encoding(
+    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
+) -> None:
+    # Given 5 organizations with 3 jobs each (cap 2: 10 admitted, 5 parked)
+    router.enqueue_many(backlog(range(1, 6), 3))
+    fair = fair_key(namespace, QUEUE)
+    # Then the fair order holds exactly the admitted messages, in the encoding where an added
+    # message's place is found without parsing the scores before it
+    records = [broker.jobs.record(f"group-busy-{org}-{i}") for org in range(1, 6) for i in (0, 1)]
+    admitted = {str(record["cur"]) for record in records if record}
+    assert len(admitted) == 10
+    assert {member.decode() for member in redis_client.zrange(fair, 0, -1)} == admitted
+    assert redis_client.object("encoding", fair) == b"skiplist"
+    # And so it stays as fetches take messages and settles admit the parked ones
+    assert fetch_one(broker).startswith("busy-")
+    assert redis_client.zcard(fair) == 9
+    assert redis_client.object("encoding", fair) == b"skiplist"
+
+
 def test_an_organization_that_ran_on_an_idle_system_is_new_again_behind_a_backlog(
     router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
 ) -> None:

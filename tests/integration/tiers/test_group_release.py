@@ -5,6 +5,7 @@ leave it alone; a claim moves a held slot's lease (tiers/lua/_prelude.lua, claim
 
 from __future__ import annotations
 
+import json
 import time
 
 import redis
@@ -64,6 +65,27 @@ def test_a_release_passes_the_slot_down_the_line_and_leaves_nothing_behind(
     # Then every job ran once, and no parked entry or message remains
     assert [h.state(broker, f"serial-{i}") for i in "abc"] == ["completed"] * 3
     assert not redis_client.exists(parked, f"{parked}.msgs", f"{namespace}:{QUEUE}.msgs")
+
+
+def test_a_release_names_the_parked_job_by_its_options_whatever_its_arguments_say(
+    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
+) -> None:
+    # Given b and c parked behind a, b's message carrying c's job id and another queue's
+    # name as keyword arguments (keys the release reads from the message's options and top)
+    router.enqueue_many([serial("a"), serial("b"), serial("c")])
+    b_id = broker.jobs.record("serial-b")["cur"]  # type: ignore[index]
+    parked_msgs = f"{namespace}:group:{GROUP}:parked.msgs"
+    data = json.loads(redis_client.hget(parked_msgs, b_id))  # type: ignore[arg-type]
+    data["kwargs"] = {"st_job": "serial-c", "queue_name": "elsewhere.fast", **data["kwargs"]}
+    redis_client.hset(parked_msgs, b_id, json.dumps(data, separators=(",", ":")))
+    consumer = broker.consume(QUEUE, prefetch=10, timeout=100)
+    # When a's slot frees, it goes to b, in b's own queue
+    assert run_one(broker, consumer) == "released"
+    assert h.state(broker, "serial-b") == "waiting"
+    assert h.state(broker, "serial-c") == "parked"
+    assert redis_client.zrange(f"{namespace}:group:{GROUP}", 0, -1) == [b"serial-b"]
+    assert ready_ids(redis_client, namespace, QUEUE) == [b_id]
+    consumer.close()  # type: ignore[attr-defined]
 
 
 def test_a_parked_message_whose_data_is_gone_passes_the_slot_on(
