@@ -4,14 +4,16 @@ gunicorn's ``ThreadWorker`` keeps its in-flight requests and its idle keep-alive
 connections in deques, and its main loop, once per turn, does work that grows with them:
 
 - ``concurrent.futures.wait`` over every in-flight request's future, only to drop the
-  finished ones (it takes and releases each future's lock twice: 6.6 µs a turn with 4 in
-  flight, 13.9 µs with 16);
+  finished ones (it takes and releases each future's lock twice);
 - ``deque.remove`` of a connection from the keep-alive queue when its next request arrives,
   and of a finished future from the in-flight queue (a scan of each);
 - the arbiter's heartbeat (a ``utime`` system call) and a take-and-put-back of the oldest
   keep-alive connection, every turn.
 
-So the more clients wait on a worker, the more each request costs its main thread. Here:
+A turn serves about one request when a worker holds about as many connections as threads,
+so that work is paid per request: a few percent of a bare request's CPU
+(``python -m bench.api_loop``, figures on the benchmarks page). With more clients a turn serves several
+requests and they share it. Here the work is constant per request:
 
 =================================  ===========================================================
 gunicorn's                         this loop's
@@ -20,8 +22,8 @@ in-flight futures in a deque,      a set; the future's own done-callback removes
 dropped by ``futures.wait``
 keep-alive connections in a        an ordered dict (insertion order is deadline order: the
 deque, removed by a scan           keep-alive period is one constant); removed by key
-the heartbeat every turn           at most every ``BEAT_SECONDS`` (the arbiter's timeout is
-                                   ``WORKER_TIMEOUT_SECONDS``, far longer)
+the heartbeat every turn           at most every ``BEAT_SECONDS`` (the arbiter's timeout,
+                                   ``speedtier api``'s 30 s, is far longer)
 expired keep-alive connections     the oldest looked at without being taken out, unless expired
 =================================  ===========================================================
 
