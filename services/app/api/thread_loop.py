@@ -11,8 +11,8 @@ connections in deques, and its main loop, once per turn, does work that grows wi
   keep-alive connection, every turn.
 
 A turn serves about one request when a worker holds about as many connections as threads,
-so that work is paid per request: a few percent of a bare request's CPU
-(``python -m bench.api_loop``, figures on the benchmarks page). With more clients a turn serves several
+so that work is paid per request: a few percent of a bare request's CPU (``python -m
+bench.api_loop``, figures on the benchmarks page). With more clients a turn serves several
 requests and they share it. Here the work is constant per request:
 
 =================================  ===========================================================
