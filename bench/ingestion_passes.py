@@ -76,7 +76,7 @@ def _split_by_statement(backend: int, spent: dict[str, float]) -> None:
     from sqlalchemy.orm import Session
 
     from services.indexing.kb_chunks import copy_kb_chunks
-    from services.ingestion import pipeline
+    from services.ingestion import index_write
 
     def timed(name: str | None, function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)
@@ -92,7 +92,7 @@ def _split_by_statement(backend: int, spent: dict[str, float]) -> None:
     for name in _DRIVER_MODULES:
         module = importlib.import_module(name)
         setattr(module, "driver_execute", timed(None, module.driver_execute))  # noqa: B010
-    setattr(pipeline, "copy_kb_chunks", timed("copy", copy_kb_chunks))  # noqa: B010
+    setattr(index_write, "copy_kb_chunks", timed("copy", copy_kb_chunks))  # noqa: B010
     Session.commit = timed("commit", Session.commit)  # type: ignore[method-assign]
 
 

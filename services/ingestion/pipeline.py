@@ -39,16 +39,16 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from services.indexing.chunk_batches import PackedVector, embed_chunks
-from services.indexing.chunking import Chunk
+from services.indexing.chunk_batches import embed_chunks
 from services.indexing.cpu_gate import cpu_gate_for
 from services.indexing.digests import text_hash
 from services.indexing.embedders import Embedder
 from services.indexing.index_writer import DocumentChunker, index_fingerprint
-from services.indexing.kb_chunks import check_embedding_dimensions, copy_kb_chunks
+from services.indexing.kb_chunks import check_embedding_dimensions
 from services.indexing.ocr import DEFAULT_OCR_LIMITS, OcrLimits
 from services.ingestion import store
 from services.ingestion.feeds import RSS_CONNECTOR, FeedUnreadable, feed_document_source
+from services.ingestion.index_write import NewIndex, write_index
 from services.ingestion.url_sources import (
     DEFAULT_RECRAWL_INTERVAL_SECONDS,
     MARKDOWN_CONTENT_TYPE,
@@ -157,16 +157,7 @@ def ingest_document(
     check_embedding_dimensions(session, embedder)
     with cpu_gate_for(embedder, len(text)):
         vectors = embed_chunks(embedder, chunks)
-    return this.indexed(_NewIndex(text, digest, fingerprint, chunks, vectors))
-
-
-@dataclass(frozen=True)
-class _NewIndex:
-    text: str
-    digest: str
-    fingerprint: str
-    chunks: list[Chunk]
-    vectors: list[PackedVector]
+    return this.indexed(NewIndex(text, digest, fingerprint, chunks, vectors))
 
 
 class _Pass:
@@ -282,7 +273,7 @@ class _Pass:
         self.session.flush()
         return _settled(self.session, locked, unchanged=True)
 
-    def indexed(self, new: _NewIndex) -> IngestOutcome:
+    def indexed(self, new: NewIndex) -> IngestOutcome:
         """Write ``new`` under the document's lock. Without a fetched page to store, the
         statement that writes is the check that the submission is still current
         (:func:`store.mark_indexed`), so the document is read again only when it was not."""
@@ -295,7 +286,7 @@ class _Pass:
             if isinstance(locked, IngestOutcome):
                 return locked
             loaded = locked
-        version = _write_index(session, document, new, self.now, loaded)
+        version = write_index(session, document, new, self.now, loaded)
         if version is None:
             why = self._current()
             if isinstance(why, IngestOutcome):
@@ -331,57 +322,6 @@ def mark_failed(document: KbDocument, reason: str, now: datetime) -> None:
     document.failure_reason = reason[:REASON_LENGTH]
     document.failed_at = now
     document.updated_at = now
-
-
-def _write_index(
-    session: Session,
-    document: store.DocumentState,
-    new: _NewIndex,
-    now: datetime,
-    loaded: KbDocument | None,
-) -> int | None:
-    """Write ``new`` as the document's current content and chunk set and mark it ready with
-    its usage event, if the submission ``document`` was read at is still the document's
-    and in ``processing``; returns the version, or None when nothing was written.
-
-    Content equal to the current version's (only the chunker or embedder changed) keeps
-    its version; anything else becomes version ``current_version + 1``, and versions older
-    than the retained ten superseded ones are deleted. One statement writes the version,
-    deletes the previous chunk set, marks the document and records the event
-    (:func:`store.mark_indexed`); one ``COPY`` adds the new chunks. ``loaded``: the
-    document's ORM instance in the session, if the pass holds one.
-    """
-    version = document.current_version
-    new_version = None
-    if new.digest != document.content_hash or version == 0:
-        version += 1
-        new_version = store.NewVersion(version, new.text, new.digest, document.submission_cause)
-    count = len(new.chunks)
-    tokens = sum(chunk.token_count for chunk in new.chunks)
-    written = store.mark_indexed(
-        session,
-        document,
-        version=version,
-        content_hash=new.digest,
-        index_fingerprint=new.fingerprint,
-        new_version=new_version,
-        payload={"chunks": count, "tokens": tokens, "embedded": count},
-        now=now,
-        loaded=loaded,
-    )
-    if not written:
-        return None
-    copy_kb_chunks(
-        session,
-        organization_id=document.organization_id,
-        knowledge_base_id=document.knowledge_base_id,
-        document_id=document.id,
-        chunks=new.chunks,
-        vectors=new.vectors,
-        audience=list(document.audience),
-        created_at=now,
-    )
-    return version
 
 
 def _mark_ready(
