@@ -40,20 +40,25 @@ DRAIN_SCRIPTS = ("fetch_claim", "settle")
 
 
 def revision_source(revision: str, name: str) -> str:
-    """The identity script ``name`` as revision ``revision`` loads it (preludes + body)."""
+    """The identity script ``name`` as revision ``revision`` loads it: its preludes' helpers
+    linked in front of the body by that revision's own ``tiers.lua_scripts.link``, or, in
+    revisions without one, the preludes it has (older ones had only ``_prelude.lua``) whole."""
 
     def show(path: str) -> str | None:
         shown = subprocess.run(
-            ["git", "show", f"{revision}:tiers/lua/{path}"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
+            ["git", "show", f"{revision}:{path}"], cwd=ROOT, capture_output=True, text=True
         )
         return shown.stdout if shown.returncode == 0 else None
 
-    # The preludes that revision has (older ones had only _prelude.lua), then the body.
-    parts = [show(part) for part in (*PRELUDES, f"{name}.lua")]
-    return "\n".join(part for part in parts if part is not None)
+    loader: dict[str, Any] = {"__name__": "revision_lua_scripts"}
+    # This repository's own loader, as that revision had it.
+    exec(show("tiers/lua_scripts.py") or "", loader)
+    names = loader.get("PRELUDES", PRELUDES)
+    preludes = [text for part in names if (text := show(f"tiers/lua/{part}")) is not None]
+    body = show(f"tiers/lua/{name}.lua") or ""
+    if "link" in loader:
+        return str(loader["link"](preludes, body))
+    return "\n".join([*preludes, body])
 
 
 def _side(redis_url: str, label: str, revision: str | None, kind: str, jobs: int) -> Any:
