@@ -51,9 +51,9 @@ def link(preludes: Sequence[str], body: str) -> str:
 
 
 def _definitions(text: str) -> list[tuple[set[str], str]]:
-    """A prelude's top-level definitions: the names each defines and its text (the comment
-    lines and blank lines above it included). Lines after the last definition's start
-    belong to it; lines before the first definition, with nothing to define, are dropped."""
+    """A prelude's top-level definitions: the names each defines and its text, with the
+    comment and blank lines above it (the file's opening comment goes with its first
+    definition). Comment and blank lines after the last definition are dropped."""
     found: list[tuple[set[str], list[str]]] = []
     above: list[str] = []
     for line in text.splitlines():

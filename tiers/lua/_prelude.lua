@@ -1,4 +1,7 @@
--- Shared helpers, prepended to every identity script (Redis scripts cannot import).
+-- Shared helpers (Redis scripts cannot import). A script is sent with the top-level definitions
+-- of the preludes it uses in front of it, in the preludes' order (tiers/lua_scripts.py): each
+-- definition starts at the beginning of a line with "local function name" or "local name =",
+-- its body is indented, and the comment lines right above it go with it.
 -- Key layout under the namespace ns (Dramatiq's own keys are ns:<queue> and ns:<queue>.msgs):
 --   ns:job:<id>                hash: the job record (state, msg, cur, queue, org, attempts, ...;
 --                              epoch, open and unsettled, the runs started and died:
