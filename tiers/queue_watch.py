@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from tiers.lua_scripts import load_script
 from tiers.outage_log import OutageLog
 from tiers.redis_values import now_ms
+from tiers.script_send import ScriptSender
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,10 @@ class QueueWatch:
         self.interval = max(poll_ms, 2) / 2000
         self.longest_sleep = max(sleep_polls * poll_ms / 1000, LONGEST_SLEEP_SECONDS)
         self._script = broker.client.register_script(load_script("watch"))
+        #: Each look is one script call written straight onto a connection the watch keeps
+        #: (``tiers.script_send``): redis-py's way through ``execute_command`` and its pool
+        #: cost a look several times as much of the interpreter, twenty times a second.
+        self._sender = ScriptSender(broker.client)
         self._asleep: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -87,6 +92,7 @@ class QueueWatch:
         self._stop.set()
         self.thread.join(timeout=5)
         self._wake_all()
+        self._sender.close()
 
     def sleep(self, queue_name: str, wake: threading.Event) -> bool:
         """Wait on ``wake`` until a look finds ``queue_name`` holding a message, something
@@ -116,7 +122,8 @@ class QueueWatch:
             return []
         names = list(asleep)
         broker = self.broker
-        lengths = self._script(keys=[broker.namespace], args=[now_ms(), broker.broker_id, *names])
+        args = [now_ms(), broker.broker_id, *names]
+        [lengths] = self._sender.send(self._script, broker.namespace, [args])
         woken = [name for name, length in zip(names, lengths, strict=True) if int(length)]
         for name in woken:
             asleep[name].set()
