@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -151,10 +152,14 @@ def _noop(organization_id: int, item: str) -> None:
     """Raw Dramatiq's actor: nothing (never run here)."""
 
 
-def speedtier_drain(kind: str, jobs: int, redis_url: str) -> tuple[float, dict[str, float]]:
+def speedtier_drain(
+    kind: str, jobs: int, redis_url: str, worker: Callable[..., None] | None = None
+) -> tuple[float, dict[str, float]]:
     """Jobs/s of 2 worker processes draining ``jobs`` enqueued before they start, and what a
     job cost: the workers' CPU and Redis's CPU (µs), Redis commands and script calls (Redis's
-    figures are server-wide: other clients of the same server add to them)."""
+    figures are server-wide: other clients of the same server add to them). ``worker``: the
+    worker processes' function, ``bench.families.worker_main``'s arguments (that one when
+    None)."""
     from bench.families import families, make_broker, make_router, worker_main
 
     organizations = ORGANIZATIONS if kind == "bench_grouped" else 1
@@ -163,7 +168,7 @@ def speedtier_drain(kind: str, jobs: int, redis_url: str) -> tuple[float, dict[s
     client = connect(redis_url)
     args: tuple[Any, ...] = (redis_url, namespace, family.queues(), SETTINGS["threads"])
     args += (SETTINGS["prefetch"], SETTINGS["poll_ms"])
-    pool = WorkerPool(worker_main, args, SETTINGS["processes"], name=f"cmp-{kind}")
+    pool = WorkerPool(worker or worker_main, args, SETTINGS["processes"], name=f"cmp-{kind}")
     try:
         pool.start()
         broker, fams = make_broker(redis_url, namespace, name="cmp-drain-enqueue")
