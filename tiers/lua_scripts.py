@@ -4,8 +4,8 @@ and parked-list helpers), ``_fair.lua`` (the fair order of grouped messages) and
 ``_slots.lua`` (group slots and claims).
 
 Redis runs a script's whole text at every call, so every helper sent with it is a closure (or
-a table) made again at every call: the three preludes whole cost about 3 µs of Redis time a
-call, where a script body returning at once costs under 1. :func:`link` sends, of the
+a table) made again at every call: the three preludes whole cost several times what a script
+returning at once costs (docs/benchmarks.md). :func:`link` sends, of the
 preludes' top-level definitions (``local function name`` and ``local name = ...``, each with
 the comment above it), those the body names, those they name, and so on, in the preludes'
 order; a definition nothing names is left out.
@@ -72,8 +72,7 @@ def _definitions(text: str) -> list[tuple[set[str], str]]:
 
 def _is_gap(line: str) -> bool:
     """A line between definitions: blank, or a comment at the start of a line."""
-    stripped = line.strip()
-    return not stripped or (line.startswith("--") and stripped.startswith("--"))
+    return not line.strip() or line.startswith("--")
 
 
 def _names(code: str) -> set[str]:

@@ -75,8 +75,8 @@ class QueueWatch:
         self.longest_sleep = max(sleep_polls * poll_ms / 1000, LONGEST_SLEEP_SECONDS)
         self._script = broker.client.register_script(load_script("watch"))
         #: Each look is one script call written straight onto a connection the watch keeps
-        #: (``tiers.script_send``): redis-py's way through ``execute_command`` and its pool
-        #: cost a look several times as much of the interpreter, twenty times a second.
+        #: (``tiers.script_send``), as the worker's other hot calls are: redis-py's way
+        #: through ``execute_command`` and its pool costs a look more of the interpreter.
         self._sender = ScriptSender(broker.client)
         self._asleep: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
