@@ -111,7 +111,10 @@ def measure(kind: str, jobs: int) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory() as out:
         os.environ[OUT_DIR] = out
-        rate, cost = speedtier_drain(KINDS[kind], jobs, REDIS_URL, worker=anatomy_worker)
+        try:
+            rate, cost = speedtier_drain(KINDS[kind], jobs, REDIS_URL, worker=anatomy_worker)
+        finally:
+            del os.environ[OUT_DIR]
         seen = [json.loads(p.read_text()) for p in sorted(Path(out).glob("*.json"))]
     processes = []
     for process in seen:
