@@ -33,7 +33,16 @@ from typing import Any
 
 from dramatiq.middleware import Middleware
 
-from bench.common import REDIS_URL, connect, interrupt_on_sigterm, machine, rnd, write_result
+from bench.common import (
+    REDIS_URL,
+    connect,
+    interrupt_on_sigterm,
+    machine,
+    markdown_table,
+    percentile,
+    rnd,
+    write_result,
+)
 
 NAME = "drain_anatomy"
 KINDS = {"grouped": "bench_grouped", "plain": "bench_noop"}
@@ -95,13 +104,12 @@ class _Sampler(Middleware):
 
 def spread(values: Sequence[float]) -> dict[str, float]:
     """Median, 10th and 90th percentiles."""
-    ordered = sorted(values)
-    if not ordered:
+    if not values:
         return {}
     return {
-        "median": rnd(statistics.median(ordered), 2),
-        "p10": rnd(ordered[len(ordered) // 10], 2),
-        "p90": rnd(ordered[9 * len(ordered) // 10], 2),
+        "median": rnd(statistics.median(values), 2),
+        "p10": rnd(percentile(values, 10), 2),
+        "p90": rnd(percentile(values, 90), 2),
     }
 
 
@@ -139,22 +147,18 @@ def measure(kind: str, jobs: int) -> dict[str, Any]:
 
 
 def lines(result: dict[str, Any]) -> list[str]:
-    rows = [
-        f"{result['kind']} drain, {result['jobs']:,} jobs: {result['jobs_per_second']:,} jobs/s; "
-        f"{json.dumps(result['cost'])}",
-        "",
-        "| process | measure | median | p10 | p90 |",
-        "|---|---|---:|---:|---:|",
-    ]
+    rows: list[list[Any]] = []
     for slot, process in enumerate(result["processes"]):
         for measure, figures in process.items():
             if isinstance(figures, dict) and figures:
-                rows.append(
-                    f"| {slot} | {measure} | {figures['median']} | {figures['p10']} | "
-                    f"{figures['p90']} |"
-                )
-        rows.append(f"| {slot} | settle sender round trips | {process['trips']} | | |")
-    return rows
+                rows.append([slot, measure, figures["median"], figures["p10"], figures["p90"]])
+        rows.append([slot, "settle sender round trips", process["trips"], "", ""])
+    return [
+        f"{result['kind']} drain, {result['jobs']:,} jobs: {result['jobs_per_second']:,} jobs/s; "
+        f"{json.dumps(result['cost'])}",
+        "",
+        markdown_table(["process", "measure", "median", "p10", "p90"], rows),
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -32,19 +32,19 @@ from bench.common import (
     delete_namespace,
     interrupt_on_sigterm,
     machine,
+    markdown_table,
     redis_cpu_seconds,
     rnd,
     write_result,
 )
 
 NAME = "drain_floor"
-BATCH = 50
 KINDS = {"plain": "bench_noop", "grouped": "bench_grouped"}
 
 
 def floor(kind: str, jobs: int, redis_url: str) -> tuple[float, dict[str, float]]:
     """Jobs/s of the floor's loop over ``jobs`` of ``kind``, and its CPU a job (µs)."""
-    from bench.script_ab import _side
+    from bench.script_ab import _side, drain_batch
 
     namespace, broker, queue, _names = _side(redis_url, "floor", None, kind, jobs)
     client = connect(redis_url)
@@ -52,7 +52,7 @@ def floor(kind: str, jobs: int, redis_url: str) -> tuple[float, dict[str, float]
         redis_before, cpu_before = redis_cpu_seconds(client), time.process_time()
         started, done = time.perf_counter(), 0
         while done < jobs:
-            drained = _batch(broker, queue)
+            drained = drain_batch(broker, queue, starts=True)
             if not drained:
                 raise RuntimeError(f"the floor found {done} of {jobs} jobs")
             done += drained
@@ -66,50 +66,6 @@ def floor(kind: str, jobs: int, redis_url: str) -> tuple[float, dict[str, float]
         delete_namespace(client, namespace)
         client.close()
     return jobs / seconds, cost
-
-
-def _batch(broker: Any, queue: str) -> int:
-    """Fetch and claim up to BATCH messages, start and settle each, wait for the answers."""
-    from dramatiq.message import Message
-
-    from tiers.middleware.deliveries import DEFAULT_MAX_UNSETTLED
-
-    jobs = broker.jobs
-    fetched = jobs.fetch_and_claim(queue, broker.broker_id, BATCH, list(broker.actors)).data
-    errors: list[Exception] = []
-
-    def answered(reply: Any, error: Exception | None) -> None:
-        if error is not None:
-            errors.append(error)
-        elif reply not in ("ok", "released") and not isinstance(reply, tuple):
-            errors.append(RuntimeError(f"settle answered {reply}"))
-        elif isinstance(reply, tuple) and reply[0] != "run":
-            errors.append(RuntimeError(f"start answered {reply}"))
-
-    for index, data in enumerate(fetched):
-        message = Message.decode(data)
-        start_id = f"floor-{time.monotonic_ns()}-{index}"
-        jobs.start_later(
-            message,
-            queue,
-            broker.broker_id,
-            max_unsettled=DEFAULT_MAX_UNSETTLED,
-            retention_seconds=600,
-            start_id=start_id,
-            then=answered,
-        )
-        args = jobs.settle_args(
-            message,
-            state="completed",
-            retention_seconds=600,
-            ack=(queue, broker.broker_id),
-            epoch=f"s:{start_id}",
-        )
-        jobs.settle_later(args, answered)
-    jobs.flush_settles(60)
-    if errors:
-        raise RuntimeError(f"a start or settle failed: {errors[0]}")
-    return len(fetched)
 
 
 def measure(rounds: int, jobs: int, redis_url: str) -> dict[str, Any]:
@@ -157,18 +113,20 @@ def summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 
 def lines(result: dict[str, Any]) -> list[str]:
+    headers = ["measure", "jobs/s", "client CPU µs a job", "Redis CPU µs a job",
+               "to BullMQ (rounds)"]  # fmt: skip
     rows = [
-        "| measure | jobs/s | client CPU µs a job | Redis CPU µs a job | to BullMQ (rounds) |",
-        "|---|---:|---:|---:|---|",
+        [
+            name,
+            f"{figures['jobs_per_second']:,.0f}",
+            figures.get("client_cpu_us", "-"),
+            figures.get("redis_cpu_us", "-"),
+            f"{figures.get('to_bullmq_median', '-')} "
+            f"({', '.join(str(x) for x in figures.get('to_bullmq', []))})",
+        ]
+        for name, figures in result["summary"].items()
     ]
-    for name, figures in result["summary"].items():
-        rounds = ", ".join(str(x) for x in figures.get("to_bullmq", []))
-        rows.append(
-            f"| {name} | {figures['jobs_per_second']:,.0f} | {figures.get('client_cpu_us', '-')} "
-            f"| {figures.get('redis_cpu_us', '-')} | {figures.get('to_bullmq_median', '-')} "
-            f"({rounds}) |"
-        )
-    return rows
+    return [markdown_table(headers, rows)]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

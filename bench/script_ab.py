@@ -27,6 +27,7 @@ import argparse
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,26 +80,53 @@ def _side(redis_url: str, label: str, revision: str | None, kind: str, jobs: int
     return namespace, broker, family.queues()[0], names
 
 
-def _drain_batch(broker: Any, queue: str) -> int:
+def drain_batch(broker: Any, queue: str, *, starts: bool = False) -> int:
+    """Fetch and claim up to BATCH messages of ``queue``, settle each (acking it) as a no-op
+    run's outcome, and wait for the answers; with ``starts``, each message's ``start.lua``
+    goes ahead of its settle on the settle sender, as a worker's run sends it. Returns how
+    many were fetched; raises when a start or settle failed or did not let its run through."""
     from dramatiq.message import Message
+
+    from tiers.middleware.deliveries import DEFAULT_MAX_UNSETTLED
 
     jobs = broker.jobs
     fetched = jobs.fetch_and_claim(queue, broker.broker_id, BATCH, list(broker.actors)).data
     errors: list[Exception] = []
 
-    def answered(_reply: Any, error: Exception | None) -> None:
+    def answered(reply: Any, error: Exception | None) -> None:
         if error is not None:
             errors.append(error)
+        elif isinstance(reply, tuple) and reply[0] != "run":
+            errors.append(RuntimeError(f"start answered {reply}"))
+        elif not isinstance(reply, tuple) and reply not in ("ok", "released"):
+            errors.append(RuntimeError(f"settle answered {reply}"))
 
-    for data in fetched:
+    for index, data in enumerate(fetched):
         message = Message.decode(data)
+        epoch = ""
+        if starts:
+            start_id = f"drain-{time.monotonic_ns()}-{index}"
+            jobs.start_later(
+                message,
+                queue,
+                broker.broker_id,
+                max_unsettled=DEFAULT_MAX_UNSETTLED,
+                retention_seconds=600,
+                start_id=start_id,
+                then=answered,
+            )
+            epoch = f"s:{start_id}"
         args = jobs.settle_args(
-            message, state="completed", retention_seconds=600, ack=(queue, broker.broker_id)
+            message,
+            state="completed",
+            retention_seconds=600,
+            ack=(queue, broker.broker_id),
+            epoch=epoch,
         )
         jobs.settle_later(args, answered)
     jobs.flush_settles(60)
     if errors:
-        raise RuntimeError(f"a settle failed: {errors[0]}")
+        raise RuntimeError(f"a start or settle failed: {errors[0]}")
     return len(fetched)
 
 
@@ -121,7 +149,7 @@ def pairing(
         while min(done) < jobs:
             for index, (_namespace, broker, queue, _names) in enumerate(sides):
                 if done[index] < jobs:
-                    done[index] += _drain_batch(broker, queue)
+                    done[index] += drain_batch(broker, queue)
             for entry in client.slowlog_get(100_000):
                 words = entry["command"].split()
                 if len(words) < 4 or words[0].lower() not in (b"evalsha", "evalsha"):
