@@ -26,7 +26,7 @@ from services.ingestion import ingestion_job, pipeline, store
 from shared.db.engine import make_session_factory
 from shared.db.models import KbChunk, KbDocument, KbDocumentVersion, KnowledgeBase, UsageEvent
 from shared.errors import Retryable
-from tests.integration.services.ingestion.factories import new_org
+from tests.integration.services.ingestion.factories import new_org, new_text_document
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 CHUNKER = Chunker(max_tokens=40, overlap_tokens=5)
@@ -68,17 +68,7 @@ def committed(engine: Engine) -> Iterator[tuple[sessionmaker[Session], int]]:
 
 def _add(factory: sessionmaker[Session], org: int, texts: dict[str, str]) -> dict[str, int]:
     with factory() as session:
-        base = store.create_knowledge_base(session, organization_id=org, name="Docs")
-        ids = {
-            name: store.add_document(
-                session,
-                organization_id=org,
-                knowledge_base_id=base.id,
-                name=name,
-                source=store.TextSource(text),
-            ).document.id
-            for name, text in texts.items()
-        }
+        ids = {name: new_text_document(session, org, name, text) for name, text in texts.items()}
         session.commit()
     return ids
 
