@@ -36,8 +36,8 @@ from tiers.lua_scripts import PRELUDES
 ROOT = Path(__file__).resolve().parent.parent
 BATCH = 50
 KINDS = {"grouped": ("bench_grouped", 20), "plain": ("bench_noop", 1)}
-#: Scripts a drain calls; enqueue's time is not counted.
-DRAIN_SCRIPTS = ("fetch_claim", "settle")
+#: Scripts a drain calls (start.lua only with ``--starts``); enqueue's time is not counted.
+DRAIN_SCRIPTS = ("fetch_claim", "settle", "start")
 
 
 def revision_source(revision: str, name: str) -> str:
@@ -131,9 +131,15 @@ def drain_batch(broker: Any, queue: str, *, starts: bool = False) -> int:
 
 
 def pairing(
-    redis_url: str, kind: str, jobs: int, first: str | None, second: str | None
+    redis_url: str,
+    kind: str,
+    jobs: int,
+    first: str | None,
+    second: str | None,
+    starts: bool = False,
 ) -> dict[str, float]:
-    """µs of drain-script time per job for each side (``None``: this tree; else a revision)."""
+    """µs of drain-script time per job for each side (``None``: this tree; else a revision);
+    with ``starts``, each run's ``start.lua`` is sent and counted too."""
     from bench.common import connect, delete_namespace
 
     client = connect(redis_url, name="script-ab")
@@ -149,7 +155,7 @@ def pairing(
         while min(done) < jobs:
             for index, (_namespace, broker, queue, _names) in enumerate(sides):
                 if done[index] < jobs:
-                    done[index] += drain_batch(broker, queue)
+                    done[index] += drain_batch(broker, queue, starts=starts)
             for entry in client.slowlog_get(100_000):
                 words = entry["command"].split()
                 if len(words) < 4 or words[0].lower() not in (b"evalsha", "evalsha"):
@@ -169,11 +175,13 @@ def pairing(
     return {"first_us": totals[0] / jobs, "second_us": totals[1] / jobs}
 
 
-def run(*, base: str, kind: str, jobs: int, rounds: int, redis_url: str) -> dict[str, Any]:
+def run(
+    *, base: str, kind: str, jobs: int, rounds: int, redis_url: str, starts: bool = False
+) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for _ in range(rounds):
         for first, second in ((base, None), (None, base)):
-            measured = pairing(redis_url, kind, jobs, first, second)
+            measured = pairing(redis_url, kind, jobs, first, second, starts)
             before = measured["first_us"] if first == base else measured["second_us"]
             after = measured["second_us"] if first == base else measured["first_us"]
             rows.append(
@@ -189,7 +197,14 @@ def run(*, base: str, kind: str, jobs: int, rounds: int, redis_url: str) -> dict
         round(math.sqrt(rows[i]["this_over_base"] * rows[i + 1]["this_over_base"]), 3)
         for i in range(0, len(rows) - 1, 2)
     ]
-    return {"base": base, "kind": kind, "jobs": jobs, "pairings": rows, "ratio_by_round": means}
+    return {
+        "base": base,
+        "kind": kind,
+        "jobs": jobs,
+        "starts": starts,
+        "pairings": rows,
+        "ratio_by_round": means,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kind", choices=sorted(KINDS), default="grouped")
     parser.add_argument("--jobs", type=int, default=10_000, help="jobs per side (default 10,000)")
     parser.add_argument("--rounds", type=int, default=2, help="pairings in each order (default 2)")
+    parser.add_argument(
+        "--starts", action="store_true", help="send and count each run's start.lua as well"
+    )
     parser.add_argument("--redis-url", help="Redis to use (default: BENCH_REDIS_URL or db 14)")
     options = parser.parse_args(argv)
 
@@ -209,9 +227,14 @@ def main(argv: list[str] | None = None) -> int:
         jobs=options.jobs,
         rounds=options.rounds,
         redis_url=options.redis_url or REDIS_URL,
+        starts=options.starts,
     )
+    scripts = "fetch, start and settle" if options.starts else "fetch and settle"
     print(f"### Drain scripts' Redis time per job: this tree against {options.base}\n")
-    print(f"{options.jobs:,} {options.kind} jobs a side, slowlog per call, batches of {BATCH}.\n")
+    print(
+        f"{options.jobs:,} {options.kind} jobs a side ({scripts}), slowlog per call, "
+        f"batches of {BATCH}.\n"
+    )
     print("| order | base µs a job | this tree µs a job | this / base |")
     print("|---|---:|---:|---:|")
     for row in result["pairings"]:

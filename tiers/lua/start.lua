@@ -87,6 +87,7 @@ if unsettled > 0 and alone ~= "1" then
     return {"suspect", tostring(unsettled)}
 end
 
-local epoch = redis.call("hincrby", record, "epoch", 1)
-redis.call("hset", record, "open", start_id, "started_at", now)
+-- One write: the script runs alone, so the epoch read above is still the record's.
+local epoch = (tonumber(f[7]) or 0) + 1
+redis.call("hset", record, "epoch", epoch, "open", start_id, "started_at", now)
 return {"run", tostring(epoch)}
