@@ -92,14 +92,14 @@ class _Sampler(Middleware):
         threading.Thread(target=self._sample, args=(broker, worker), daemon=True).start()
 
     def _sample(self, broker: Any, worker: Any) -> None:
-        settles = broker.jobs._settles
+        jobs = broker.jobs
         fair = f"{broker.namespace}:{sorted(worker.consumers)[0]}.fq"
         while True:
             time.sleep(SAMPLE_SECONDS)
             consumers = [c.consumer for c in list(worker.consumers.values())]
             held = sum(len(c.queued_message_ids) + len(c.message_cache) for c in consumers if c)
             waiting = int(broker.client.zcard(fair)) if self.slot == 0 else -1
-            self.samples.append((held, worker.work_queue.qsize(), settles._unanswered, waiting))
+            self.samples.append((held, worker.work_queue.qsize(), jobs.settles_unanswered, waiting))
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:

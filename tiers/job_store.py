@@ -35,6 +35,7 @@ from tiers.redis_values import now_ms as now_ms
 from tiers.run_starts import RunStarts
 from tiers.script_batch import ScriptBatch, ScriptQueue
 from tiers.script_send import ScriptSender
+from tiers.settle_metrics import record_round_trip
 
 if TYPE_CHECKING:
     from tiers.run_rates import RunCount
@@ -88,7 +89,9 @@ class JobStore(FetchClaims, RunStarts):
         #: A worker's claims (and synchronous settles), from all its threads, share round
         #: trips; settles nobody waits for go with the settle sender's.
         self._batch = ScriptBatch(client, namespace, self._scripts)
-        self._settles = ScriptQueue(client, namespace, self._scripts, name="settle-sender")
+        self._settles = ScriptQueue(
+            client, namespace, self._scripts, name="settle-sender", on_round_trip=record_round_trip
+        )
         #: Enqueues go on a connection of their own (``tiers.script_send``), and so do the
         #: claims and hand-backs of fetched batches.
         self._sender = ScriptSender(client)
@@ -232,6 +235,11 @@ class JobStore(FetchClaims, RunStarts):
             then(None if error else as_text(reply), error)
 
         self._settles.submit("settle", args, answered)
+
+    @property
+    def settles_unanswered(self) -> int:
+        """Starts and settles on the settle sender not answered yet."""
+        return self._settles.unanswered
 
     def flush_settles(self, timeout: float) -> bool:
         """Wait until every settle handed to :meth:`settle_later` is answered; False when

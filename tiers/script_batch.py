@@ -176,15 +176,24 @@ class ScriptQueue:
     Parameters:
       client, namespace, scripts: as for :class:`ScriptBatch`.
       name: the sender thread's name.
+      on_round_trip: called in the sender thread once a round trip's calls are answered,
+        with the calls it carried, its seconds (from the first send to the last reply, the
+        tries of an outage included) and the calls still unanswered then.
     """
 
     def __init__(
-        self, client: redis.Redis, namespace: str, scripts: Mapping[str, Script], name: str
+        self,
+        client: redis.Redis,
+        namespace: str,
+        scripts: Mapping[str, Script],
+        name: str,
+        on_round_trip: Callable[[int, float, int], None] | None = None,
     ) -> None:
         self.client = client
         self.namespace = namespace
         self.scripts = scripts
         self.name = name
+        self.on_round_trip = on_round_trip
         self.sender = ScriptSender(client)
         self._ready = threading.Condition(threading.Lock())
         self._pending: list[_Call] = []
@@ -210,6 +219,11 @@ class ScriptQueue:
             elif self._idle:
                 self._ready.notify()
 
+    @property
+    def unanswered(self) -> int:
+        """Calls submitted and not answered yet (the pending ones and the trip in flight)."""
+        return self._unanswered
+
     def close(self) -> None:
         """Close the kept connection (the next round trip opens another)."""
         self.sender.close()
@@ -234,7 +248,9 @@ class ScriptQueue:
                     self._ready.wait()
                 self._idle = False
                 batch, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            began = time.monotonic()
             self._send_until_answered(batch)
+            seconds = time.monotonic() - began
             for call in batch:
                 assert call.then is not None
                 error = call.error if isinstance(call.error, Exception) else None
@@ -244,8 +260,14 @@ class ScriptQueue:
                     log.exception("handling the answer to a %s call failed", call.name)
             with self._ready:
                 self._unanswered -= len(batch)
-                if not self._unanswered:
+                left = self._unanswered
+                if not left:
                     self._ready.notify_all()
+            if self.on_round_trip is not None:
+                try:
+                    self.on_round_trip(len(batch), seconds, left)
+                except Exception:
+                    log.exception("recording a %s round trip failed", self.name)
 
     def _send_until_answered(self, batch: Sequence[_Call]) -> None:
         wait = 0.1

@@ -16,9 +16,12 @@ from typing import Any
 
 import pytest
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
 from services.app.embedded import start_embedded_redis
+from shared import metrics
 from tiers.script_batch import ScriptBatch, ScriptQueue
+from tiers.settle_metrics import record_round_trip
 
 ECHO = "return ARGV[1]"
 COUNT = "return redis.call('incr', KEYS[1] .. ':count:' .. ARGV[1])"
@@ -308,3 +311,55 @@ def test_round_trips_go_on_a_kept_connection_not_through_the_pool(
     batch.close()
     queue.close()
     client.close()
+
+
+def test_each_round_trip_is_reported_with_its_calls_time_and_the_calls_left(
+    redis_url: str, namespace: str
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+    trips: list[tuple[int, float, int]] = []
+    lock = threading.Lock()
+
+    def on_round_trip(calls: int, seconds: float, left: int) -> None:
+        with lock:
+            trips.append((calls, seconds, left))
+        record_round_trip(calls, seconds, left)
+
+    queue = ScriptQueue(client, namespace, scripts_on(client), "sender", on_round_trip)
+    answers = Answers()
+    before = parse_metrics()
+    # When a call keeps Redis busy 300 ms and five more are submitted while it is in flight
+    queue.submit("slow", ["300"], answers.then("slow"))
+    time.sleep(0.1)
+    for i in range(5):
+        queue.submit("echo", [str(i)], answers.then(str(i)))
+    assert queue.flush(10)
+    # Then every call was carried by a reported trip, the slow one's lasting its 300 ms
+    assert sum(calls for calls, _, _ in trips) == 6
+    assert max(seconds for _, seconds, _ in trips) >= 0.3
+    assert trips[-1][2] == 0 and queue.unanswered == 0
+    if len(trips) == 2:  # (the sender had taken the slow call alone: the five waited)
+        calls, _seconds, left = trips[0]
+        assert (calls, left) == (1, 5)
+    # And the metrics have each trip, the slow one over 0.25 s, and nothing left unanswered
+    after = parse_metrics()
+    name = "speedtier_settle_round_trip_seconds"
+    assert after[f"{name}_count"] - before.get(f"{name}_count", 0) == len(trips)
+    over = after[f"{name}_bucket:0.5"] - after[f"{name}_bucket:0.25"]
+    assert over - (before.get(f"{name}_bucket:0.5", 0) - before.get(f"{name}_bucket:0.25", 0)) == 1
+    assert after["speedtier_settle_calls_unanswered"] == 0
+    queue.close()
+    client.close()
+
+
+def parse_metrics() -> dict[str, float]:
+    """This process's settle-sender metrics: ``name`` (``name:le`` for a bucket) -> value."""
+    body, _content_type = metrics.render()
+    return {
+        sample.name + (f":{float(sample.labels['le'])}" if "le" in sample.labels else ""): (
+            sample.value
+        )
+        for family in text_string_to_metric_families(body.decode())
+        for sample in family.samples
+        if sample.name.startswith("speedtier_settle_")
+    }
