@@ -35,7 +35,6 @@ from tiers.redis_values import now_ms as now_ms
 from tiers.run_starts import RunStarts
 from tiers.script_batch import ScriptBatch, ScriptQueue
 from tiers.script_send import ScriptSender
-from tiers.settle_metrics import record_round_trip
 
 if TYPE_CHECKING:
     from tiers.run_rates import RunCount
@@ -89,9 +88,7 @@ class JobStore(FetchClaims, RunStarts):
         #: A worker's claims (and synchronous settles), from all its threads, share round
         #: trips; settles nobody waits for go with the settle sender's.
         self._batch = ScriptBatch(client, namespace, self._scripts)
-        self._settles = ScriptQueue(
-            client, namespace, self._scripts, name="settle-sender", on_round_trip=record_round_trip
-        )
+        self._settles = ScriptQueue(client, namespace, self._scripts, name="settle-sender")
         #: Enqueues go on a connection of their own (``tiers.script_send``), and so do the
         #: claims and hand-backs of fetched batches.
         self._sender = ScriptSender(client)
@@ -235,6 +232,11 @@ class JobStore(FetchClaims, RunStarts):
             then(None if error else as_text(reply), error)
 
         self._settles.submit("settle", args, answered)
+
+    def report_settles(self, on_round_trip: Callable[[int, float, int], None]) -> None:
+        """Hand each round trip of the settle sender to ``on_round_trip`` (its calls, its
+        seconds, the calls still unanswered: ``tiers.settle_metrics``)."""
+        self._settles.on_round_trip = on_round_trip
 
     @property
     def settles_unanswered(self) -> int:

@@ -85,6 +85,7 @@ def _run_one(tier: str, threads: int, prefetch: int, pooled: bool = False) -> No
     from services.app.warm_up import WarmUp
     from shared import heartbeat
     from shared.redis_persistence import EvictionWatch
+    from tiers.settle_metrics import round_trip_recorder
     from tiers.worker import serve
 
     component = component_of(tier)
@@ -94,6 +95,8 @@ def _run_one(tier: str, threads: int, prefetch: int, pooled: bool = False) -> No
         start_metrics(settings)
     beat_file = heartbeat.heartbeat_path(component, os.getpid() if pooled else None)
     live = worker_threads_gauge().labels(tier)
+    broker = platform.brokers.of_tier(tier)
+    broker.jobs.report_settles(round_trip_recorder(tier))
     eviction = EvictionWatch(settings)
     stop = threading.Event()
     warm_up = WarmUp(platform, tier, stop, delay=settings.worker_poll_ms / 1000)
@@ -106,7 +109,7 @@ def _run_one(tier: str, threads: int, prefetch: int, pooled: bool = False) -> No
 
     try:
         serve(
-            platform.brokers.of_tier(tier),
+            broker,
             platform.registry.queues_of_tier(tier),
             threads=threads,
             prefetch=TIERS[tier].prefetch(threads, prefetch or settings.queue_prefetch),

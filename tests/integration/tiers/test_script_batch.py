@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from services.app.embedded import start_embedded_redis
 from shared import metrics
 from tiers.script_batch import ScriptBatch, ScriptQueue
-from tiers.settle_metrics import record_round_trip
+from tiers.settle_metrics import round_trip_recorder
 
 ECHO = "return ARGV[1]"
 COUNT = "return redis.call('incr', KEYS[1] .. ':count:' .. ARGV[1])"
@@ -319,6 +319,7 @@ def test_each_round_trip_is_reported_with_its_calls_time_and_the_calls_left(
     client = redis.Redis.from_url(redis_url)
     trips: list[tuple[int, float, int]] = []
     lock = threading.Lock()
+    record_round_trip = round_trip_recorder("fast")
 
     def on_round_trip(calls: int, seconds: float, left: int) -> None:
         with lock:
@@ -353,7 +354,8 @@ def test_each_round_trip_is_reported_with_its_calls_time_and_the_calls_left(
 
 
 def parse_metrics() -> dict[str, float]:
-    """This process's settle-sender metrics: ``name`` (``name:le`` for a bucket) -> value."""
+    """This process's settle-sender metrics of the fast tier: ``name`` (``name:le`` for a
+    bucket) -> value."""
     body, _content_type = metrics.render()
     return {
         sample.name + (f":{float(sample.labels['le'])}" if "le" in sample.labels else ""): (
@@ -361,5 +363,5 @@ def parse_metrics() -> dict[str, float]:
         )
         for family in text_string_to_metric_families(body.decode())
         for sample in family.samples
-        if sample.name.startswith("speedtier_settle_")
+        if sample.name.startswith("speedtier_settle_") and sample.labels.get("tier") == "fast"
     }
