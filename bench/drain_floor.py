@@ -44,9 +44,9 @@ KINDS = {"plain": "bench_noop", "grouped": "bench_grouped"}
 
 def floor(kind: str, jobs: int, redis_url: str) -> tuple[float, dict[str, float]]:
     """Jobs/s of the floor's loop over ``jobs`` of ``kind``, and its CPU a job (µs)."""
-    from bench.script_ab import _side, drain_batch
+    from bench.script_ab import drain_batch, side
 
-    namespace, broker, queue, _names = _side(redis_url, "floor", None, kind, jobs)
+    namespace, broker, queue, _names = side(redis_url, "floor", None, kind, jobs)
     client = connect(redis_url)
     try:
         redis_before, cpu_before = redis_cpu_seconds(client), time.process_time()
@@ -70,7 +70,7 @@ def floor(kind: str, jobs: int, redis_url: str) -> tuple[float, dict[str, float]
 
 def measure(rounds: int, jobs: int, redis_url: str) -> dict[str, Any]:
     """``rounds`` rounds of every measure, alternating."""
-    from bench.bullmq_compare import bullmq, ensure_bullmq, node_missing, speedtier_drain
+    from bench.bullmq_compare import bullmq, ensure_bullmq, node_missing
 
     missing = node_missing()
     if missing is None:
@@ -87,14 +87,17 @@ def measure(rounds: int, jobs: int, redis_url: str) -> dict[str, Any]:
         if missing is None:
             record("bullmq", lambda: (bullmq("drain", jobs, redis_url), {}))
         for kind, family in KINDS.items():
-            record(f"drain_{kind}", lambda f=family: _drain(f, jobs, redis_url, speedtier_drain))
+            record(f"drain_{kind}", lambda f=family: _drain(f, jobs, redis_url))
             record(f"floor_{kind}", lambda k=kind: floor(k, jobs, redis_url))
     return {"jobs": jobs, "rounds": rounds, "bullmq_skipped": missing, "runs": runs,
             "summary": summary(runs)}  # fmt: skip
 
 
-def _drain(family: str, jobs: int, redis_url: str, drain: Any) -> tuple[float, dict[str, Any]]:
-    rate, cost = drain(family, jobs, redis_url)
+def _drain(family: str, jobs: int, redis_url: str) -> tuple[float, dict[str, Any]]:
+    """The platform's drain of ``jobs`` of ``family``: jobs/s, and its CPU a job as the floor's."""
+    from bench.bullmq_compare import speedtier_drain
+
+    rate, cost = speedtier_drain(family, jobs, redis_url)
     return rate, {"client_cpu_us": cost["worker_cpu_us"], "redis_cpu_us": cost["redis_cpu_us"]}
 
 

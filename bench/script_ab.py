@@ -62,7 +62,10 @@ def revision_source(revision: str, name: str) -> str:
     return "\n".join([*preludes, body])
 
 
-def _side(redis_url: str, label: str, revision: str | None, kind: str, jobs: int) -> Any:
+def side(redis_url: str, label: str, revision: str | None, kind: str, jobs: int) -> Any:
+    """A namespace holding ``jobs`` of ``kind`` and a broker to drain them, its scripts those of
+    ``revision`` (None: this tree's): the namespace, the broker, the queue, and the scripts'
+    names by SHA."""
     from bench.bullmq_compare import _requests
     from bench.common import new_namespace
     from bench.families import make_broker, make_router
@@ -143,7 +146,7 @@ def pairing(
     from bench.common import connect, delete_namespace
 
     client = connect(redis_url, name="script-ab")
-    sides = [_side(redis_url, "a", first, kind, jobs), _side(redis_url, "b", second, kind, jobs)]
+    sides = [side(redis_url, "a", first, kind, jobs), side(redis_url, "b", second, kind, jobs)]
     side_of = {namespace: index for index, (namespace, *_rest) in enumerate(sides)}
     saved = client.config_get("slowlog-*")
     totals = [0.0, 0.0]
