@@ -9,10 +9,15 @@ returning at once costs (docs/benchmarks.md). :func:`link` sends, of the
 preludes' top-level definitions (``local function name`` and ``local name = ...``, each with
 the comment above it), those the body names, those they name, and so on, in the preludes'
 order; a definition nothing names is left out.
+
+The files do not change while a process runs, so each script is linked once per process
+(:func:`load_script` keeps what it made), and a worker pool's fork server links them all
+before it forks a child (:func:`link_all`), so no child spends its start on it.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from importlib import resources
@@ -27,11 +32,26 @@ _NAME = re.compile(r"[A-Za-z_]\w*")
 _NOT_CODE = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|--[^\n]*')
 
 
+@functools.cache
 def load_script(name: str) -> str:
     """The source of ``tiers/lua/<name>.lua``, with the preludes' definitions it uses."""
     base = resources.files("tiers") / "lua"
     preludes = [(base / part).read_text() for part in PRELUDES]
     return link(preludes, (base / f"{name}.lua").read_text())
+
+
+def link_all() -> list[str]:
+    """Link every script of ``tiers/lua`` (each file not named ``_*.lua``, the preludes);
+    their names."""
+    base = resources.files("tiers") / "lua"
+    names = sorted(
+        entry.name.removesuffix(".lua")
+        for entry in base.iterdir()
+        if entry.name.endswith(".lua") and not entry.name.startswith("_")
+    )
+    for name in names:
+        load_script(name)
+    return names
 
 
 def link(preludes: Sequence[str], body: str) -> str:

@@ -9,10 +9,11 @@ objects they make, about a tenth of their import time), and what they made is th
 them nor touches, and so copies, the memory pages it shares with the server.
 
 The products' declarations are imported here too: every product's ``families`` and
-``ticks`` modules (the file roles each has), which its ``register`` imports; their actors
+``ticks`` modules (the file roles each has), which its ``register`` imports. Their actors
 load later, once a worker consumes (``router.deferred``), and so does SQLAlchemy's ORM
-(``shared.db.engine.lazy_session_factory``). A lone worker process (``--processes 1``)
-imports this module too: the same modules, loaded the same way.
+(``shared.db.engine.lazy_session_factory``). The Lua scripts every child's broker sends
+are linked here as well (``tiers.lua_scripts.link_all``). A lone worker process
+(``--processes 1``) imports this module too: the same modules, loaded the same way.
 """
 
 from __future__ import annotations
@@ -90,6 +91,9 @@ def preload() -> None:
             importlib.import_module(name)
         for name in (*declarations(), *REGISTERED):
             importlib.import_module(name)
+        from tiers.lua_scripts import link_all
+
+        link_all()  # what every child's broker sends (tiers.lua_scripts)
     finally:
         gc.freeze()
         if enabled:

@@ -8,7 +8,7 @@ from importlib import resources
 
 import pytest
 
-from tiers.lua_scripts import PRELUDES, _definitions, _names, link, load_script
+from tiers.lua_scripts import PRELUDES, _definitions, _names, link, link_all, load_script
 
 LUA = resources.files("tiers") / "lua"
 SCRIPTS = sorted(p.name[:-4] for p in LUA.iterdir() if p.name.endswith(".lua") and p.name[0] != "_")
@@ -73,3 +73,10 @@ def test_scripts_are_sent_without_the_helpers_they_do_not_use() -> None:
     assert "local function place" not in load_script("fetch_claim")
     preludes = "\n".join((LUA / part).read_text() for part in PRELUDES)
     assert defined_in(load_script("window")) & defined_in(preludes) == set()
+
+
+def test_link_all_links_every_script_once_and_names_them() -> None:
+    assert link_all() == SCRIPTS
+    # what it linked is what each broker is handed: made once, the same text every time
+    assert all(load_script(name) is load_script(name) for name in SCRIPTS)
+    assert load_script.cache_info().currsize >= len(SCRIPTS)

@@ -115,10 +115,14 @@ def test_the_fork_server_preloads_every_library_a_worker_loads_before_its_first_
     script = (
         "import gc, sys\n"
         "import services.app.fork_server\n"
+        "from tiers.lua_scripts import link_all, load_script\n"
         "print(gc.isenabled(), gc.get_freeze_count() > 0)\n"
-        "loaded = set(sys.modules)\n"
+        "linked = load_script.cache_info().currsize\n"
+        "print(linked == len(link_all()), linked)\n"
+        "loaded, misses = set(sys.modules), load_script.cache_info().misses\n"
         "from services.app.bootstrap import bootstrap\n"
         "platform = bootstrap(component='worker-fast', defer=True)\n"
+        "print(load_script.cache_info().misses - misses)\n"
         "new = set(sys.modules) - loaded\n"
         "print(*sorted(n for n in new if n.split('.')[0] not in sys.stdlib_module_names))\n"
         "platform.close()\n"
@@ -129,10 +133,14 @@ def test_the_fork_server_preloads_every_library_a_worker_loads_before_its_first_
     # the collector is back on, and what the preload made is frozen (a child's collections
     # never walk it)
     assert words[:2] == ["True", "True"]
+    # every Lua script is linked by the preload (and there are some), so building a
+    # child's brokers links none of its own
+    assert words[2] == "True" and int(words[3]) > 5
+    assert words[4] == "0"
     # and a child forked from it loads no module of its own before it serves, neither a
     # library nor one of the project's (a helper a product's register imports belongs in
     # services.app.fork_server.REGISTERED)
-    assert words[2:] == []
+    assert words[5:] == []
 
 
 def test_a_worker_loads_the_orm_only_when_a_job_opens_a_session(env: dict[str, str]) -> None:
