@@ -19,6 +19,12 @@ job waiting in its queue on the same Redis:
   tiers' shape: no pool parent);
 - **raw Dramatiq**: ``dramatiq bench.first_job_app --processes 2 --threads 8`` (a plain
   ``RedisBroker``, a no-op actor);
+- **raw Dramatiq with the first job's libraries**: the same, its module also importing
+  :data:`LIBRARIES`, the third-party libraries speedtier's worker has loaded when its
+  first job starts and which that job needs (the Redis client, the settings' pydantic,
+  SQLAlchemy's engine with the psycopg dialect, the driver, the metrics client). It is the
+  floor of any Python worker on Dramatiq whose jobs reach PostgreSQL this way: what the
+  platform's own start adds is its time over this one's;
 - **BullMQ**: ``node bench/bullmq/first_job.mjs work`` (one Worker, concurrency 8), skipped
   with a message when ``node`` or ``npm`` is missing (``bench.bullmq_compare`` installs it).
 
@@ -73,6 +79,14 @@ from bench.worker_start import (
 
 NAME = "first_job"
 TARGET_SECONDS = 0.5
+#: What "raw Dramatiq with the first job's libraries" imports (see the module's text).
+LIBRARIES = (
+    "redis",
+    "pydantic_settings",
+    "sqlalchemy.dialects.postgresql.psycopg",
+    "psycopg",
+    "prometheus_client",
+)
 PROCESSES, THREADS = 2, 8
 ORGANIZATION = 1
 #: The bench's credentials key and an internal token strong enough for production.
@@ -83,7 +97,7 @@ PHASES = (
     ("first message fetched", "", "Pushing message"),
     ("worker threads started", "tiers.worker", "worker consuming"),
 )
-SYSTEMS = ("speedtier_pool", "speedtier_one", "dramatiq", "bullmq")
+SYSTEMS = ("speedtier_pool", "speedtier_one", "dramatiq", "dramatiq_libraries", "bullmq")
 BASELINES = ("baseline_pool", "baseline_one")
 LABELS = {
     "speedtier_pool": "speedtier pool (fast tier: 2 processes x 8 threads)",
@@ -91,6 +105,7 @@ LABELS = {
     "baseline_pool": "baseline checkout: pool",
     "baseline_one": "baseline checkout: one process",
     "dramatiq": "raw Dramatiq (`dramatiq --processes 2 --threads 8`)",
+    "dramatiq_libraries": "raw Dramatiq importing the first job's libraries",
     "bullmq": "BullMQ on Node (one Worker, concurrency 8)",
 }
 
@@ -173,8 +188,9 @@ class Speedtier:
         drop_database(self.server_url, self.database_url)
 
 
-def dramatiq_measure(redis_url: str) -> dict[str, Any]:
-    """Raw Dramatiq's worker command with one job waiting on a namespace of its own."""
+def dramatiq_measure(redis_url: str, libraries: Sequence[str] = ()) -> dict[str, Any]:
+    """Raw Dramatiq's worker command with one job waiting on a namespace of its own, its
+    module importing ``libraries`` too."""
     import dramatiq
     from dramatiq.brokers.redis import RedisBroker
 
@@ -185,7 +201,13 @@ def dramatiq_measure(redis_url: str) -> dict[str, Any]:
     actor = dramatiq.actor(broker=broker, actor_name="first_job", queue_name=QUEUE)(_noop)
     actor.send(item="first")
     broker.close()
-    env = python_env({"FIRST_JOB_REDIS_URL": redis_url, "FIRST_JOB_NAMESPACE": namespace})
+    env = python_env(
+        {
+            "FIRST_JOB_REDIS_URL": redis_url,
+            "FIRST_JOB_NAMESPACE": namespace,
+            "FIRST_JOB_LIBRARIES": ",".join(libraries),
+        }
+    )
     binary = str(Path(sys.executable).with_name("dramatiq"))
     command = [binary, "bench.first_job_app", "--processes", str(PROCESSES)]
     started = start([*command, "--threads", str(THREADS), "--verbose"], env, parse_dramatiq_line)
@@ -250,6 +272,7 @@ def run(
         "baseline_pool": lambda: speedtier.measure(PROCESSES, baseline or ROOT),
         "baseline_one": lambda: speedtier.measure(1, baseline or ROOT),
         "dramatiq": lambda: dramatiq_measure(redis_url),
+        "dramatiq_libraries": lambda: dramatiq_measure(redis_url, LIBRARIES),
         "bullmq": lambda: bullmq_measure(redis_url),
     }
     samples: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}

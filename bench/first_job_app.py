@@ -3,10 +3,13 @@
 A plain ``RedisBroker`` on the Redis and namespace that ``FIRST_JOB_REDIS_URL`` and
 ``FIRST_JOB_NAMESPACE`` name, with Dramatiq's default middleware, and one actor that does
 nothing. Dramatiq's command finds the broker set here, as an application's module sets it.
+``FIRST_JOB_LIBRARIES`` (module names, comma-separated) are imported with it, as an
+application's module imports the libraries its jobs use.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import dramatiq
@@ -19,6 +22,9 @@ broker = RedisBroker(  # type: ignore[no-untyped-call]
     namespace=os.environ.get("FIRST_JOB_NAMESPACE", "bench-first-job"),
 )
 dramatiq.set_broker(broker)
+
+for library in filter(None, os.environ.get("FIRST_JOB_LIBRARIES", "").split(",")):
+    importlib.import_module(library)
 
 
 @dramatiq.actor(queue_name=QUEUE)
