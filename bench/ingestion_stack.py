@@ -226,6 +226,21 @@ def wait_settled(env: Stack, ids: Sequence[int], timeout: float, interval: float
         time.sleep(interval)
 
 
+def last_settle(env: Stack, ids: Sequence[int], seen: float) -> float:
+    """When the last ingestion job of the documents ``ids`` settled: the latest
+    ``finished_at`` of their job records (the settle, sent once a pass has committed), at
+    most ``seen``, the time :func:`wait_settled` first saw them settled, which lags the last
+    settle by up to its polling interval. ``seen`` when a record has no such time."""
+    jobs = env.platform.brokers.of_tier("fast").jobs
+    pipe = jobs.client.pipeline(transaction=False)
+    for doc_id in ids:
+        pipe.hget(jobs.record_key(f"ingest-document-{doc_id}"), "finished_at")
+    finished = pipe.execute()
+    if not finished or any(value is None for value in finished):
+        return seen
+    return min(seen, max(int(value) for value in finished) / 1000)
+
+
 def outcome(env: Stack, ids: Sequence[int], organizations: Sequence[int]) -> dict[str, Any]:
     """Ready and failed counts (with reasons), chunks and chunk tokens of the documents."""
     from sqlalchemy import func, select

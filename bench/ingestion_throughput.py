@@ -13,6 +13,7 @@ from bench.ingestion_stack import (
     SETTLE_TIMEOUT,
     Stack,
     knowledge_bases,
+    last_settle,
     outcome,
     submit,
     wait_settled,
@@ -50,7 +51,7 @@ def measure_throughput(env: Stack, settings: dict[str, Any], say: Any) -> dict[s
         redis.close()
         memory = pool.memory_mib()
         logs = pool.log_summary()
-    wall = done - go
+    wall = last_settle(env, ids, done) - go
     result = outcome(env, ids, organizations)
     say(f"throughput: {count} documents in {wall:.1f} s")
     sequential = measure_sequential(env, documents, tenants, say)
