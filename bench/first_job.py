@@ -23,8 +23,10 @@ job waiting in its queue on the same Redis:
   :data:`LIBRARIES`, the third-party libraries speedtier's worker has loaded when its
   first job starts and which that job needs (the Redis client, the settings' pydantic,
   SQLAlchemy's engine with the psycopg dialect, the driver, the metrics client). It is the
-  floor of any Python worker on Dramatiq whose jobs reach PostgreSQL this way: what the
-  platform's own start adds is its time over this one's;
+  floor of a Python worker on Dramatiq that loads them before its first job: what the
+  platform's own start adds is its time over this one's (each round's ratio of a speedtier
+  worker's first job to the floor's is reported too: the host's speed moves it less than it
+  moves the seconds);
 - **BullMQ**: ``node bench/bullmq/first_job.mjs work`` (one Worker, concurrency 8), skipped
   with a message when ``node`` or ``npm`` is missing (``bench.bullmq_compare`` installs it).
 
@@ -291,6 +293,12 @@ def run(
     results = {s: spread([m["seconds"] for m in samples[s]]) for s in systems}
     settled = {s: [m["settled"] for m in samples[s] if "settled" in m] for s in systems}
     done = {s: spread(values) for s, values in settled.items() if values}
+    floor = [m["seconds"] for m in samples.get("dramatiq_libraries", [])]
+    to_floor = {
+        system: spread([m["seconds"] / f for m, f in zip(samples[system], floor, strict=True)])
+        for system in systems
+        if floor and system in ("speedtier_pool", "speedtier_one", *BASELINES)
+    }
     breakdown = {
         key: rnd(statistics.median(values))
         for key in (*(p[0] for p in PHASES), "run_started", "settled")
@@ -307,6 +315,7 @@ def run(
         "skipped": {"bullmq": skipped} if skipped else {},
         "results": results,
         "first_job_done": done,
+        "to_floor": to_floor,
         "speedtier_pool_phases": breakdown,
         "samples": samples,
         "load_averages": {"min": min(loads), "max": max(loads)},
@@ -345,8 +354,18 @@ def summary(result: dict[str, Any]) -> str:
         markdown_table(
             ["worker", "first job (s), median", "range (s)", "first job done (s), median"], rows
         ),
-        f"\nspeedtier pool, medians from the spawn: {phases_row}.",
     ]
+    if phases_row:
+        lines.append(f"\nspeedtier pool, medians from the spawn: {phases_row}.")
+    if result["to_floor"]:
+        ratios = "; ".join(
+            f"{LABELS[system]} {r['median']:.2f}x ({r['min']:.2f} - {r['max']:.2f})"
+            for system, r in result["to_floor"].items()
+        )
+        lines.append(
+            f"\nOver the floor ({LABELS['dramatiq_libraries']}), each round's ratio, median "
+            f"and range: {ratios}."
+        )
     lines += [f"\n{name}: {why}." for name, why in result["skipped"].items()]
     lines.append(f"\n_Results in bench/results/{NAME}.json._")
     return "\n".join(lines)
