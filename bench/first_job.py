@@ -150,12 +150,12 @@ class Speedtier:
 
     def measure(self, processes: int, root: Path = ROOT) -> dict[str, Any]:
         """One start of ``root``'s worker command (this checkout's by default)."""
-        from services.ingestion.families import ingest_request
+        from services.ingestion.families import ingest_job_id, ingest_request
 
         document = next(self.documents)
         self.platform.router.enqueue(ingest_request(ORGANIZATION, document))
         jobs = self.platform.brokers.of_tier("fast").jobs
-        job_id = f"ingest-document-{document}"
+        job_id = ingest_job_id(document)
         waiting = jobs.record(job_id) or {}
         if waiting.get("state") != "waiting":  # parked behind a slot a previous run kept
             raise RuntimeError(f"the job does not wait in its queue: {waiting}")

@@ -231,10 +231,12 @@ def last_settle(env: Stack, ids: Sequence[int], seen: float) -> float:
     ``finished_at`` of their job records (the settle, sent once a pass has committed), at
     most ``seen``, the time :func:`wait_settled` first saw them settled, which lags the last
     settle by up to its polling interval. ``seen`` when a record has no such time."""
+    from services.ingestion.families import ingest_job_id
+
     jobs = env.platform.brokers.of_tier("fast").jobs
     pipe = jobs.client.pipeline(transaction=False)
     for doc_id in ids:
-        pipe.hget(jobs.record_key(f"ingest-document-{doc_id}"), "finished_at")
+        pipe.hget(jobs.record_key(ingest_job_id(doc_id)), "finished_at")
     finished = pipe.execute()
     if not finished or any(value is None for value in finished):
         return seen
