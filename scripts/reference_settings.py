@@ -82,6 +82,14 @@ def settings_page() -> str:
             )
         out.append("\n")
     out.append(
+        "`PYDANTIC_DISABLE_PLUGINS` (pydantic's, not a setting): `speedtier` sets it to "
+        "`__all__` when it is unset, because pydantic otherwise reads every installed "
+        "package's metadata for [plugins](https://docs.pydantic.dev/latest/concepts/plugins/) "
+        "when a process builds its first model, about 10 ms of each start, and the platform "
+        "uses none. Set it yourself to keep pydantic's own rule: empty looks for every "
+        "plugin, a comma-separated list of plugin names leaves those out.\n\n"
+    )
+    out.append(
         "`PROMETHEUS_MULTIPROC_DIR` (prometheus_client's, not a setting): where every process "
         "writes its metric values so that the API, a worker pool and the scheduler report the "
         "sum over their processes. The chart sets it to `/tmp/prometheus-metrics`; unset, "

@@ -198,6 +198,7 @@ def bootstrap(
     services: Sequence[str] = SERVICE_MODULES,
     component: str = "speedtier",
     defer: bool = False,
+    redis_checked: bool = False,
     **broker_options: Any,
 ) -> Platform:
     """Build a process's platform.
@@ -208,6 +209,8 @@ def bootstrap(
       component: a name for logs and Sentry (``worker-fast``, ``api``, ...).
       defer: leave the products' deferred parts (``router.deferred``) to their first use or
         to :meth:`Platform.build_deferred` (a worker); False builds them before returning.
+      redis_checked: the caller has checked the persistence of ``settings``' Redis already
+        (a worker pool's parent, before its children start), so this process does not.
       broker_options: passed to every :class:`TierBroker` (tests shorten timeouts).
 
     Raises:
@@ -227,7 +230,8 @@ def bootstrap(
     configure_logging(settings.log_level, json_lines=settings.json_logs)
     set_default_guard(settings_guard(settings))  # every outbound call of the process
     warn_if_private_networks(settings)
-    verify_redis_persistence(settings)  # refuses volatile Redis in production and staging
+    if not redis_checked:
+        verify_redis_persistence(settings)  # refuses volatile Redis in production and staging
     init_sentry(settings.sentry_dsn, environment=settings.environment, component=component)
     tracing_on = configure_tracing(settings.otlp_endpoint, component=component)
 

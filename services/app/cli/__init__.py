@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 import click
@@ -82,4 +83,8 @@ def main(ctx: click.Context) -> None:
     from shared import runtime_file
 
     runtime_file.adopt_environment()  # beside a running `speedtier up`, run as it does
+    # Pydantic looks for plugins in every installed distribution's metadata when it builds
+    # its first model, about 10 ms of each process's start; the platform uses none. Set
+    # PYDANTIC_DISABLE_PLUGINS yourself (empty: look for them) to keep pydantic's own rule.
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     ctx.obj = load_context

@@ -76,7 +76,11 @@ def start_metrics(settings: Settings) -> None:
         metrics.serve(settings.metrics_port)
 
 
-def _run_one(tier: str, threads: int, prefetch: int, pooled: bool = False) -> None:
+def _run_one(
+    tier: str, threads: int, prefetch: int, pooled: bool = False, settings: Settings | None = None
+) -> None:
+    """One worker process. A pool's child gets the settings its parent loaded and checked
+    (Redis's persistence included): it neither reads them again nor repeats the check."""
     gc.disable()  # until start-up is done (tiers.gc_tuning): no collection walks the imports
     # What a pool's fork server imported before forking this child, or, in a lone worker
     # process, the same modules loaded the same way now.
@@ -89,7 +93,9 @@ def _run_one(tier: str, threads: int, prefetch: int, pooled: bool = False) -> No
     from tiers.worker import serve
 
     component = component_of(tier)
-    platform = bootstrap(component=component, defer=True)
+    platform = bootstrap(
+        settings, component=component, defer=True, redis_checked=settings is not None
+    )
     settings = platform.settings
     if not pooled:
         start_metrics(settings)
@@ -207,6 +213,7 @@ def worker(tier: str, processes: int | None, threads: int | None, prefetch: int)
     if pool is None:
         share_metrics()
         pool = _pool(tier, processes, threads, prefetch)
+    pool.args = (tier, threads, prefetch, True, resolved)  # what _run_one gets: checked above
     gc.enable()
     sys.exit(_supervise(pool, tier, settings))
 

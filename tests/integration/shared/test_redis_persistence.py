@@ -245,12 +245,21 @@ def test_production_commands_refuse_to_start_on_a_redis_without_aof(
 
 
 @pytest.mark.slow
-def test_a_development_worker_pool_warns_once_for_all_its_processes(
-    start_redis: StartRedis, database_url: str, tmp_path: Path
+@pytest.mark.parametrize(
+    "environment",
+    [
+        {"SPEEDTIER_ENV": "development"},
+        # production warns at every check: only the pool's parent checks, for its children
+        {"SPEEDTIER_ENV": "production", "SPEEDTIER_ALLOW_VOLATILE_REDIS": "true"},
+    ],
+    ids=["development", "production-allowed"],
+)
+def test_a_worker_pool_checks_and_warns_once_for_all_its_processes(
+    start_redis: StartRedis, database_url: str, tmp_path: Path, environment: dict[str, str]
 ) -> None:
-    # Given a worker pool of 2 processes in development on a Redis without AOF
+    # Given a worker pool of 2 processes on a Redis without AOF
     url = start_redis("--appendonly", "no")
-    env = command_env(url, database_url, tmp_path, SPEEDTIER_ENV="development")
+    env = command_env(url, database_url, tmp_path, **environment)
     command = [sys.executable, "-m", "services.app.cli", "worker", "--tier", "maintenance"]
     pool = subprocess.Popen(
         [*command, "--processes", "2", "--threads", "1"],

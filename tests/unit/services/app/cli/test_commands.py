@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 
@@ -51,3 +52,32 @@ def test_a_worker_loads_no_other_command() -> None:
     others = {module for name, module in COMMANDS.items() if name != "worker"}
     assert not others & loaded
     assert not {"alembic", "gunicorn", "apscheduler", "rich", "flask"} & loaded
+
+
+#: A command added to ``speedtier`` in a fresh interpreter: it builds a pydantic model and
+#: prints the variable and whether pydantic looked for plugins (its loader's cache is set
+#: once it has).
+PLUGINS_PROBE = (
+    "import os\n"
+    "import pydantic\n"
+    "from pydantic.plugin import _loader\n"
+    "from services.app.cli import main\n"
+    "@main.command('probe')\n"
+    "def probe():\n"
+    "    class Probe(pydantic.BaseModel):\n"
+    "        value: int\n"
+    "    print(repr(os.environ.get('PYDANTIC_DISABLE_PLUGINS')), _loader._plugins is not None)\n"
+    "main(['probe'], standalone_mode=False)\n"
+)
+
+
+def test_a_command_leaves_pydantics_plugin_search_out_unless_the_variable_is_set() -> None:
+    unset = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+
+    def run(env: dict[str, str]) -> list[str]:
+        command = [sys.executable, "-c", PLUGINS_PROBE]
+        result = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+        return result.stdout.split()
+
+    assert run(unset) == ["'__all__'", "False"]
+    assert run({**unset, "PYDANTIC_DISABLE_PLUGINS": ""}) == ["''", "True"]
