@@ -13,7 +13,8 @@ Start-up (``docs/deploy/scaling.md``): a pool's children are forked from a serve
 imports the worker's modules once for all of them (``services.app.fork_server``). With
 ``--processes`` given (the chart gives it) the server starts before anything else, so its
 imports overlap the pool's own start: its settings, the Redis and database URL checks and the
-Redis persistence check, which still all pass before a child starts. This module imports
+Redis persistence check, which still all pass before a child starts; each child gets those
+checked settings rather than reading and checking them again. This module imports
 only click and the tier table: the pool's parent starts the server within a few tens of
 milliseconds of its own start. A worker process builds its products' actors once it consumes
 (``services.app.warm_up``, ``router.deferred``), and its garbage collector is off until then.
