@@ -9,9 +9,18 @@ class UnavailableTest < Minitest::Test
 
   def redis_port = Integer(SpeedtierTest.env("SPEEDTIER_TEST_REDIS_PORT"))
 
+  # Stopped once its port refuses connections: a Redis still exiting lets the kernel accept
+  # a connection it never answers, which the API rightly reports as 504 (outcome unknown).
   def stop_redis
     TCPSocket.open("127.0.0.1", redis_port) { |socket| socket.write("SHUTDOWN NOSAVE\r\n") }
-    sleep 0.05 while redis_up?
+    sleep 0.05 until refused?
+  end
+
+  def refused?
+    TCPSocket.open("127.0.0.1", redis_port).close
+    false
+  rescue Errno::ECONNREFUSED
+    true
   end
 
   def start_redis
