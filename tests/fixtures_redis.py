@@ -51,6 +51,8 @@ def namespace(redis_client: redis.Redis) -> Iterator[str]:
 
 #: Starts a private redis-server and answers its URL (``make_redis_server``).
 MakeRedisServer = Callable[[], str]
+#: The process of each Redis :func:`make_redis_server` started, by URL.
+_PROCESSES: dict[str, subprocess.Popen[bytes]] = {}
 
 
 def redis_server_binary() -> str | None:
@@ -85,6 +87,7 @@ def make_redis_server(tmp_path: Path) -> Iterator[MakeRedisServer]:
         command += ["--save", "", "--appendonly", "no"]
         servers.append(subprocess.Popen(command, stdout=subprocess.DEVNULL))
         url = f"redis://127.0.0.1:{port}/0"
+        _PROCESSES[url] = servers[-1]
         client = redis.Redis.from_url(url)
         deadline = time.monotonic() + 10
         while True:
@@ -102,3 +105,20 @@ def make_redis_server(tmp_path: Path) -> Iterator[MakeRedisServer]:
     for server in servers:
         server.terminate()
         server.wait(timeout=10)
+    for url in [url for url, server in _PROCESSES.items() if server in servers]:
+        del _PROCESSES[url]
+
+
+def stop_redis_server(url: str, timeout: float = 10.0) -> None:
+    """Shut down (``SHUTDOWN NOSAVE``) a Redis that :func:`make_redis_server` started and
+    return once its process has exited: until then it may still hold connections open, on
+    which a command is taken and never answered, and the platform rightly reports that as an
+    unknown outcome rather than as Redis being down."""
+    client = redis.Redis.from_url(url)
+    try:
+        client.shutdown(nosave=True)
+    except redis.ConnectionError:
+        pass  # already down
+    finally:
+        client.close()
+    _PROCESSES[url].wait(timeout=timeout)

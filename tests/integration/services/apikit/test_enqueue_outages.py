@@ -4,7 +4,6 @@ with SIGSTOP in the middle of a call, or started with a small ``maxmemory`` unde
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import threading
@@ -20,7 +19,7 @@ from services.apikit.enqueue import enqueue_blueprint
 from services.app.api import create_app
 from tests import platform_harness as h
 from tests.fixtures_platform import AUTH, MakePlatform
-from tests.fixtures_redis import MakeRedisServer
+from tests.fixtures_redis import MakeRedisServer, stop_redis_server
 from tiers.families import Family
 
 ROUTE = "/internal/outage_harness/enqueue"
@@ -150,8 +149,7 @@ def test_a_batch_across_two_redis_servers_lists_exactly_what_was_taken(
         ]
     )
     api_client = create_app(platform).test_client()
-    with contextlib.suppress(redis.ConnectionError):
-        redis.Redis.from_url(slow).shutdown(nosave=True)
+    stop_redis_server(slow)
     # When a batch spans both
     body = [
         {"kind": "oh_fast", "organization_id": 1, "item": "a"},

@@ -23,7 +23,7 @@ from services.app.api import create_app
 from services.app.bootstrap import Platform
 from tests import platform_harness as h
 from tests.fixtures_platform import AUTH, MakePlatform
-from tests.fixtures_redis import MakeRedisServer
+from tests.fixtures_redis import MakeRedisServer, stop_redis_server
 
 LIMIT = 3
 WRONG = {"Authorization": "Bearer wrong-token"}
@@ -212,7 +212,7 @@ def test_redis_down_leaves_authentication_checked(
     platform = enqueue_platform(make_platform, redis_url=url)
     client = client_at(create_app(platform), ATTACKER)
     assert post(client, body("before"), AUTH).status_code == 202
-    redis.Redis.from_url(url).shutdown(nosave=True)
+    stop_redis_server(url)
     # Then a wrong token is still refused (the throttle fails open: not counted, not 429) and
     # a right one gets the queue's 503, as without the throttle
     assert [post(client, body("a"), WRONG).status_code for _ in range(LIMIT + 1)] == [401] * (
@@ -250,7 +250,7 @@ def test_the_control_redis_down_leaves_a_tier_on_its_own_redis_enqueuing(
     control_url, fast_url = make_redis_server(), make_redis_server()
     platform = enqueue_platform(make_platform, redis_url=control_url, fast_redis_url=fast_url)
     client = client_at(create_app(platform), ATTACKER)
-    redis.Redis.from_url(control_url).shutdown(nosave=True)
+    stop_redis_server(control_url)
     # Then the window, unreadable, lets a right token through (fails open) and a wrong one
     # is still refused
     assert post(client, body("a"), AUTH).status_code == 202
