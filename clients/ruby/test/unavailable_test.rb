@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "io/wait"
 require "test_helper"
 
 # The API's Redis stops: the API answers 503 with Retry-After; the client waits what it says
@@ -9,10 +10,22 @@ class UnavailableTest < Minitest::Test
 
   def redis_port = Integer(SpeedtierTest.env("SPEEDTIER_TEST_REDIS_PORT"))
 
-  # Stopped once its port refuses connections: a Redis still exiting lets the kernel accept
-  # a connection it never answers, which the API rightly reports as 504 (outcome unknown).
+  # Stopped once its process has exited: until then it may hold the API's connections open,
+  # take a command on one and never answer it, which the API rightly reports as 504 (outcome
+  # unknown). Redis answers a successful SHUTDOWN with nothing: the connection that sent it
+  # reads its end when the process exits and the kernel closes its sockets.
   def stop_redis
-    TCPSocket.open("127.0.0.1", redis_port) { |socket| socket.write("SHUTDOWN NOSAVE\r\n") }
+    TCPSocket.open("127.0.0.1", redis_port) do |socket|
+      socket.write("SHUTDOWN NOSAVE\r\n")
+      raise "Redis did not exit within 10 s of SHUTDOWN" unless socket.wait_readable(10)
+
+      reply = begin
+        socket.read
+      rescue Errno::ECONNRESET
+        ""
+      end
+      raise "Redis refused SHUTDOWN: #{reply}" unless reply.empty?
+    end
     sleep 0.05 until refused?
   end
 
