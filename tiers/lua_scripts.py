@@ -35,9 +35,13 @@ _NOT_CODE = re.compile(r'"(?:\\.|[^"\\])*"|\'(?:\\.|[^\'\\])*\'|--[^\n]*')
 @functools.cache
 def load_script(name: str) -> str:
     """The source of ``tiers/lua/<name>.lua``, with the preludes' definitions it uses."""
+    return link(_prelude_texts(), (resources.files("tiers") / "lua" / f"{name}.lua").read_text())
+
+
+@functools.cache
+def _prelude_texts() -> tuple[str, ...]:
     base = resources.files("tiers") / "lua"
-    preludes = [(base / part).read_text() for part in PRELUDES]
-    return link(preludes, (base / f"{name}.lua").read_text())
+    return tuple((base / part).read_text() for part in PRELUDES)
 
 
 def link_all() -> list[str]:
@@ -56,18 +60,29 @@ def link_all() -> list[str]:
 
 def link(preludes: Sequence[str], body: str) -> str:
     """``body`` after the definitions of ``preludes`` it needs (see the module's text)."""
-    definitions = [d for text in preludes for d in _definitions(text)]
+    definitions = _parsed(tuple(preludes))
     needed = _names(body)
     chosen = [False] * len(definitions)
     # Later definitions may name earlier ones only (a Lua local is visible after its
     # statement), so one pass from the last to the first settles what is needed.
     for index in range(len(definitions) - 1, -1, -1):
-        defined, text = definitions[index]
+        defined, _, names = definitions[index]
         if defined & needed:
             chosen[index] = True
-            needed |= _names(text)
-    kept = [text for (_, text), keep in zip(definitions, chosen, strict=True) if keep]
+            needed |= names
+    kept = [text for (_, text, _), keep in zip(definitions, chosen, strict=True) if keep]
     return "\n".join([*kept, body])
+
+
+@functools.cache
+def _parsed(preludes: tuple[str, ...]) -> tuple[tuple[frozenset[str], str, frozenset[str]], ...]:
+    """The definitions of ``preludes``, in order: the names each defines, its text and the
+    names it uses; parsed once for all the scripts linked with the same preludes."""
+    return tuple(
+        (frozenset(defined), text, frozenset(_names(text)))
+        for prelude in preludes
+        for defined, text in _definitions(prelude)
+    )
 
 
 def _definitions(text: str) -> list[tuple[set[str], str]]:

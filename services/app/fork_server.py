@@ -23,14 +23,14 @@ import importlib
 import importlib.util
 import sys
 
-#: The worker's modules, the PostgreSQL driver (the engine loads it when it is made), the
-#: program's command line, which a child would import anyway, and what a child would
-#: otherwise import before its first fetch: its heartbeat, the codec of its first
+#: The worker's modules (what a child runs, and the pool's module, whose function is a
+#: child's entry), the PostgreSQL driver (the engine loads it when it is made), and what a
+#: child would otherwise import before its first fetch: its heartbeat, the codec of its first
 #: connection's host name, the reader of the Lua scripts' files and the modules the
 #: products' ``register`` imports (:data:`REGISTERED`).
 MODULES = (
-    "services.app.cli",
-    "services.app.cli.worker",
+    "services.app.worker_process",
+    "services.app.worker_pool",
     "services.app.bootstrap",
     "services.app.warm_up",
     "tiers.worker",

@@ -19,7 +19,6 @@ the caller starts the server as multiprocessing does.
 from __future__ import annotations
 
 import gc
-import inspect
 import os
 import socket
 import sys
@@ -43,8 +42,15 @@ def can_fork_server() -> bool:
         and threading.active_count() == 1
         and server is not None
         and all(hasattr(server, name) for name in SERVER_STATE)
-        and tuple(inspect.signature(forkserver.main).parameters) == MAIN_PARAMETERS
+        and _parameters(forkserver.main) == MAIN_PARAMETERS
     )
+
+
+def _parameters(function: Any) -> tuple[str, ...]:
+    """The names of a plain function's parameters (without ``inspect``, which a worker's
+    start would otherwise import for this alone)."""
+    code = function.__code__
+    return tuple(code.co_varnames[: code.co_argcount + code.co_kwonlyargcount])
 
 
 def start_forked_server(preload: Sequence[str]) -> bool:

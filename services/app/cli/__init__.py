@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import importlib
-import os
 from typing import Any
 
 import click
 
 from router.context import ServiceContext
+from services.app.process_env import leave_pydantic_plugins_out
 
 #: Every command (or group) of ``speedtier`` -> the module whose ``register(main)`` adds it.
 #: A module is imported only when one of its commands runs (or ``--help`` lists them): a
@@ -83,8 +83,5 @@ def main(ctx: click.Context) -> None:
     from shared import runtime_file
 
     runtime_file.adopt_environment()  # beside a running `speedtier up`, run as it does
-    # Pydantic looks for plugins in every installed distribution's metadata when it builds
-    # its first model, about 10 ms of each process's start; the platform uses none. Set
-    # PYDANTIC_DISABLE_PLUGINS yourself (empty: look for them) to keep pydantic's own rule.
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    leave_pydantic_plugins_out()  # as the program's entry point does (a command run in-process)
     ctx.obj = load_context

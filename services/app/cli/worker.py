@@ -1,166 +1,37 @@
-"""``speedtier worker``: a worker pool for one tier.
-
-Liveness: each worker process beats a heartbeat file while all its consumer and worker
-threads run; a pool beats its own only while every child runs and beats
-(``speedtier alive worker-<tier>``). Metrics: the pool (or a lone worker process) answers
-``GET /metrics`` on ``SPEEDTIER_METRICS_PORT`` (9191; 0 turns it off), summing its
-children's values through ``PROMETHEUS_MULTIPROC_DIR`` (a fresh temporary directory when the
-variable is not set). ``speedtier_worker_threads{tier}`` is the worker threads of processes
-whose threads all run: set at each heartbeat, dropped when a process exits (the pool marks a
-dead child's values dead), so ``sum by (tier)`` over the pods is the tier's live capacity.
+"""``speedtier worker``: a worker pool for one tier (the processes themselves are
+``services.app.worker_process``).
 
 Start-up (``docs/deploy/scaling.md``): a pool's children are forked from a server that
 imports the worker's modules once for all of them (``services.app.fork_server``). With
-``--processes`` given (the chart gives it) the server starts before anything else, so its
-imports overlap the pool's own start: its settings, the Redis and database URL checks and the
-Redis persistence check, which still all pass before a child starts; each child gets those
-checked settings rather than reading and checking them again. This module imports
-only click and the tier table: the pool's parent starts the server within a few tens of
-milliseconds of its own start. A worker process builds its products' actors once it consumes
-(``services.app.warm_up``, ``router.deferred``), and its garbage collector is off until then.
+``--processes`` and ``--threads`` given (the chart gives them) the server starts before
+anything else, from the program's entry point (``services.app.entry``) or, when the command
+runs another way, here as soon as the command line is parsed, so its imports overlap the
+pool's own start: its settings, the Redis and database URL checks and the Redis persistence
+check, which still all pass before a child starts; each child gets those checked settings
+rather than reading and checking them again. This module imports only click and the tier
+table.
 """
 
 from __future__ import annotations
 
 import gc
-import os
 import sys
-import tempfile
-import threading
 from typing import TYPE_CHECKING
 
 import click
 
+from services.app.worker_process import (
+    component_of,
+    run_one,
+    share_metrics,
+    start_metrics,
+    worker_pool,
+)
 from tiers.table import TIERS
 
 if TYPE_CHECKING:
-    from prometheus_client import Gauge
-
     from services.app.worker_pool import WorkerPool
     from shared.config import Settings
-
-#: What the pool's fork server imports before it forks a child: the program's ``__main__``
-#: (as a spawned child would) and the worker's modules (``services.app.fork_server``).
-FORK_SERVER_PRELOAD = ("__main__", "services.app.fork_server")
-
-
-def component_of(tier: str) -> str:
-    return f"worker-{tier}"
-
-
-def worker_threads_gauge() -> Gauge:
-    from shared import metrics
-
-    return metrics.gauge(
-        "worker_threads",
-        "Worker threads of live worker processes (every consumer and worker thread running).",
-        ["tier"],
-    )
-
-
-def share_metrics() -> None:
-    """Give this process's children a metrics directory (a fresh temporary one when
-    ``PROMETHEUS_MULTIPROC_DIR``, prometheus_client's variable, is not set): before any
-    child or the children's server starts, as they read it when they import
-    prometheus_client. :func:`start_metrics` switches this process to it."""
-    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="speedtier-metrics-")
-
-
-def start_metrics(settings: Settings) -> None:
-    """Share values with this process's children, and serve them when a port is set."""
-    from shared import metrics
-
-    share_metrics()
-    metrics.use_directory(os.environ["PROMETHEUS_MULTIPROC_DIR"])
-    if settings.metrics_port:
-        metrics.serve(settings.metrics_port)
-
-
-def _run_one(
-    tier: str, threads: int, prefetch: int, pooled: bool = False, settings: Settings | None = None
-) -> None:
-    """One worker process. A pool's child gets the settings its parent loaded and checked
-    (Redis's persistence included): it neither reads them again nor repeats the check."""
-    gc.disable()  # until start-up is done (tiers.gc_tuning): no collection walks the imports
-    # What a pool's fork server imported before forking this child, or, in a lone worker
-    # process, the same modules loaded the same way now.
-    import services.app.fork_server  # noqa: F401
-    from services.app.bootstrap import bootstrap
-    from services.app.warm_up import WarmUp
-    from shared import heartbeat
-    from shared.redis_persistence import EvictionWatch
-    from tiers.settle_metrics import round_trip_recorder
-    from tiers.worker import serve
-
-    component = component_of(tier)
-    platform = bootstrap(
-        settings, component=component, defer=True, redis_checked=settings is not None
-    )
-    settings = platform.settings
-    if not pooled:
-        start_metrics(settings)
-    beat_file = heartbeat.heartbeat_path(component, os.getpid() if pooled else None)
-    live = worker_threads_gauge().labels(tier)
-    broker = platform.brokers.of_tier(tier)
-    broker.jobs.report_settles(round_trip_recorder(tier))
-    eviction = EvictionWatch(settings)
-    stop = threading.Event()
-    warm_up = WarmUp(platform, tier, stop, delay=settings.worker_poll_ms / 1000)
-    warm_up.start()
-
-    def beat() -> None:
-        heartbeat.beat(beat_file)
-        live.set(threads)
-        eviction.tick()  # a Redis set to evict keys since the start is reported
-
-    try:
-        serve(
-            broker,
-            platform.registry.queues_of_tier(tier),
-            threads=threads,
-            prefetch=TIERS[tier].prefetch(threads, prefetch or settings.queue_prefetch),
-            drain_seconds=settings.worker_drain_seconds,
-            poll_ms=settings.worker_poll_ms,
-            stop=stop,
-            on_beat=beat,
-            beat_seconds=heartbeat.BEAT_SECONDS,
-            on_start=warm_up.consuming,
-            tune_collector=False,
-        )
-    finally:
-        live.set(0)
-        heartbeat.clear(beat_file)
-    warm_up.raise_failure()
-
-
-def _pool(tier: str, processes: int, threads: int, prefetch: int) -> WorkerPool:
-    """``processes`` children of :func:`_run_one`, forked from a server that imported
-    :data:`FORK_SERVER_PRELOAD`, kept running by a :class:`~services.app.worker_pool.WorkerPool`
-    (which replaces a child that dies and exits non-zero on a crash loop)."""
-    from services.app.worker_pool import WorkerPool
-    from shared import heartbeat
-
-    component = component_of(tier)
-    pool_beat = heartbeat.heartbeat_path(component)
-
-    def mark_dead(pid: int) -> None:
-        from shared import metrics
-
-        metrics.mark_dead(pid)
-
-    return WorkerPool(
-        _run_one,
-        (tier, threads, prefetch, True),
-        size=processes,
-        name=tier,
-        healthy=lambda pid: heartbeat.is_recent(
-            heartbeat.heartbeat_path(component, pid), 3 * heartbeat.BEAT_SECONDS
-        ),
-        on_beat=lambda: heartbeat.beat(pool_beat),
-        on_exit=mark_dead,
-        preload=FORK_SERVER_PRELOAD,
-    )
 
 
 def _supervise(pool: WorkerPool, tier: str, settings: Settings) -> int:
@@ -188,9 +59,10 @@ def worker(tier: str, processes: int | None, threads: int | None, prefetch: int)
     gc.disable()  # while the modules load (a lone worker process's until it is built)
     pool = None
     if processes is not None and processes > 1 and threads is not None:
-        # The children's server imports while this process reads and checks its settings.
+        # The children's server imports while this process reads and checks its settings
+        # (already started when the program's entry point saw this command line).
         share_metrics()
-        pool = _pool(tier, processes, threads, prefetch)
+        pool = worker_pool(tier, processes, threads, prefetch)
         pool.prepare()
     from shared.config import load_settings
 
@@ -198,7 +70,7 @@ def worker(tier: str, processes: int | None, threads: int | None, prefetch: int)
     processes = processes or settings.tier_processes(tier)
     threads = threads or settings.tier_threads(tier)
     if processes == 1:
-        _run_one(tier, threads, prefetch)
+        run_one(tier, threads, prefetch)
         return
     from shared.observability import configure_logging
     from shared.redis_persistence import verify_redis_persistence
@@ -213,8 +85,8 @@ def worker(tier: str, processes: int | None, threads: int | None, prefetch: int)
     verify_redis_persistence(resolved)
     if pool is None:
         share_metrics()
-        pool = _pool(tier, processes, threads, prefetch)
-    pool.args = (tier, threads, prefetch, True, resolved)  # what _run_one gets: checked above
+        pool = worker_pool(tier, processes, threads, prefetch)
+    pool.args = (tier, threads, prefetch, True, resolved)  # what run_one gets: checked above
     gc.enable()
     sys.exit(_supervise(pool, tier, settings))
 

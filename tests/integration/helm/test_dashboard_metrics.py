@@ -13,7 +13,7 @@ from typing import Any
 
 from services.app.api.platform_gauges import PostgresqlGauge, TickGauges
 from services.app.bootstrap import Platform
-from services.app.cli.worker import worker_threads_gauge
+from services.app.worker_process import worker_threads_gauge
 from shared import metrics
 from tests import REPO
 from tests.unit.helm.test_alert_rules import MONITORING_ON
