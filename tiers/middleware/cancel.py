@@ -77,13 +77,19 @@ class CancelWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._changed = True
+        #: Whether the cancels have been read since the watch started (or no watch runs):
+        #: until then a run waits for the first read (:meth:`known`), so a job cancelled
+        #: while no worker ran never starts. The watch's thread reads them while the
+        #: worker's threads start and fetch, rather than the worker's start waiting for it.
+        self._read = True
+        self._first_read = threading.Event()
 
     # -- the worker threads' side ----------------------------------------------------------
 
     def started(self, job_id: str) -> None:
         ident = threading.get_ident()
         with self._lock:
-            self._running[ident] = _Run(job_id, time.time(), self.cancels.get(job_id))
+            self._running[ident] = _Run(job_id, time.time(), self.known().get(job_id))
             self._changed = True
         cancel_point.install(lambda: self.check(ident))
 
@@ -92,6 +98,12 @@ class CancelWatch:
         with self._lock:
             self._running.pop(threading.get_ident(), None)
             self._changed = True
+
+    def known(self) -> dict[str, CancelRequest]:
+        """The cancels in flight, once the watch has read them since it started."""
+        if not self._read:
+            self._first_read.wait()
+        return self.cancels
 
     def check(self, ident: int) -> None:
         """The cancel point of thread ``ident``: raise ``Cancelled`` once its job's cancel
@@ -108,10 +120,8 @@ class CancelWatch:
 
     def start(self, broker: Any, queues: list[str], threads: int) -> None:
         self._stop = threading.Event()  # a broker may serve one worker after another
-        try:  # before the first fetch: a job cancelled while no worker ran never starts
-            self.cancels = read_cancels(broker.client, broker.namespace)
-        except Exception as exc:
-            log.warning("cancel watch: %s", exc)
+        self._first_read = threading.Event()
+        self._read = False
         self._thread = threading.Thread(
             target=self._loop, args=(broker, queues, threads), name="cancel-watch", daemon=True
         )
@@ -127,6 +137,13 @@ class CancelWatch:
             log.warning("could not unpublish worker %s: %s", broker.broker_id, exc)
 
     def _loop(self, broker: Any, queues: list[str], threads: int) -> None:
+        try:  # before any run starts (known() waits for it)
+            self.cancels = read_cancels(broker.client, broker.namespace)
+        except Exception as exc:  # Redis down: the runs go on, as they would a second later
+            log.warning("cancel watch: %s", exc)
+        finally:
+            self._read = True
+            self._first_read.set()
         published = 0.0
         while not self._stop.wait(POLL_SECONDS):
             try:
@@ -180,7 +197,7 @@ class CancelGate(Middleware):
         self.watch = watch
 
     def before_process_message(self, broker: Broker, message: Any) -> None:
-        request = self.watch.cancels.get(message.options.get(JOB_ID, ""))
+        request = self.watch.known().get(message.options.get(JOB_ID, ""))
         if request is not None:
             raise Held(Cancelled(f"cancelled by {request.operator}"))
 

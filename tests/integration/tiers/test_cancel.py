@@ -5,6 +5,7 @@ group slot passed on. The worker publishes itself and what it runs."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +16,7 @@ from router.requests import JobRequest
 from tests import platform_harness as h
 from tiers.broker import TierBroker
 from tiers.cancellation import cancels_key, live_workers, request_cancel
+from tiers.middleware import cancel as cancel_middleware
 
 
 @pytest.fixture
@@ -85,6 +87,30 @@ def test_a_queued_job_is_cancelled_without_running(
         h.wait_until(lambda: h.state(broker, job_id) in ("cancelled", "completed"), timeout=10)
     assert h.state(broker, job_id) == "cancelled"
     assert runs(redis_client, namespace, "q1") == 0
+
+
+def test_a_job_cancelled_before_its_worker_started_never_runs_however_slow_the_first_read(
+    router: Router,
+    broker: TierBroker,
+    redis_client: redis.Redis,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The watch reads the cancels while the worker's threads start and fetch; a run that
+    # comes first waits for that read.
+    job_id = router.enqueue(request("q2")).job_id
+    assert request_cancel(redis_client, namespace, job_id, "ann") == "requested"
+    read = cancel_middleware.read_cancels
+
+    def slow_read(client: redis.Redis, of: str) -> object:
+        time.sleep(0.5)
+        return read(client, of)
+
+    monkeypatch.setattr(cancel_middleware, "read_cancels", slow_read)
+    with h.running_worker(broker, threads=1):
+        h.wait_until(lambda: h.state(broker, job_id) in ("cancelled", "completed"), timeout=10)
+    assert h.state(broker, job_id) == "cancelled"
+    assert runs(redis_client, namespace, "q2") == 0
 
 
 def _running_jobs(client: redis.Redis, namespace: str) -> list[str]:
