@@ -5,6 +5,12 @@ starting program is; the pool's children forked from it run jobs in
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
 import pytest
 
 from services.app.entry import forks_a_pool, pool_options
@@ -79,3 +85,29 @@ def test_the_server_starts_before_click_loads_and_the_worker_command_uses_it() -
     # the server: started before click loaded, never loading it, its preload done (Dramatiq
     # in); the worker command's pool finds it running rather than starting another
     assert printed_by(script) == ["True", "False", "False", "True", "True"]
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:  # gone meanwhile
+            continue
+    return found
+
+
+def test_a_server_started_for_a_command_line_the_command_refuses_exits_with_it() -> None:
+    marker = f"no-such-tier-{uuid.uuid4().hex}"
+    command = [sys.executable, "-m", "services.app.cli", "worker", "--tier", marker]
+    done = subprocess.run(
+        [*command, "--processes", "2", "--threads", "2"], capture_output=True, text=True
+    )
+
+    assert done.returncode == 2
+    assert "Invalid value for '--tier'" in done.stderr
+    deadline = time.monotonic() + 10  # the server notices once its imports are done
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _processes_with(marker) == []
