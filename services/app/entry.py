@@ -10,8 +10,8 @@ command line and to read and check the settings. It reads the command line only 
 it needs to recognise that form: ``worker`` followed by ``--tier``, ``--processes``,
 ``--threads`` and ``--prefetch`` only, each at most once, as ``--name value`` or
 ``--name=value``. Any other command line goes the usual way (the worker command starts the
-server itself once it has parsed its options), and a server started for a command line the
-command then refuses exits with this process.
+server itself once it has its options), and a server started for a command line the command
+then refuses exits after this process does.
 """
 
 from __future__ import annotations

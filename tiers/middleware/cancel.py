@@ -87,9 +87,9 @@ class CancelWatch:
     # -- the worker threads' side ----------------------------------------------------------
 
     def started(self, job_id: str) -> None:
-        ident = threading.get_ident()
+        ident, cancel = threading.get_ident(), self.known().get(job_id)
         with self._lock:
-            self._running[ident] = _Run(job_id, time.time(), self.known().get(job_id))
+            self._running[ident] = _Run(job_id, time.time(), cancel)
             self._changed = True
         cancel_point.install(lambda: self.check(ident))
 
@@ -139,7 +139,7 @@ class CancelWatch:
     def _loop(self, broker: Any, queues: list[str], threads: int) -> None:
         try:  # before any run starts (known() waits for it)
             self.cancels = read_cancels(broker.client, broker.namespace)
-        except Exception as exc:  # Redis down: the runs go on, as they would a second later
+        except Exception as exc:  # Redis unreachable: the runs wait no longer; read again below
             log.warning("cancel watch: %s", exc)
         finally:
             self._read = True
