@@ -145,6 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="threads per worker process (default 4)")
     parser.add_argument("--rounds", type=int, help="rounds of --only rounds (default 5)")
     parser.add_argument(
+        "--poll-ms",
+        type=int,
+        help="the workers' SPEEDTIER_WORKER_POLL_MS (default 100; the platform's default is 500)",
+    )
+    parser.add_argument(
         "--profile-memory",
         action="store_true",
         help="also attribute the 10 MiB ingestion's memory with tracemalloc (about 15 min; "
@@ -172,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         processes=options.processes,
         threads=options.threads,
         rounds=options.rounds,
+        poll_ms=options.poll_ms,
     )
     result["command"] = "python -m bench.ingestion " + " ".join(argv or sys.argv[1:])
     path = write_result(NAME, result)
