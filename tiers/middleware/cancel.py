@@ -77,12 +77,12 @@ class CancelWatch:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._changed = True
-        #: Whether the cancels have been read since the watch started (or no watch runs):
-        #: until then a run waits for the first read (:meth:`known`), so a job cancelled
-        #: while no worker ran never starts. The watch's thread reads them while the
-        #: worker's threads start and fetch, rather than the worker's start waiting for it.
-        self._read = True
+        #: Set once the cancels have been read since the watch started (set while no watch
+        #: runs): until then a run waits for the first read (:meth:`known`), so a job
+        #: cancelled while no worker ran never starts. The watch's thread reads them while
+        #: the worker's threads start and fetch, rather than the worker's start waiting.
         self._first_read = threading.Event()
+        self._first_read.set()
 
     # -- the worker threads' side ----------------------------------------------------------
 
@@ -101,7 +101,7 @@ class CancelWatch:
 
     def known(self) -> dict[str, CancelRequest]:
         """The cancels in flight, once the watch has read them since it started."""
-        if not self._read:
+        if not self._first_read.is_set():  # a flag read: no lock once the read is done
             self._first_read.wait()
         return self.cancels
 
@@ -121,7 +121,6 @@ class CancelWatch:
     def start(self, broker: Any, queues: list[str], threads: int) -> None:
         self._stop = threading.Event()  # a broker may serve one worker after another
         self._first_read = threading.Event()
-        self._read = False
         self._thread = threading.Thread(
             target=self._loop, args=(broker, queues, threads), name="cancel-watch", daemon=True
         )
@@ -142,7 +141,6 @@ class CancelWatch:
         except Exception as exc:  # Redis unreachable: the runs wait no longer; read again below
             log.warning("cancel watch: %s", exc)
         finally:
-            self._read = True
             self._first_read.set()
         published = 0.0
         while not self._stop.wait(POLL_SECONDS):
