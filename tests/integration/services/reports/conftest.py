@@ -30,18 +30,37 @@ def slack() -> Iterator[SlackServer]:
         yield server
 
 
-def reports_settings(rails: RailsServer, slack: SlackServer) -> dict[str, object]:
+#: The HTTP timeout of a test whose fake answers late on purpose: the fake's delay is longer.
+IMPATIENT = 1.0
+#: Every other test's HTTP timeout: a loaded machine can take over a second to answer a post,
+#: and a timed-out post is an uncertain delivery the job does not retry by itself.
+PATIENT = 10.0
+
+
+def reports_settings(
+    rails: RailsServer, slack: SlackServer, timeout: float = PATIENT
+) -> dict[str, object]:
     return {
         "rails_internal_url": rails.base_url,
         "rails_internal_token": rails.token,
-        "rails_timeout_seconds": 1.0,
+        "rails_timeout_seconds": timeout,
         "slack_bot_token": slack.token,
         "slack_api_url": f"{slack.base_url}/api/",
         "reports_slack_channel": "C0REPORTS",
-        "http_timeout_seconds": 1.0,
+        "http_timeout_seconds": timeout,
     }
 
 
 @pytest.fixture
 def platform(make_platform: MakePlatform, rails: RailsServer, slack: SlackServer) -> Platform:
     return make_platform(retries={FAMILY: SHORT_RETRY}, **reports_settings(rails, slack))
+
+
+@pytest.fixture
+def impatient_platform(
+    make_platform: MakePlatform, rails: RailsServer, slack: SlackServer
+) -> Platform:
+    """The reports' platform with :data:`IMPATIENT` HTTP timeouts, for slow-answer tests."""
+    return make_platform(
+        retries={FAMILY: SHORT_RETRY}, **reports_settings(rails, slack, timeout=IMPATIENT)
+    )

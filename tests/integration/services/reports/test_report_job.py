@@ -124,8 +124,9 @@ def test_slack_500_releases_the_claim_and_the_retry_sends_once(
 
 
 def test_slack_timeout_after_the_message_landed_stays_unresolved_and_is_not_resent(
-    platform: Platform, rails: RailsServer, slack: SlackServer
+    impatient_platform: Platform, rails: RailsServer, slack: SlackServer
 ) -> None:
+    platform = impatient_platform
     org = _org(platform)
     slack.fail(POST_MESSAGE, "slow", delay=2.0)
     job_id = _enqueue(platform, org, send_email=True, source="admin")
@@ -190,12 +191,12 @@ def _clean_claims(platform: Platform) -> Any:
 def test_an_email_timeout_is_retried_with_the_same_key_and_rails_sends_it_once(
     make_platform: Any, rails: RailsServer, slack: SlackServer
 ) -> None:
-    from tests.integration.services.reports.conftest import reports_settings
+    from tests.integration.services.reports.conftest import IMPATIENT, reports_settings
 
     # the retry (2 s backoff) comes after the slow answer was recorded by the fake
     platform = make_platform(
         retries={"daily_agent_eval_report": RetryPolicy(max_attempts=3, base_seconds=2.0)},
-        **reports_settings(rails, slack),
+        **reports_settings(rails, slack, timeout=IMPATIENT),
     )
     org = _org(platform)
     rails.fail(EMAIL, "slow", delay=1.5)  # Rails sends it, the answer comes too late
@@ -225,11 +226,12 @@ def test_a_retry_replays_the_collect_engine_its_first_attempt_chose(
 
 @pytest.mark.parametrize("landed", [True, False])
 def test_an_uncertain_post_resolved_by_hand_then_retried_as_the_same_job(
-    platform: Platform, rails: RailsServer, slack: SlackServer, landed: bool
+    impatient_platform: Platform, rails: RailsServer, slack: SlackServer, landed: bool
 ) -> None:
     """The seed's manual procedure: the operator checks the channel, marks the claim
     delivered (it landed: the retry skips the post) or releases it (it did not: the retry
     posts again), then retries the job; the email goes out once either way."""
+    platform = impatient_platform
     org = _org(platform)
     slack.fail(POST_MESSAGE, "slow", delay=2.0)
     job_id = _enqueue(platform, org, send_email=True, queue_backfill=False, source="admin")

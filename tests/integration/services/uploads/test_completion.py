@@ -57,7 +57,7 @@ def _platform(make_platform: MakePlatform, rails: RailsServer, *, on: bool = Tru
     return make_platform(
         rails_internal_url=rails.base_url,
         rails_internal_token=RAILS_TOKEN,
-        rails_timeout_seconds=1.0,
+        rails_timeout_seconds=2.5,  # under the slow answers' 3 s, over a loaded machine's delays
         flag_overrides={FLAG: on},
         retries={"provider_conversation_sync_completion": TWO_FAST},
     )
