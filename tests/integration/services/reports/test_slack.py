@@ -34,7 +34,7 @@ def _target(base_url: str, **kw: object) -> SlackTarget:
     options: dict[str, object] = {
         "token": "xoxb-test",
         "channel": "C0REPORTS",
-        "timeout_seconds": 1,
+        "timeout_seconds": 10,
     }
     options.update(kw)
     return SlackTarget(base_url=f"{base_url}/api/", **options)  # type: ignore[arg-type]
@@ -99,7 +99,7 @@ def test_a_timeout_after_the_message_landed_is_uncertain(slack: SlackServer) -> 
     with slack as url:
         slack.fail(POST_MESSAGE, "slow", delay=2.5)
         with pytest.raises(SlackUncertain):
-            post_report(_target(url), "t", [{"type": "divider"}])
+            post_report(_target(url, timeout_seconds=1), "t", [{"type": "divider"}])
         slack.sleep(2.0)
     assert len(slack.messages) == 1  # it landed although the sender saw a timeout
 
