@@ -277,29 +277,72 @@ class TierBroker(RedisBroker):
         )
 
     def emit_before(self, signal: str, *args: Any, **kwargs: Any) -> None:
-        """Dramatiq's ``emit_before``, calling only the middleware that hook ``signal``."""
+        """Dramatiq's ``emit_before``, calling only the middleware that hook ``signal``.
+
+        A signal with one argument (a message, for every signal of a run) calls each hook
+        with it as it stands rather than unpacking ``*args``: a call through ``*args`` and
+        ``**kwargs`` costs the interpreter several times a plain one, and a run emits about
+        twenty."""
         signal = "before_" + signal
-        for middleware in self._hooks.hooking(self.middleware, signal):
+        hooked = self._hooks.hooking(self.middleware, signal)
+        if kwargs or len(args) != 1:
+            self._emit(signal, hooked, args, kwargs)
+            return
+        (argument,) = args
+        for middleware in hooked:
             try:
-                getattr(middleware, signal)(self, *args, **kwargs)
+                getattr(middleware, signal)(self, argument)
             except MiddlewareError:
                 raise
             except Exception:
-                self.logger.critical(
-                    "Unexpected failure in %s of %r.", signal, middleware, exc_info=True
-                )
+                self._hook_failed(signal, middleware)
 
     def emit_after(self, signal: str, *args: Any, **kwargs: Any) -> None:
         """Dramatiq's ``emit_after`` (the stack in reverse), calling only the middleware that
-        hook ``signal``."""
+        hook ``signal``; one argument, or one and a ``result`` (a run that returned), are
+        passed as they stand, as :meth:`emit_before` passes one."""
         signal = "after_" + signal
-        for middleware in reversed(self._hooks.hooking(self.middleware, signal)):
+        hooked = self._hooks.hooking(self.middleware, signal)[::-1]
+        if len(args) != 1 or (kwargs and kwargs.keys() != {"result"}):
+            self._emit(signal, hooked, args, kwargs, reraise=False)
+            return
+        (argument,) = args
+        if not kwargs:
+            for middleware in hooked:
+                try:
+                    getattr(middleware, signal)(self, argument)
+                except Exception:
+                    self._hook_failed(signal, middleware)
+            return
+        result = kwargs["result"]
+        for middleware in hooked:
+            try:
+                getattr(middleware, signal)(self, argument, result=result)
+            except Exception:
+                self._hook_failed(signal, middleware)
+
+    def _emit(
+        self,
+        signal: str,
+        hooked: Sequence[Middleware],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        *,
+        reraise: bool = True,
+    ) -> None:
+        """Call ``signal`` on each of ``hooked`` with any arguments (Dramatiq's loop)."""
+        for middleware in hooked:
             try:
                 getattr(middleware, signal)(self, *args, **kwargs)
+            except MiddlewareError:
+                if reraise:
+                    raise
+                self._hook_failed(signal, middleware)
             except Exception:
-                self.logger.critical(
-                    "Unexpected failure in %s of %r.", signal, middleware, exc_info=True
-                )
+                self._hook_failed(signal, middleware)
+
+    def _hook_failed(self, signal: str, middleware: Middleware) -> None:
+        self.logger.critical("Unexpected failure in %s of %r.", signal, middleware, exc_info=True)
 
     def queue_depths(self, queue_names: Sequence[str]) -> dict[str, tuple[int, int]]:
         """``queue -> (ready, delayed)`` message counts."""

@@ -40,6 +40,7 @@ exception)                                 closed (replies may be on their way),
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -195,12 +196,18 @@ class ScriptQueue:
         self.name = name
         self.on_round_trip = on_round_trip
         self.sender = ScriptSender(client)
-        self._ready = threading.Condition(threading.Lock())
+        # Taken directly where nothing waits on it: ``Condition``'s own ``with`` adds two
+        # Python calls to every submit.
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
         self._pending: list[_Call] = []
         #: Calls submitted and not answered yet (the pending ones and the batch in flight).
         self._unanswered = 0
         self._idle = False
-        self._thread: threading.Thread | None = None
+        #: The process whose sender thread runs (0: none runs): a thread started before a
+        #: fork does not run in the child, and one that ended clears it. Cheaper to read at
+        #: every submit than ``Thread.is_alive``.
+        self._sending_in = 0
         #: Reports an outage once, not once per retry (only the sender thread uses it).
         self._outage = OutageLog(log, name, recovered_as="sent its calls again")
 
@@ -209,13 +216,14 @@ class ScriptQueue:
     ) -> None:
         """Send script ``name`` with ``args`` soon; ``then(reply, None)`` or ``then(None,
         error)`` runs in the sender thread once Redis answered."""
-        with self._ready:
+        with self._lock:
             self._pending.append(_Call(name, args, then))
             self._unanswered += 1
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._send_forever, name=self.name)
-                self._thread.daemon = True
-                self._thread.start()
+            if self._sending_in != os.getpid():
+                thread = threading.Thread(target=self._send_forever, name=self.name)
+                thread.daemon = True
+                thread.start()
+                self._sending_in = os.getpid()
             elif self._idle:
                 self._ready.notify()
 
@@ -241,6 +249,13 @@ class ScriptQueue:
         return True
 
     def _send_forever(self) -> None:
+        try:
+            self._send_all()
+        finally:
+            with self._lock:
+                self._sending_in = 0
+
+    def _send_all(self) -> None:
         while True:
             with self._ready:
                 while not self._pending:

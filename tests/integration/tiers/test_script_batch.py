@@ -8,6 +8,7 @@ and sent again until a restarted Redis answers."""
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -237,6 +238,35 @@ def test_calls_nobody_waits_for_are_answered_through_then_in_shared_round_trips(
     assert answers.threads == {"sender"}
     # And the 400 calls shared round trips
     assert CountingConnection.sent - before < 400
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_sender_thread_that_ended_and_a_forked_child_get_a_sender_of_their_own(
+    counting_client: redis.Redis, namespace: str
+) -> None:
+    queue = ScriptQueue(counting_client, namespace, scripts_on(counting_client), "sender-ends")
+    answers = Answers()
+    queue.submit("echo", ["first"], answers.then("first"))
+    assert queue.flush(10)
+    [sender] = [t for t in threading.enumerate() if t.name == "sender-ends"]
+    # Given its sender thread ended (interrupted between round trips)
+    assert ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(sender.ident or 0), ctypes.py_object(SystemExit)
+    )
+    queue.submit("echo", ["wake"], lambda _reply, _error: None)  # the exception lands
+    sender.join(timeout=10)
+    assert not sender.is_alive()
+    # When a call is submitted, Then a new sender sends it
+    queue.submit("echo", ["again"], answers.then("again"))
+    assert queue.flush(10) and answers.got["again"] == (b"again", None)
+    # And a child forked from this process sends its calls on a sender of its own
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only when its call is answered
+        child = Answers()
+        queue.submit("echo", ["child"], child.then("child"))
+        os._exit(0 if queue.flush(10) and child.got.get("child") == (b"child", None) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_calls_are_sent_again_until_a_restarted_redis_answers(

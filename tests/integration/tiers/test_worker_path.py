@@ -105,3 +105,53 @@ def test_signals_reach_the_hooking_middleware_as_dramatiq_orders_them(
     with pytest.raises(SkipMessage):
         broker.emit_before("process_message", None)
     del broker.middleware[count:]
+
+
+class Runs(Acks):
+    """Records what a run's signals hand it; ``fail`` makes its hooks raise."""
+
+    def __init__(self, name: str, seen: list[str], fail: type[Exception] | None = None):
+        super().__init__(name, seen)
+        self.fail = fail
+
+    def after_process_message(
+        self, broker: Broker, message: Any, *, result: Any = None, exception: Any = None
+    ) -> None:
+        self.seen.append(f"{self.name} {message} result={result} exception={exception}")
+        if self.fail:
+            raise self.fail(self.name)
+
+    def before_worker_boot(self, broker: Broker, worker: Any, *extra: Any) -> None:
+        self.seen.append(f"{self.name} boot {worker} {extra}")
+
+
+def test_each_form_of_a_signal_reaches_every_hook_and_a_failing_hook_stops_none(
+    broker: TierBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[str] = []
+    count = len(broker.middleware)
+    broker.add_middleware(Runs("one", seen))
+    broker.add_middleware(Runs("two", seen, fail=SkipMessage))
+    broker.add_middleware(Runs("three", seen, fail=RuntimeError))
+    try:
+        # A run that returned, one that raised, and a signal of two arguments
+        broker.emit_after("process_message", "m1", result=7)
+        broker.emit_after("process_message", "m2", exception="boom")
+        broker.emit_before("worker_boot", "w", "x")
+    finally:
+        del broker.middleware[count:]
+    # Then every hook saw its arguments, in reverse order after and in order before, and
+    # the failing ones (a middleware error after a run included) were logged, not raised
+    assert seen == [
+        "three m1 result=7 exception=None",
+        "two m1 result=7 exception=None",
+        "one m1 result=7 exception=None",
+        "three m2 result=None exception=boom",
+        "two m2 result=None exception=boom",
+        "one m2 result=None exception=boom",
+        "one boot w ('x',)",
+        "two boot w ('x',)",
+        "three boot w ('x',)",
+    ]
+    ours = [m for r in caplog.records if "failure in" in (m := r.getMessage()) and "Runs" in m]
+    assert len(ours) == 4 and all("after_process_message of" in f for f in ours), ours
