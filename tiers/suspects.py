@@ -27,22 +27,28 @@ class SuspectGate:
     """One worker process's gate: many ordinary runs at once, or one suspect alone."""
 
     def __init__(self) -> None:
-        self._changed = threading.Condition()
+        # Every run enters and leaves: they take the lock itself (``Condition``'s ``with``
+        # adds Python calls) and wake the waiters only when a leave can let one go on.
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._running = 0
         self._alone = False
         self._queued_alone = 0
 
     def enter(self) -> None:
         """An ordinary run is about to start."""
-        with self._changed:
+        with self._lock:
             while self._alone or self._queued_alone:
                 self._changed.wait()
             self._running += 1
 
     def leave(self) -> None:
-        with self._changed:
+        with self._lock:
             self._running -= 1
-            self._changed.notify_all()
+            # Ordinary runs wait for the suspect's turn to end, which no leave ends; a
+            # suspect waits for the last ordinary run to leave.
+            if self._queued_alone and not self._running:
+                self._changed.notify_all()
 
     def enter_alone(self, flush: Callable[[], object]) -> None:
         """A suspect run is about to start (its thread left the ordinary side first);
