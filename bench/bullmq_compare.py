@@ -94,10 +94,15 @@ def bullmq(mode: str, jobs: int, redis_url: str) -> float:
     return rate
 
 
-def _requests(kind: str, jobs: int, organizations: int) -> list[Any]:
+def _requests(
+    kind: str, jobs: int, organizations: int, params: dict[str, Any] | None = None
+) -> list[Any]:
     from router.requests import JobRequest
 
-    return [JobRequest(kind, 1 + i % organizations, {"item": str(i)}) for i in range(jobs)]
+    return [
+        JobRequest(kind, 1 + i % organizations, {"item": str(i), **(params or {})})
+        for i in range(jobs)
+    ]
 
 
 def speedtier_enqueue(mode: str, jobs: int, redis_url: str) -> float:
@@ -153,16 +158,23 @@ def _noop(organization_id: int, item: str) -> None:
 
 
 def speedtier_drain(
-    kind: str, jobs: int, redis_url: str, worker: Callable[..., None] | None = None
+    kind: str,
+    jobs: int,
+    redis_url: str,
+    worker: Callable[..., None] | None = None,
+    organizations: int | None = None,
+    params: dict[str, Any] | None = None,
 ) -> tuple[float, dict[str, float]]:
     """Jobs/s of 2 worker processes draining ``jobs`` enqueued before they start, and what a
     job cost: the workers' CPU and Redis's CPU (µs), Redis commands and script calls (Redis's
     figures are server-wide: other clients of the same server add to them). ``worker``: the
     worker processes' function, ``bench.families.worker_main``'s arguments (that one when
-    None)."""
+    None); ``organizations``: how many the jobs are spread over (20 for the grouped drain,
+    else 1, when None); ``params``: each job's parameters besides its ``item``."""
     from bench.families import families, make_broker, make_router, worker_main
 
-    organizations = ORGANIZATIONS if kind == "bench_grouped" else 1
+    if organizations is None:
+        organizations = ORGANIZATIONS if kind == "bench_grouped" else 1
     family = next(f for f in families().values() if f.kind == kind)
     namespace = new_namespace(f"cmp-drain-{kind}")
     client = connect(redis_url)
@@ -172,14 +184,16 @@ def speedtier_drain(
     try:
         pool.start()
         broker, fams = make_broker(redis_url, namespace, name="cmp-drain-enqueue")
-        make_router(broker, fams).enqueue_many(_requests(kind, jobs, organizations))
+        make_router(broker, fams).enqueue_many(_requests(kind, jobs, organizations, params))
         broker.close()
         calls_before, redis_before = command_calls(client), redis_cpu_seconds(client)
-        workers_before = pool.cpu_seconds()
+        workers_before = pool.cpu_split()
         pool.go()
         pool.wait_for(lambda: pool.total("acked") >= jobs, timeout=max(300, jobs / 20))
         seconds = max(pool.values("last_ack_at")) - min(pool.values("started_at"))
-        workers_cpu = pool.cpu_seconds() - workers_before
+        after = pool.cpu_split()
+        user, system = (now - before for now, before in zip(after, workers_before, strict=True))
+        workers_cpu = user + system
         redis_cpu = redis_cpu_seconds(client) - redis_before
         calls = commands_per_job(command_delta(calls_before, command_calls(client)), jobs)
         slots = max((family.group_caps or {}).values(), default=0) * organizations
@@ -190,6 +204,7 @@ def speedtier_drain(
         client.close()
     cost = {
         "worker_cpu_us": round(workers_cpu / jobs * 1e6),
+        "worker_system_cpu_us": round(system / jobs * 1e6),
         "redis_cpu_us": round(redis_cpu / jobs * 1e6),
         "commands": calls["calls_per_job"],
         "script_calls": calls["script_calls_per_job"],

@@ -244,10 +244,17 @@ def process_stats() -> Iterator[tuple[int, list[str]]]:
 
 def cpu_seconds(pid: int) -> float | None:
     """User + system CPU time a process has used so far."""
+    split = cpu_split(pid)
+    return None if split is None else sum(split)
+
+
+def cpu_split(pid: int) -> tuple[float, float] | None:
+    """The user and the system (kernel) CPU time a process has used so far."""
     fields = stat_fields(pid)
     if fields is None:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def machine_busy_seconds() -> float:
@@ -376,7 +383,12 @@ class WorkerPool:
 
     def cpu_seconds(self) -> float:
         """CPU time used by all worker processes so far."""
-        return sum(cpu_seconds(p.pid) or 0.0 for p in self.processes if p.pid is not None)
+        return sum(self.cpu_split())
+
+    def cpu_split(self) -> tuple[float, float]:
+        """User and system CPU time used by all worker processes so far."""
+        splits = [cpu_split(p.pid) or (0.0, 0.0) for p in self.processes if p.pid is not None]
+        return sum(user for user, _ in splits), sum(system for _, system in splits)
 
     def memory_mib(self) -> list[dict[str, float | None]]:
         """Per process: peak resident set (VmHWM) and current resident set (VmRSS), MiB."""

@@ -55,6 +55,15 @@ def work(organization_id: int, item: str, sleep: float) -> None:
     _trace("end", org=organization_id, item=item)
 
 
+def burn(organization_id: int, item: str, sleep: float) -> None:
+    """``bench.lone_jobs --burn-ms``'s job: ``sleep`` seconds of this thread's CPU, spent in
+    Python (the thread's clock, itself a system call, read once every 1,000 steps)."""
+    end = time.thread_time() + sleep
+    while time.thread_time() < end:
+        for _ in range(1_000):
+            pass
+
+
 def sync_document(organization_id: int, document: str, data_source: str) -> None:
     """The throttle storm's job: one provider document sync, traced with the window that
     counted its start (``<window key>#<window index>``) and whether the start was reserved
@@ -110,6 +119,24 @@ def families() -> dict[str, Family]:
                 job_id=lambda o, p: f"grouped-{o}-{p.item}",
                 fixed_tier="fast",
                 group_caps={"fast": 5},
+            ),
+            Family(  # bench.lone_jobs: no-op jobs that arrive one at a time per organization
+                name="b_lone",
+                kind="bench_lone",
+                handler=noop,
+                params=NOOP_PARAMS,
+                job_id=lambda o, p: f"lone-{o}-{p.item}",
+                fixed_tier="fast",
+                group_caps={"fast": 1},
+            ),
+            Family(  # bench.lone_jobs --burn-ms: the same, each job spending CPU
+                name="b_burn",
+                kind="bench_burn",
+                handler=burn,
+                params=WORK_PARAMS,
+                job_id=lambda o, p: f"burn-{o}-{p.item}",
+                fixed_tier="fast",
+                group_caps={"fast": 1},
             ),
             Family(
                 name="b_sync",
