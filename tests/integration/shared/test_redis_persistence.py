@@ -11,18 +11,17 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from shared.config import Settings, load_settings
 from shared.redis_persistence import WARNED_ENV, VolatileRedis, verify_redis_persistence
 from tests import REPO
 from tests.fixtures_platform import CREDENTIALS_KEY, TOKEN
+from tests.fixtures_redis import MakeRedisServer
 
-StartRedis = Callable[..., str]
+StartRedis = MakeRedisServer
 
 pytestmark = pytest.mark.skipif(
     shutil.which("redis-server") is None, reason="needs redis-server on PATH"
@@ -41,34 +40,9 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def start_redis(tmp_path: Path) -> Iterator[StartRedis]:
+def start_redis(make_redis_server: MakeRedisServer) -> StartRedis:
     """Start a redis-server with the given extra arguments; its URL. Stopped afterwards."""
-    servers: list[subprocess.Popen[bytes]] = []
-
-    def start(*args: str) -> str:
-        port = free_port()
-        directory = tmp_path / f"redis-{port}"
-        directory.mkdir()
-        command = ["redis-server", "--port", str(port), "--bind", "127.0.0.1"]
-        command += ["--dir", str(directory), "--save", "", *args]
-        servers.append(subprocess.Popen(command, stdout=subprocess.DEVNULL))
-        url = f"redis://127.0.0.1:{port}/0"
-        client = redis.Redis.from_url(url)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                assert time.monotonic() < deadline, f"redis-server {args} did not start"
-                time.sleep(0.05)
-        client.close()
-        return url
-
-    yield start
-    for server in servers:
-        server.terminate()
-        server.wait(timeout=10)
+    return make_redis_server
 
 
 @pytest.fixture(autouse=True)
