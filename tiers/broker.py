@@ -281,8 +281,8 @@ class TierBroker(RedisBroker):
 
         A signal with one argument (a message, for every signal of a run) calls each hook
         with it as it stands rather than unpacking ``*args``: a call through ``*args`` and
-        ``**kwargs`` costs the interpreter several times a plain one, and a run emits about
-        twenty."""
+        ``**kwargs`` costs the interpreter several times a plain one, and a run's signals call
+        about twenty hooks."""
         signal = "before_" + signal
         hooked = self._hooks.hooking(self.middleware, signal)
         if kwargs or len(args) != 1:
