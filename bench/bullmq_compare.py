@@ -164,13 +164,15 @@ def speedtier_drain(
     worker: Callable[..., None] | None = None,
     organizations: int | None = None,
     params: dict[str, Any] | None = None,
+    threads: int | None = None,
 ) -> tuple[float, dict[str, float]]:
     """Jobs/s of 2 worker processes draining ``jobs`` enqueued before they start, and what a
     job cost: the workers' CPU and Redis's CPU (µs), Redis commands and script calls (Redis's
     figures are server-wide: other clients of the same server add to them). ``worker``: the
     worker processes' function, ``bench.families.worker_main``'s arguments (that one when
     None); ``organizations``: how many the jobs are spread over (20 for the grouped drain,
-    else 1, when None); ``params``: each job's parameters besides its ``item``."""
+    else 1, when None); ``params``: each job's parameters besides its ``item``; ``threads``: each
+    worker process's threads (8 when None)."""
     from bench.families import families, make_broker, make_router, worker_main
 
     if organizations is None:
@@ -178,7 +180,8 @@ def speedtier_drain(
     family = next(f for f in families().values() if f.kind == kind)
     namespace = new_namespace(f"cmp-drain-{kind}")
     client = connect(redis_url)
-    args: tuple[Any, ...] = (redis_url, namespace, family.queues(), SETTINGS["threads"])
+    threads = threads or SETTINGS["threads"]
+    args: tuple[Any, ...] = (redis_url, namespace, family.queues(), threads)
     args += (SETTINGS["prefetch"], SETTINGS["poll_ms"])
     pool = WorkerPool(worker or worker_main, args, SETTINGS["processes"], name=f"cmp-{kind}")
     try:

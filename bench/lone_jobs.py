@@ -17,7 +17,10 @@ With ``--burn-ms N`` each lone job spends N ms of its thread's CPU in Python
 (``bench.families.burn``, as an ingestion pass spends its CPU) and the report gives what a job
 costs the workers beyond that: its own middleware, fetch, start and settle, and the share of
 the worker's other threads (consumers, settle sender, queue watch, dead-worker check) that
-falls to each job while the jobs keep a process's interpreter busy. Results:
+falls to each job while the jobs keep a process's interpreter busy. ``--threads N`` sets each
+worker process's threads (8 by default). With ``--by-thread`` the lone jobs' worker processes
+also sample each of their threads (``bench.thread_split``): the report adds each kind of
+thread's CPU and context switches a lone job, medians of the rounds. Results:
 ``bench/results/lone_jobs.json``.
 """
 
@@ -29,7 +32,8 @@ import statistics
 import sys
 from typing import Any
 
-from bench.bullmq_compare import speedtier_drain
+from bench import thread_split
+from bench.bullmq_compare import SETTINGS, speedtier_drain
 from bench.common import REDIS_URL, RESULTS_DIR
 
 MEASURES = ("drained", "lone")
@@ -37,16 +41,41 @@ KEYS = ("worker_cpu_us", "worker_system_cpu_us", "redis_cpu_us", "commands", "sc
 
 
 def measure(
-    name: str, jobs: int, lone_jobs: int, organizations: int, burn_ms: float, redis_url: str
-) -> dict[str, float]:
+    name: str,
+    jobs: int,
+    lone_jobs: int,
+    organizations: int,
+    burn_ms: float,
+    redis_url: str,
+    threads: int | None = None,
+    by_thread: bool = False,
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """One measure's row, and (``by_thread``, lone jobs only) its threads' split a job."""
     if name == "drained":
-        rate, cost = speedtier_drain("bench_noop", jobs, redis_url)
-    elif burn_ms:
-        sleep = {"sleep": burn_ms / 1000}
-        rate, cost = speedtier_drain("bench_burn", lone_jobs, redis_url, None, organizations, sleep)
-    else:
-        rate, cost = speedtier_drain("bench_lone", lone_jobs, redis_url, None, organizations)
-    return {"jobs_per_second": rate, **{key: cost[key] for key in KEYS}}
+        rate, cost = speedtier_drain("bench_noop", jobs, redis_url, threads=threads)
+        return {"jobs_per_second": rate, **{key: cost[key] for key in KEYS}}, {}
+    worker = None
+    if by_thread:
+        thread_split.clear()
+        worker = thread_split.split_worker_main
+    kind, params = ("bench_burn", {"sleep": burn_ms / 1000}) if burn_ms else ("bench_lone", None)
+    rate, cost = speedtier_drain(
+        kind, lone_jobs, redis_url, worker, organizations, params, threads=threads
+    )
+    split = thread_split.measured() if by_thread else {}
+    return {"jobs_per_second": rate, **{key: cost[key] for key in KEYS}}, split
+
+
+def split_medians(splits: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Each kind of thread's figures, medians over the rounds that saw it."""
+    kinds = {kind: None for split in splits for kind in split}
+    return {
+        kind: {
+            key: round(statistics.median(s[kind][key] for s in splits if kind in s), 2)
+            for key in next(s[kind] for s in splits if kind in s)
+        }
+        for kind in kinds
+    }
 
 
 def run(
@@ -56,13 +85,20 @@ def run(
     organizations: int,
     redis_url: str,
     burn_ms: float = 0.0,
+    threads: int | None = None,
+    by_thread: bool = False,
 ) -> dict[str, Any]:
     samples: dict[str, list[dict[str, float]]] = {name: [] for name in MEASURES}
+    splits: list[dict[str, dict[str, float]]] = []
     for number in range(rounds):
         order = MEASURES if number % 2 == 0 else MEASURES[::-1]
         for name in order:
-            row = measure(name, jobs, lone_jobs, organizations, burn_ms, redis_url)
+            row, split = measure(
+                name, jobs, lone_jobs, organizations, burn_ms, redis_url, threads, by_thread
+            )
             samples[name].append(row)
+            if split:
+                splits.append(split)
         print(f"<!-- round {number + 1} of {rounds} done -->", file=sys.stderr, flush=True)
     medians = {
         name: {key: round(statistics.median(s[key] for s in rows), 2) for key in rows[0]}
@@ -80,7 +116,10 @@ def run(
             "lone_jobs": lone_jobs,
             "organizations": organizations,
             "burn_ms": burn_ms,
+            "threads": threads or SETTINGS["threads"],
+            "by_thread": by_thread,
         },
+        "by_thread": split_medians(splits) if splits else {},
         "medians": medians,
         "lone_over_drained_cpu": {
             "median": round(statistics.median(ratios), 2),
@@ -118,6 +157,23 @@ def report(result: dict[str, Any]) -> str:
         f"A lone job's worker CPU beyond its own work: **{beyond:g} µs**, "
         f"**{ratio['median']}x** a drained job's (rounds {ratio['rounds']}).",
     ]
+    if settings.get("by_thread") and not result["by_thread"]:
+        lines += ["", "By thread: no worker process ran long enough for two samples (more jobs)."]
+    if result["by_thread"]:
+        lines += [
+            "",
+            f"By thread ({settings['threads']} worker threads a process), a lone job, "
+            "medians of the rounds (the sampler's own thread, `probe`, is part of the lone "
+            "jobs' worker CPU above):",
+            "",
+            "| thread | CPU µs | of it the kernel's | voluntary switches | involuntary |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for kind, row in result["by_thread"].items():
+            lines.append(
+                f"| {kind} | {row['cpu_us']:g} | {row['system_cpu_us']:g} | "
+                f"{row['voluntary_switches']:g} | {row['involuntary_switches']:g} |"
+            )
     return "\n".join(lines)
 
 
@@ -130,6 +186,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--burn-ms", type=float, default=0.0, help="CPU each lone job spends (default: none)"
     )
+    parser.add_argument("--threads", type=int, help="threads a worker process (default 8)")
+    parser.add_argument(
+        "--by-thread", action="store_true", help="split the lone jobs' worker CPU by thread"
+    )
     parser.add_argument("--redis-url", help="Redis to use (default: BENCH_REDIS_URL or db 14)")
     options = parser.parse_args(argv)
     result = run(
@@ -139,6 +199,8 @@ def main(argv: list[str] | None = None) -> None:
         options.organizations,
         options.redis_url or REDIS_URL,
         options.burn_ms,
+        options.threads,
+        options.by_thread,
     )
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "lone_jobs.json").write_text(json.dumps(result, indent=2))

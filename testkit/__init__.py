@@ -11,6 +11,8 @@ code both need lives here, and both import it.
   ``python -m bench.kb_sync_e2e``;
 * ``search_corpus``: the synthetic retrieval corpus and its exact truth, loaded by the
   search tests and by ``python -m bench.search``.
+* ``thread_counts``: each kind of thread's CPU and context switches, from ``/proc``, and
+  what a series of samples says a job (``python -m bench.lone_jobs --by-thread``).
 
 Test-only code: no production package (shared, tiers, router, services) may import it
 (another contract), and it is not in the wheel (``setup.cfg`` lists the packages that ship).
