@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -14,6 +13,8 @@ from pathlib import Path
 
 import pytest
 import redis
+
+from tests.ports import free_port
 
 REDIS_URL = (
     os.environ.get("TEST_REDIS_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/15"
@@ -84,9 +85,7 @@ def make_redis_server(tmp_path: Path) -> Iterator[MakeRedisServer]:
 
     def start(*args: str) -> str:
         for _ in range(PORT_TRIES):
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = int(sock.getsockname()[1])
+            port = free_port()
             directory = tmp_path / f"redis-{port}"
             directory.mkdir(exist_ok=True)
             command = [binary, "--port", str(port), "--bind", "127.0.0.1"]

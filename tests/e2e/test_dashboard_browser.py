@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -35,6 +34,7 @@ from services.rails import delivery_claims
 from tests import REPO
 from tests import platform_harness as h
 from tests.fixtures_platform import CREDENTIALS_KEY, TOKEN, MakePlatform
+from tests.ports import free_port
 from tests.shadow_runs import record_shadow_runs
 
 pytestmark = pytest.mark.slow
@@ -92,12 +92,6 @@ def browser() -> Iterator[WebDriver]:
     driver.quit()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def platform(make_platform: MakePlatform) -> Iterator[Platform]:
     platform = make_platform(services=(*SERVICE_MODULES, "tests.platform_harness"))
@@ -111,7 +105,7 @@ def site(platform: Platform) -> Iterator[str]:
     """The API app served over HTTP on a free port (werkzeug's threaded server)."""
     from werkzeug.serving import make_server
 
-    server = make_server("127.0.0.1", _free_port(), create_app(platform), threaded=True)
+    server = make_server("127.0.0.1", free_port(), create_app(platform), threaded=True)
     thread = threading.Thread(target=server.serve_forever, name="dashboard-http", daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_port}"
@@ -376,7 +370,7 @@ def test_a_live_speedtier_api_serves_it(
 ) -> None:
     """`speedtier api` itself (gunicorn, production settings: the session cookie is Secure,
     which the browser keeps for http://127.0.0.1, a trustworthy origin)."""
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "REDIS_URL": redis_url,

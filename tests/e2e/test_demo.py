@@ -9,7 +9,6 @@ import os
 import queue
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,16 +19,11 @@ from typing import IO
 import pytest
 
 from services.app.demo.run import QUERIES
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_DEADLINE_SECONDS = 90.0
 SAMPLE_DOCUMENTS = 14  # 6 files and 8 published pages (robots.txt keeps the draft out)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def read_lines(stream: IO[str], into: queue.Queue[str]) -> None:

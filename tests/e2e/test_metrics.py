@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from shared import heartbeat
 from tests.e2e.test_worker_pool import stop_everything, worker_children
 from tests.fixtures_platform import AUTH, MakePlatform
 from tests.platform_harness import wait_until
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 FAMILY = "group_slot_reaper_tick"
@@ -45,12 +45,6 @@ def samples(text: str) -> Samples:
 
 def value(parsed: Samples, name: str, **labels: str) -> float:
     return parsed.get((name, frozenset(labels.items())), 0.0)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture

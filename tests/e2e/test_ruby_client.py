@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,15 +22,10 @@ import requests
 
 from tests import REPO
 from tests.fixtures_redis import redis_server_binary
+from tests.ports import free_port
 
 CLIENT = REPO / "clients" / "ruby"
 TOKEN = "ruby-client-token"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def ruby() -> str:

@@ -16,14 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.ports import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 GET = "GET {path} HTTP/1.1\r\nHost: t\r\n\r\n"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def ask(sock: socket.socket, path: str) -> bytes:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from typing import Any
@@ -22,6 +21,7 @@ from testkit.fakes.otlp_receiver import otlp_receiver
 from tests import REPO
 from tests.fresh_process import printed_by
 from tests.platform_harness import wait_until
+from tests.ports import free_port
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
@@ -176,12 +176,6 @@ def test_the_api_process_exports_over_otlp_http(
 
 
 SERVER, PRODUCER = 2, 4  # opentelemetry.proto.trace.v1.Span.SpanKind
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def answers(url: str) -> bool:

@@ -22,18 +22,11 @@ import requests
 from shared import runtime_file
 from tests.fixtures_db import create_database, drop_database
 from tests.platform_harness import wait_until
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"
 NAMESPACE = re.compile(r"key namespace '([^']+)'")
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def base_env(data_dir: Path, **extra: str) -> dict[str, str]:

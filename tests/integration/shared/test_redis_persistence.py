@@ -7,7 +7,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from shared.redis_persistence import WARNED_ENV, VolatileRedis, verify_redis_per
 from tests import REPO
 from tests.fixtures_platform import CREDENTIALS_KEY, TOKEN
 from tests.fixtures_redis import MakeRedisServer
+from tests.ports import free_port
 
 StartRedis = MakeRedisServer
 
@@ -31,12 +31,6 @@ pytestmark = pytest.mark.skipif(
 def settings_of(**values: object) -> Settings:
     """Settings as production reads them (which requires a credentials key)."""
     return load_settings(connector_credentials_key=CREDENTIALS_KEY, **values)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture

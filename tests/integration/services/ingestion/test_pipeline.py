@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -56,6 +55,7 @@ from testkit.fakes.embeddings_server import RATE_LIMITED, running_embeddings_ser
 from tests.fixtures_db import joined_session
 from tests.fixtures_platform import MakePlatform
 from tests.integration.services.ingestion.factories import new_org
+from tests.ports import free_port
 from tiers.policies import RetryPolicy
 from tiers.table import TIERS
 from tiers.worker import serve
@@ -140,12 +140,6 @@ def blank_pdf() -> bytes:
     buffer = io.BytesIO()
     writer.write(buffer)
     return buffer.getvalue()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Site:

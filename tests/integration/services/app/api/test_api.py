@@ -8,7 +8,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,14 +32,9 @@ from shared.config import load_settings
 from tests import REPO
 from tests import platform_harness as h
 from tests.fixtures_platform import AUTH, CREDENTIALS_KEY, TOKEN, MakePlatform
+from tests.ports import free_port
 
 MAX_BODY = 4096
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def api_platform(make_platform: MakePlatform, **settings: Any) -> Platform:
