@@ -53,8 +53,9 @@ def namespace(redis_client: redis.Redis) -> Iterator[str]:
 #: Starts a private redis-server, with any extra arguments, and answers its URL
 #: (``make_redis_server``).
 MakeRedisServer = Callable[..., str]
-#: Ports a start tries: a free port found by binding and releasing it can be taken by another
-#: process (a connection's own port) before redis-server binds it, and the server then exits.
+#: Ports a start tries: a free port (``tests.ports``: below the ephemeral range, so no
+#: connection takes it) can still be chosen by a test running beside this one before
+#: redis-server binds it, and the server then exits.
 PORT_TRIES = 5
 #: The process of each Redis :func:`make_redis_server` started, by URL.
 _PROCESSES: dict[str, subprocess.Popen[bytes]] = {}
