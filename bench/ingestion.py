@@ -30,7 +30,9 @@ does it: ``store.add_document`` and a commit, then ``router.enqueue`` of
    (the same documents written into a table like ``kb_chunks`` by a pipeline that adds
    nothing) and the bare pipelined ceiling, ``--rounds`` times, the order alternating and
    every phase starting from a vacuumed, checkpointed database
-   (:mod:`bench.ingestion_rounds`): workers / indexer with its median and spread.
+   (:mod:`bench.ingestion_rounds`): workers / indexer with its median and spread; with
+   ``--by-thread``, the workers' CPU and context switches a job by kind of thread
+   (:mod:`bench.thread_split`).
 """
 
 from __future__ import annotations
@@ -160,6 +162,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="count chunk tokens the old way (bisecting the splitter): the before figure",
     )
+    parser.add_argument(
+        "--by-thread",
+        action="store_true",
+        default=None,
+        help="--only rounds: split the workers' CPU a job by kind of thread",
+    )
     parser.add_argument("--redis-url", help="Redis to use (default: BENCH_REDIS_URL or db 14)")
     options = parser.parse_args(argv)
     interrupt_on_sigterm()
@@ -178,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         threads=options.threads,
         rounds=options.rounds,
         poll_ms=options.poll_ms,
+        by_thread=options.by_thread,
     )
     result["command"] = "python -m bench.ingestion " + " ".join(argv or sys.argv[1:])
     path = write_result(NAME, result)

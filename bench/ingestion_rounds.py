@@ -34,6 +34,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from bench import thread_split
 from bench.common import markdown_table, rnd
 from bench.ingestion_stack import (
     SETTLE_TIMEOUT,
@@ -76,7 +77,12 @@ def _workers(
 ) -> dict[str, Any]:
     organizations = sorted(bases)
     settle_database(env.values["database_url"], truncate=True)
-    with workers(env, settings["processes"], settings["threads"], "rounds") as pool:
+    by_thread = settings.get("by_thread", False)
+    target = None
+    if by_thread:
+        thread_split.clear()
+        target = thread_split.split_ingestion_worker_main
+    with workers(env, settings["processes"], settings["threads"], "rounds", target) as pool:
         # The workers start serving (the collector tuned, consumers running) on an empty
         # queue; the documents are stored, the database settled, then the jobs enqueued:
         # the clock and the CPU count run from the enqueue, as a ceiling's run from the
@@ -99,7 +105,9 @@ def _workers(
     result = outcome(env, ids, organizations)
     if result["ready"] != len(ids):
         raise RuntimeError(f"not every document became ready: {result}")
+    split = {"by_thread": thread_split.measured()} if by_thread else {}
     return {
+        **split,
         "wall_seconds": rnd(wall, 2),
         "tokens": result["tokens"],
         "chunks": result["chunks"],
@@ -239,4 +247,33 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         f"workers / bare ceiling {said('workers_to_bare')}; indexer / bare ceiling "
         f"{said('indexer_to_bare')}; CPU per token, workers over indexer "
         f"{said('cpu_per_token_to_indexer')}.",
+        *_by_thread_lines(result["rounds"]),
+    ]
+
+
+def _by_thread_lines(rounds: Sequence[dict[str, Any]]) -> list[str]:
+    """The workers' threads' CPU and context switches a job (a document's), by kind of
+    thread, medians over the rounds (``--by-thread``); none without it."""
+    splits = [r["workers"]["by_thread"] for r in rounds if r["workers"].get("by_thread")]
+    if not splits:
+        return []
+    kinds = {kind: None for split in splits for kind in split}
+    rows = []
+    for kind in kinds:
+        seen = [split[kind] for split in splits if kind in split]
+        rows.append(
+            [kind]
+            + [
+                rnd(statistics.median(row[key] for row in seen), 2)
+                for key in ("cpu_us", "system_cpu_us", "voluntary_switches", "involuntary_switches")
+            ]
+        )
+    return [
+        "",
+        "**The workers by thread**, a job (medians of the rounds; the sampler, `probe`, is part "
+        "of the workers' CPU):",
+        "",
+        markdown_table(
+            ["thread", "CPU µs", "of it the kernel's", "voluntary switches", "involuntary"], rows
+        ),
     ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,8 +137,17 @@ def worker_main(
 
 
 @contextmanager
-def workers(env: Stack, processes: int, threads: int, name: str) -> Iterator[WorkerPool]:
-    pool = WorkerPool(worker_main, (env.values, threads), processes, name=f"{NAME}-{name}")
+def workers(
+    env: Stack,
+    processes: int,
+    threads: int,
+    name: str,
+    target: Callable[..., None] | None = None,
+) -> Iterator[WorkerPool]:
+    """``processes`` worker processes running ``target`` (:func:`worker_main` when None)."""
+    pool = WorkerPool(
+        target or worker_main, (env.values, threads), processes, name=f"{NAME}-{name}"
+    )
     try:
         pool.start()
         yield pool

@@ -2,7 +2,8 @@
 apart) and its context switches, voluntary (it blocked: a wait, a lock, the interpreter
 lock) and involuntary (the scheduler took its core).
 
-A worker process runs :func:`split_worker_main` instead of ``bench.families.worker_main``:
+A worker process runs :func:`split_worker_main` instead of ``bench.families.worker_main``
+(or :func:`split_ingestion_worker_main` instead of ``bench.ingestion_stack.worker_main``):
 a sampler thread reads, every :data:`SAMPLE_SECONDS`, each live thread's counters
 (``testkit.thread_counts.sample``: summed by kind, the thread's class or ``<name>:<target>``
 for a plain ``threading.Thread``) and appends them, with the jobs the process was handed so
@@ -42,15 +43,29 @@ def _sample_forever(shared: Any, slot: int, path: Path) -> None:
             out.flush()
 
 
-def split_worker_main(slot: int, shared: Any, go: Any, stop: Any, *args: Any) -> None:
-    """``bench.families.worker_main`` with the sampler running beside it."""
-    from bench.families import worker_main
-
+def start_sampler(shared: Any, slot: int) -> None:
+    """Sample this worker process's threads until it exits (a daemon thread)."""
     DIRECTORY.mkdir(parents=True, exist_ok=True)
     path = DIRECTORY / f"{os.getpid()}.jsonl"
     threading.Thread(
         target=_sample_forever, args=(shared, slot, path), name=PROBE, daemon=True
     ).start()
+
+
+def split_worker_main(slot: int, shared: Any, go: Any, stop: Any, *args: Any) -> None:
+    """``bench.families.worker_main`` with the sampler running beside it."""
+    from bench.families import worker_main
+
+    start_sampler(shared, slot)
+    worker_main(slot, shared, go, stop, *args)
+
+
+def split_ingestion_worker_main(slot: int, shared: Any, go: Any, stop: Any, *args: Any) -> None:
+    """``bench.ingestion_stack.worker_main`` (the production platform's fast tier) with the
+    sampler running beside it."""
+    from bench.ingestion_stack import worker_main
+
+    start_sampler(shared, slot)
     worker_main(slot, shared, go, stop, *args)
 
 
