@@ -30,7 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +216,9 @@ def speedtier_drain(
     return jobs / seconds, cost
 
 
-def cpu_bound(rates: dict[str, float], costs: dict[str, dict[str, float]]) -> dict[str, float]:
+def cpu_bound(
+    rates: Mapping[str, float], costs: Mapping[str, Mapping[str, float]]
+) -> dict[str, float]:
     """What the drains' CPU says of the grouped ratio: each drain's cores busy (worker and
     Redis CPU per job times jobs/s) and ``grouped_cpu_bound``, the ungrouped job's CPU over
     the grouped job's, which is the grouped / ungrouped ratio the drains would show if both

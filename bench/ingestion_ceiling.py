@@ -55,7 +55,7 @@ def apply_token_count_mode() -> None:
     if os.environ.get(BISECTION_VARIABLE) == "1":
         from services.indexing import chunking
 
-        chunking.counter_for_model = lambda model: None  # type: ignore[assignment]
+        chunking.counter_for_model = lambda model: None  # type: ignore[assignment,attr-defined]
 
 
 def warm_up() -> None:

@@ -47,6 +47,7 @@ from bench.ingestion_stack import (
     wait_settled,
     workers,
 )
+from testkit import thread_counts
 
 #: Tables of the platform emptied before each workers phase (documents cascade to their
 #: chunks and versions).
@@ -257,17 +258,10 @@ def _by_thread_lines(rounds: Sequence[dict[str, Any]]) -> list[str]:
     splits = [r["workers"]["by_thread"] for r in rounds if r["workers"].get("by_thread")]
     if not splits:
         return []
-    kinds = {kind: None for split in splits for kind in split}
-    rows = []
-    for kind in kinds:
-        seen = [split[kind] for split in splits if kind in split]
-        rows.append(
-            [kind]
-            + [
-                rnd(statistics.median(row[key] for row in seen), 2)
-                for key in ("cpu_us", "system_cpu_us", "voluntary_switches", "involuntary_switches")
-            ]
-        )
+    rows = [
+        [kind, *(figures[key] for key in thread_counts.FIGURES)]
+        for kind, figures in thread_counts.medians(splits).items()
+    ]
     return [
         "",
         "**The workers by thread**, a job (medians of the rounds; the sampler, `probe`, is part "

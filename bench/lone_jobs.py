@@ -35,6 +35,7 @@ from typing import Any
 from bench import thread_split
 from bench.bullmq_compare import SETTINGS, speedtier_drain
 from bench.common import REDIS_URL, RESULTS_DIR
+from testkit import thread_counts
 
 MEASURES = ("drained", "lone")
 KEYS = ("worker_cpu_us", "worker_system_cpu_us", "redis_cpu_us", "commands", "script_calls")
@@ -64,18 +65,6 @@ def measure(
     )
     split = thread_split.measured() if by_thread else {}
     return {"jobs_per_second": rate, **{key: cost[key] for key in KEYS}}, split
-
-
-def split_medians(splits: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
-    """Each kind of thread's figures, medians over the rounds that saw it."""
-    kinds = {kind: None for split in splits for kind in split}
-    return {
-        kind: {
-            key: round(statistics.median(s[kind][key] for s in splits if kind in s), 2)
-            for key in next(s[kind] for s in splits if kind in s)
-        }
-        for kind in kinds
-    }
 
 
 def run(
@@ -119,7 +108,7 @@ def run(
             "threads": threads or SETTINGS["threads"],
             "by_thread": by_thread,
         },
-        "by_thread": split_medians(splits) if splits else {},
+        "by_thread": thread_counts.medians(splits) if splits else {},
         "medians": medians,
         "lone_over_drained_cpu": {
             "median": round(statistics.median(ratios), 2),

@@ -8,6 +8,7 @@ process was handed between two samples. Read from ``/proc/self/task/<id>/stat`` 
 from __future__ import annotations
 
 import json
+import statistics
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -108,4 +109,21 @@ def per_job(files: Iterable[Path], tick_us: float) -> dict[str, dict[str, float]
         for kind, (user, system, voluntary, involuntary) in sorted(
             totals.items(), key=lambda item: -(item[1][0] + item[1][1])
         )
+    }
+
+
+#: What :func:`per_job` gives each kind, in this order.
+FIGURES = ("cpu_us", "system_cpu_us", "voluntary_switches", "involuntary_switches")
+
+
+def medians(splits: list[dict[str, dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Several measures' :func:`per_job`: each kind's figures, medians over the measures that
+    saw it, in the order the kinds first came."""
+    kinds = {kind: None for split in splits for kind in split}
+    return {
+        kind: {
+            key: round(statistics.median(split[kind][key] for split in splits if kind in split), 2)
+            for key in FIGURES
+        }
+        for kind in kinds
     }

@@ -105,3 +105,18 @@ def test_a_process_without_a_window_adds_nothing(tmp_path: Path) -> None:
     assert thread_split.per_job([tmp_path / "idle.jsonl"], tick_us=10_000) == {}
     assert thread_split.window([]) is None
     assert thread_split.per_job([tmp_path / "short.jsonl"], tick_us=10_000) == {}
+
+
+def test_medians_take_each_kind_over_the_measures_that_saw_it() -> None:
+    def figures(cpu: float) -> dict[str, float]:
+        return {key: cpu for key in thread_split.FIGURES}
+
+    splits = [
+        {"worker": figures(10), "sender": figures(1)},
+        {"worker": figures(30)},
+        {"worker": figures(20), "sender": figures(3)},
+    ]
+    medians = thread_split.medians(splits)
+    assert list(medians) == ["worker", "sender"]
+    assert medians["worker"]["cpu_us"] == 20
+    assert medians["sender"]["involuntary_switches"] == 2
