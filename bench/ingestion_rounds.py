@@ -35,7 +35,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench import thread_split
-from bench.common import markdown_table, rnd
+from bench.common import (
+    command_calls,
+    command_delta,
+    commands_per_job,
+    connect,
+    markdown_table,
+    rnd,
+)
 from bench.ingestion_stack import (
     SETTLE_TIMEOUT,
     Stack,
@@ -93,6 +100,8 @@ def _workers(
         settle_database(env.values["database_url"])
         time.sleep(WORKERS_START_SECONDS)
         database_before, cpu_before = env.postgres_cpu_seconds(), pool.cpu_seconds()
+        redis_client = connect(env.values["redis_url"])
+        calls_before = command_calls(redis_client)
         started = time.time()
         enqueue_jobs(
             env, [(org, doc_id) for (org, _), doc_id in zip(items, ids, strict=True)], bases
@@ -100,6 +109,8 @@ def _workers(
         seen = wait_settled(env, ids, SETTLE_TIMEOUT)
         database = env.postgres_cpu_seconds() - database_before
         client = pool.cpu_seconds() - cpu_before
+        calls = commands_per_job(command_delta(calls_before, command_calls(redis_client)), len(ids))
+        redis_client.close()
     # The last job's settle, not the poll that saw it: a ceiling's clock stops at its
     # writers' last commit, not up to a polling interval later.
     wall = last_settle(env, ids, seen) - started
@@ -116,6 +127,8 @@ def _workers(
         "client_cpu_seconds": rnd(client, 1),
         "postgres_cpu_seconds": rnd(database, 1),
         "cpu_seconds_per_million_tokens": rnd((client + database) / result["tokens"] * 1e6, 2),
+        # Server-wide counts: the workers' calls, and the bench's own enqueue's and polls'.
+        "script_calls_per_document": calls["script_calls_per_job"],
     }
 
 
@@ -247,9 +260,18 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         f"Median **workers / indexer {said('workers_to_indexer')}** (the goal: >= 0.9); "
         f"workers / bare ceiling {said('workers_to_bare')}; indexer / bare ceiling "
         f"{said('indexer_to_bare')}; CPU per token, workers over indexer "
-        f"{said('cpu_per_token_to_indexer')}.",
+        f"{said('cpu_per_token_to_indexer')}; Redis script calls a document in the workers' "
+        f"phase (the enqueue's included): {_calls(result['rounds'])}.",
         *_by_thread_lines(result["rounds"]),
     ]
+
+
+def _calls(rounds: Sequence[dict[str, Any]]) -> str:
+    calls = [r["workers"].get("script_calls_per_document") for r in rounds]
+    known = [c for c in calls if c is not None]
+    if not known:
+        return "not counted"
+    return f"{rnd(statistics.median(known), 2)} (range {min(known)}-{max(known)})"
 
 
 def _by_thread_lines(rounds: Sequence[dict[str, Any]]) -> list[str]:
