@@ -82,7 +82,9 @@ def window(samples: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any
 
 def per_job(files: Iterable[Path], tick_us: float) -> dict[str, dict[str, float]]:
     """Each kind's CPU (µs, and the kernel's part) and context switches a job, over every
-    process's window; {} when no process ran long enough to have one."""
+    process's window; {} when no process ran long enough to have one. A thread that ends
+    inside a window takes its counts out of its kind's (a worker's threads live as long as
+    it serves)."""
     totals: dict[str, list[int]] = {}
     jobs = 0
     for path in files:
