@@ -39,7 +39,6 @@ from bench.common import (
     command_calls,
     command_delta,
     commands_per_job,
-    connect,
     markdown_table,
     rnd,
 )
@@ -100,7 +99,7 @@ def _workers(
         settle_database(env.values["database_url"])
         time.sleep(WORKERS_START_SECONDS)
         database_before, cpu_before = env.postgres_cpu_seconds(), pool.cpu_seconds()
-        redis_client = connect(env.values["redis_url"])
+        redis_client = env.platform.broker.client  # the stack's own connection pool
         calls_before = command_calls(redis_client)
         started = time.time()
         enqueue_jobs(
@@ -110,7 +109,6 @@ def _workers(
         database = env.postgres_cpu_seconds() - database_before
         client = pool.cpu_seconds() - cpu_before
         calls = commands_per_job(command_delta(calls_before, command_calls(redis_client)), len(ids))
-        redis_client.close()
     # The last job's settle, not the poll that saw it: a ceiling's clock stops at its
     # writers' last commit, not up to a polling interval later.
     wall = last_settle(env, ids, seen) - started
