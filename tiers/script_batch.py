@@ -34,6 +34,10 @@ exception)                                 closed (replies may be on their way),
                                            a claim or settle run twice records the same
                                            outcome (the second sees its message active or
                                            superseded) and counts one more attempt
+the process forks                          the child starts with no call of the parent's:
+                                           those are the parent's to send and answer (its
+                                           threads and sender do not run in the child);
+                                           the child's calls go on senders of its own
 =========================================  ===============================================
 """
 
@@ -43,6 +47,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -59,6 +64,10 @@ log = logging.getLogger(__name__)
 #: of memory, or a read-only replica. A settle refused for lack of memory is kept, not
 #: dropped: its job's outcome would be lost while Dramatiq acked the message.
 REDIS_WAIT = (*REDIS_DOWN, *REDIS_REFUSING)
+
+#: The live batches and queues of this process, each started afresh in a forked child
+#: (:func:`_start_afresh_in_child`).
+_LIVE: weakref.WeakSet[ScriptBatch | ScriptQueue] = weakref.WeakSet()
 
 #: The most calls one round trip carries (a batch holds one call per worker thread, so this
 #: is reached only by processes with more threads).
@@ -115,6 +124,14 @@ class ScriptBatch:
         self._lock = threading.Lock()
         #: Calls waiting to be sent, oldest first; while ``_sending``, one thread sends.
         self._pending: list[_Call] = []
+        self._sending = False
+        _LIVE.add(self)
+
+    def _start_afresh(self) -> None:
+        """In a forked child: no call waiting, no thread sending (the parent's threads,
+        whose calls these were, do not run here), a lock no parent's thread holds."""
+        self._lock = threading.Lock()
+        self._pending = []
         self._sending = False
 
     def close(self) -> None:
@@ -210,6 +227,17 @@ class ScriptQueue:
         self._sending_in = 0
         #: Reports an outage once, not once per retry (only the sender thread uses it).
         self._outage = OutageLog(log, name, recovered_as="sent its calls again")
+        _LIVE.add(self)
+
+    def _start_afresh(self) -> None:
+        """In a forked child: the parent's calls (submitted, in flight) are the parent's to
+        send and answer, so the child forgets them, and its first call starts its sender."""
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)
+        self._pending = []
+        self._unanswered = 0
+        self._idle = False
+        self._sending_in = 0
 
     def submit(
         self, name: str, args: Sequence[Any], then: Callable[[Any, Exception | None], None]
@@ -299,6 +327,14 @@ class ScriptQueue:
             wait = min(wait * 2, 0.5)
             for call in batch:
                 call.answered, call.error = False, None
+
+
+def _start_afresh_in_child() -> None:
+    for each in list(_LIVE):
+        each._start_afresh()
+
+
+os.register_at_fork(after_in_child=_start_afresh_in_child)
 
 
 def send_calls(

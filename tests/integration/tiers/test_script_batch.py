@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -276,6 +277,58 @@ def test_a_sender_thread_that_ended_and_a_forked_child_get_a_sender_of_their_own
         queue.submit("echo", ["child"], child.then("child"))
         os._exit(0 if queue.flush(10) and child.got.get("child") == (b"child", None) else 1)
     _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_forked_child_leaves_the_parents_unsent_calls_to_the_parent(
+    redis_url: str, namespace: str
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+    queue = ScriptQueue(client, namespace, scripts_on(client), "sender")
+    answers = Answers()
+    # Given a sender busy with a slow call, and two calls waiting behind it
+    queue.submit("slow", ["300"], answers.then("slow"))
+    time.sleep(0.1)
+    queue.submit("count", ["fork"], answers.then("a"))
+    queue.submit("count", ["fork"], answers.then("b"))
+    # When the process forks and the child sends a call of its own
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only when its own call is answered
+        signal.alarm(20)
+        child = Answers()
+        queue.submit("count", ["fork"], child.then("child"))
+        answered = queue.flush(10) and child.got.get("child", (None, True))[1] is None
+        os._exit(0 if answered and not child.got.keys() - {"child"} else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    # Then each call ran once: the parent's two by the parent, the child's by the child
+    assert queue.flush(10)
+    assert sorted(answers.got) == ["a", "b", "slow"]
+    assert int(client.get(f"{namespace}:count:fork") or 0) == 3
+
+
+def test_a_forked_child_of_a_thread_waiting_for_its_call_sends_its_own(
+    redis_url: str, namespace: str
+) -> None:
+    client = redis.Redis.from_url(redis_url)
+    batch = make_batch(client, namespace)
+    batch.call("slow", ["1"])  # the script loaded: the call below is in flight at the fork
+    # Given a thread whose waited-for call is in flight (it leads the sending)
+    waiting = threading.Thread(target=batch.call, args=("slow", ["300"]))
+    waiting.start()
+    time.sleep(0.1)
+    # When the process forks, Then the child's own call is sent (no thread of the child
+    # is sending) and answered
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(10)  # a child that waits for a sender it does not have ends here
+        answered = False
+        try:
+            answered = batch.call("echo", ["child"]) == b"child"
+        finally:
+            os._exit(0 if answered else 1)
+    _, status = os.waitpid(pid, 0)
+    waiting.join(10)
     assert os.waitstatus_to_exitcode(status) == 0
 
 
