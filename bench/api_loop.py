@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import cpu_seconds, process_stats, write_result
-from bench.worker_start import free_port
+from testkit.ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 

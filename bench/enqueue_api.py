@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -68,6 +67,7 @@ from bench.common import (
 from bench.enqueue_api_report import NO_DROP_FROM, TAIL_UP_TO, summary, targets
 from bench.http_load import PATH, run_load, wrk_available
 from bench.server_connections import SpreadSample
+from testkit.ports import free_port
 
 NAME = "enqueue_api"
 #: Strong enough for production's floor (``shared.secret_strength``).
@@ -86,9 +86,7 @@ CEILING_ANSWER = (
 def _served(command: list[str], env: dict[str, str]) -> Iterator[tuple[str, int]]:
     """A server on a free port (``command`` gets ``--port``); its base URL and process group
     while it runs."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     process = subprocess.Popen(
         [*command, "--port", str(port)],
         env=env,

@@ -71,13 +71,13 @@ from bench.worker_start import (
     ROOT,
     Start,
     first_job_seconds,
-    free_port,
     parse_bullmq_line,
     parse_dramatiq_line,
     parse_json_line,
     python_env,
     start,
 )
+from testkit.ports import free_port
 
 NAME = "first_job"
 TARGET_SECONDS = 0.5

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -56,6 +55,7 @@ from bench.common import (
     rnd,
     write_result,
 )
+from testkit.ports import free_port
 
 NAME = "redis_cpu"
 ORGANIZATIONS = 20
@@ -77,9 +77,7 @@ def redis_server(appendonly: bool) -> Iterator[str]:
     """A redis-server of the benchmark's own; its URL. Stopped (and its files removed) after."""
     from services.app.embedded.redis_server import redis_server_binary
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
+    port = free_port()
     with tempfile.TemporaryDirectory(prefix="bench-redis-cpu-") as directory:
         command = [str(redis_server_binary()), "--port", str(port), "--bind", "127.0.0.1"]
         command += ["--dir", directory, "--save", "", "--appendonly", "yes" if appendonly else "no"]

@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -54,13 +53,6 @@ def python_env(extra: dict[str, str], root: Path = ROOT) -> dict[str, str]:
     env.update({"PYTHONPATH": os.pathsep.join(path), "PYTHONPYCACHEPREFIX": str(PYCACHE)})
     env.update(extra)
     return env
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
 
 
 def parse_json_line(line: str) -> Line | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.ports import free_port
+from testkit.ports import free_port
 
 REDIS_URL = (
     os.environ.get("TEST_REDIS_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/15"
@@ -53,7 +53,7 @@ def namespace(redis_client: redis.Redis) -> Iterator[str]:
 #: Starts a private redis-server, with any extra arguments, and answers its URL
 #: (``make_redis_server``).
 MakeRedisServer = Callable[..., str]
-#: Ports a start tries: a free port (``tests.ports``: below the ephemeral range, so no
+#: Ports a start tries: a free port (``testkit.ports``: below the ephemeral range, so no
 #: connection takes it) can still be chosen by a test running beside this one before
 #: redis-server binds it, and the server then exits.
 PORT_TRIES = 5

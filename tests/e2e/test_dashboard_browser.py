@@ -31,10 +31,10 @@ from services.app.api import create_app
 from services.app.bootstrap import SERVICE_MODULES, Platform
 from services.app.scheduler import TickScheduler
 from services.rails import delivery_claims
+from testkit.ports import free_port
 from tests import REPO
 from tests import platform_harness as h
 from tests.fixtures_platform import CREDENTIALS_KEY, TOKEN, MakePlatform
-from tests.ports import free_port
 from tests.shadow_runs import record_shadow_runs
 
 pytestmark = pytest.mark.slow

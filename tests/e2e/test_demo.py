@@ -19,7 +19,7 @@ from typing import IO
 import pytest
 
 from services.app.demo.run import QUERIES
-from tests.ports import free_port
+from testkit.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_DEADLINE_SECONDS = 90.0

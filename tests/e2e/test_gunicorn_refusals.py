@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ports import free_port
+from testkit.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "secret"

@@ -20,10 +20,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from services.app.bootstrap import Platform
 from shared import heartbeat
+from testkit.ports import free_port
 from tests.e2e.test_worker_pool import stop_everything, worker_children
 from tests.fixtures_platform import AUTH, MakePlatform
 from tests.platform_harness import wait_until
-from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 FAMILY = "group_slot_reaper_tick"

@@ -20,9 +20,9 @@ import pytest
 import redis
 import requests
 
+from testkit.ports import free_port
 from tests import REPO
 from tests.fixtures_redis import redis_server_binary
-from tests.ports import free_port
 
 CLIENT = REPO / "clients" / "ruby"
 TOKEN = "ruby-client-token"

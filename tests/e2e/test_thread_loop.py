@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ports import free_port
+from testkit.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 GET = "GET {path} HTTP/1.1\r\nHost: t\r\n\r\n"

@@ -18,10 +18,10 @@ import pytest
 import requests
 
 from testkit.fakes.otlp_receiver import otlp_receiver
+from testkit.ports import free_port
 from tests import REPO
 from tests.fresh_process import printed_by
 from tests.platform_harness import wait_until
-from tests.ports import free_port
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"

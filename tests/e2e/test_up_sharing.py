@@ -20,9 +20,9 @@ import redis
 import requests
 
 from shared import runtime_file
+from testkit.ports import free_port
 from tests.fixtures_db import create_database, drop_database
 from tests.platform_harness import wait_until
-from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_REDIS = "redis://127.0.0.1:6379/0"

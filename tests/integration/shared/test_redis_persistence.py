@@ -16,10 +16,10 @@ import pytest
 
 from shared.config import Settings, load_settings
 from shared.redis_persistence import WARNED_ENV, VolatileRedis, verify_redis_persistence
+from testkit.ports import free_port
 from tests import REPO
 from tests.fixtures_platform import CREDENTIALS_KEY, TOKEN
 from tests.fixtures_redis import MakeRedisServer
-from tests.ports import free_port
 
 StartRedis = MakeRedisServer
 

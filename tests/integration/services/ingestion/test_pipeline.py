@@ -52,10 +52,10 @@ from shared.db.models import (
 from shared.db.vector import compare_type, embedding_storage, has_pgvector, include_object
 from shared.errors import RecordMissing, Retryable, Unrecoverable
 from testkit.fakes.embeddings_server import RATE_LIMITED, running_embeddings_server
+from testkit.ports import free_port
 from tests.fixtures_db import joined_session
 from tests.fixtures_platform import MakePlatform
 from tests.integration.services.ingestion.factories import new_org
-from tests.ports import free_port
 from tiers.policies import RetryPolicy
 from tiers.table import TIERS
 from tiers.worker import serve

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from flask.testing import FlaskClient
 from services.app.api import create_app
 from services.app.bootstrap import Platform
 from shared.db.models import KnowledgeBaseSource
+from testkit.ports import free_port
 from tests.fixtures_platform import AUTH, MakePlatform
 from tests.integration.services.knowledge_sync.factories import (
     Kb,
@@ -305,9 +305,7 @@ class RedisServer:
     """A private ``redis-server`` on a free port, killed on demand."""
 
     def __init__(self, directory: Path) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = int(sock.getsockname()[1])
+        self.port = free_port()
         binary = shutil.which("redis-server") or "/usr/bin/redis-server"
         command = [binary, "--port", str(self.port), "--bind", "127.0.0.1"]
         command += ["--save", "", "--appendonly", "no", "--dir", str(directory)]

@@ -29,10 +29,10 @@ from services.app.bootstrap import Platform
 from services.app.cli import main
 from services.app.internal_token import MissingToken
 from shared.config import load_settings
+from testkit.ports import free_port
 from tests import REPO
 from tests import platform_harness as h
 from tests.fixtures_platform import AUTH, CREDENTIALS_KEY, TOKEN, MakePlatform
-from tests.ports import free_port
 
 MAX_BODY = 4096
 

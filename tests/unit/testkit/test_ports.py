@@ -1,4 +1,4 @@
-"""tests.ports: a free port below the ephemeral range, where no connection takes it."""
+"""testkit.ports: a free port below the ephemeral range, where no connection takes it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from tests import ports
+from testkit import ports
 
 
 def test_a_port_below_the_ephemeral_range_nothing_listens_on() -> None:

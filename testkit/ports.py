@@ -1,12 +1,12 @@
-"""A port for a server a test starts: free when chosen, and outside the kernel's range of
-ephemeral ports.
+"""A port for a server a test or a benchmark starts: free when chosen, and outside the
+kernel's range of ephemeral ports.
 
 A port found by binding to port 0 comes from the ephemeral range, the range every outgoing
 connection on the machine also draws its local port from: between the check and the server's
 own bind (a subprocess's start, a second or more), a connection of any process may take it,
 and the server fails to start (a redis-server exited so, once in five suite runs). Below that
 range only a listener takes a port, and a listener already there fails the check here; tests
-running side by side each draw at random from some twenty thousand ports.
+(or benchmarks) running side by side each draw at random from some twenty thousand ports.
 """
 
 from __future__ import annotations
