@@ -65,15 +65,13 @@ def forks_a_pool(argv: Sequence[str]) -> bool:
 
 
 def start_pool_server() -> None:
-    """Start the worker pool's server now, as a fork of this process
-    (``services.app.server_fork``); the worker command finds it running. The collector stays
+    """Start the worker pool's server now, forked before this process loads anything else
+    (``services.app.server_first``); the worker command finds it running. The collector stays
     off in this process until the command turns it on (it is off while modules load)."""
     gc.disable()
-    from services.app.server_fork import start_forked_server
-    from services.app.worker_process import FORK_SERVER_PRELOAD, share_metrics
+    from services.app.server_first import fork_server_first
 
-    share_metrics()  # before the server imports prometheus_client
-    start_forked_server(FORK_SERVER_PRELOAD)
+    fork_server_first()
 
 
 def main() -> None:

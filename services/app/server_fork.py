@@ -26,7 +26,7 @@ import threading
 import traceback
 from collections.abc import Sequence
 from multiprocessing import connection, forkserver, resource_tracker, util
-from typing import Any
+from typing import Any, NoReturn
 
 #: ``forkserver.main``'s parameters this module calls it with.
 MAIN_PARAMETERS = ("listener_fd", "alive_r", "preload", "main_path", "sys_path")
@@ -36,11 +36,15 @@ SERVER_STATE = ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid"
 
 def can_fork_server() -> bool:
     """This process has one thread, and the fork server is the one this module knows."""
+    return sys.platform != "win32" and threading.active_count() == 1 and knows_the_server()
+
+
+def knows_the_server() -> bool:
+    """This ``multiprocessing``'s fork server keeps the state and takes the parameters this
+    module sets and passes (CPython 3.11 to 3.13)."""
     server = getattr(forkserver, "_forkserver", None)
     return (
-        sys.platform != "win32"
-        and threading.active_count() == 1
-        and server is not None
+        server is not None
         and all(hasattr(server, name) for name in SERVER_STATE)
         and _parameters(forkserver.main) == MAIN_PARAMETERS
     )
@@ -56,40 +60,56 @@ def _parameters(function: Any) -> tuple[str, ...]:
 def start_forked_server(preload: Sequence[str]) -> bool:
     """Start the fork server, importing ``preload``, as a fork of this process; False (and
     nothing started) when :func:`can_fork_server` says no or a server already runs."""
-    if not can_fork_server():
+    server: Any = getattr(forkserver, "_forkserver", None)
+    if not can_fork_server() or server._forkserver_pid is not None:
+        return False
+    with socket.socket(socket.AF_UNIX) as listener:
+        address = connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
+        listener.bind(address)
+        if not util.is_abstract_socket_namespace(address):
+            os.chmod(address, 0o600)
+        listener.listen()
+        # Every client holds the write end of the "alive" pipe: the server exits once the
+        # read end meets its end, when the last client is gone.
+        alive_r, alive_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(alive_w)
+            serve(listener.fileno(), alive_r, preload)
+        os.close(alive_r)
+    if adopt_forked_server(address, alive_w, pid):
+        return True
+    os.close(alive_w)  # a server started meanwhile: this one exits
+    return False
+
+
+def adopt_forked_server(address: str, alive_w: int, pid: int) -> bool:
+    """Make the server forked at ``pid`` (listening at ``address``, its "alive" pipe's write
+    end ``alive_w``) the fork server of this process's ``multiprocessing``, with the resource
+    tracker its children are handed, as ``ForkServer.ensure_running`` does for a server it
+    spawns; False when this ``multiprocessing``'s fork server is not the one this module
+    knows, or one already runs."""
+    if not knows_the_server():
         return False
     server: Any = forkserver._forkserver  # its private state, typed by none
     with server._lock:
         if server._forkserver_pid is not None:
             return False
-        resource_tracker.ensure_running()  # its fd is handed to every child, as before
-        with socket.socket(socket.AF_UNIX) as listener:
-            address = connection.arbitrary_address("AF_UNIX")  # type: ignore[attr-defined]
-            listener.bind(address)
-            if not util.is_abstract_socket_namespace(address):
-                os.chmod(address, 0o600)
-            listener.listen()
-            # Every client holds the write end of the "alive" pipe: the server exits once
-            # the read end meets its end, when the last client is gone.
-            alive_r, alive_w = os.pipe()
-            pid = os.fork()
-            if pid == 0:
-                os.close(alive_w)
-                _serve(listener.fileno(), alive_r, preload)
-            os.close(alive_r)
+        resource_tracker.ensure_running()  # its fd goes with every request for a child
         server._forkserver_address = address
         server._forkserver_alive_fd = alive_w
         server._forkserver_pid = pid
     return True
 
 
-def _serve(listener_fd: int, alive_r: int, preload: Sequence[str]) -> None:
+def serve(listener_fd: int, alive_r: int, preload: Sequence[str]) -> NoReturn:
     """The forked server's life: never returns (its exit skips the parent's exit handlers
     and buffers, as the children the server forks do)."""
     code = 1
     try:
         gc.enable()  # as in a new interpreter: the preload turns it off while it imports
-        forkserver.main(listener_fd, alive_r, list(preload))
+        if knows_the_server():
+            forkserver.main(listener_fd, alive_r, list(preload))
     except SystemExit as stop:  # the last client is gone
         code = stop.code if isinstance(stop.code, int) else 0
     except BaseException:

@@ -24,15 +24,13 @@ import os
 import threading
 from typing import TYPE_CHECKING
 
+from services.app.server_first import FORK_SERVER_PRELOAD, share_metrics
+
 if TYPE_CHECKING:
     from prometheus_client import Gauge
 
     from services.app.worker_pool import WorkerPool
     from shared.config import Settings
-
-#: What the pool's fork server imports before it forks a child: the program's ``__main__``
-#: (as a spawned child would) and the worker's modules (``services.app.fork_server``).
-FORK_SERVER_PRELOAD = ("__main__", "services.app.fork_server")
 
 
 def component_of(tier: str) -> str:
@@ -47,17 +45,6 @@ def worker_threads_gauge() -> Gauge:
         "Worker threads of live worker processes (every consumer and worker thread running).",
         ["tier"],
     )
-
-
-def share_metrics() -> None:
-    """Give this process's children a metrics directory (a fresh temporary one when
-    ``PROMETHEUS_MULTIPROC_DIR``, prometheus_client's variable, is not set): before any
-    child or the children's server starts, as they read it when they import
-    prometheus_client. :func:`start_metrics` switches this process to it."""
-    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        import tempfile
-
-        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="speedtier-metrics-")
 
 
 def start_metrics(settings: Settings) -> None:

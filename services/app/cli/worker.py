@@ -20,13 +20,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from services.app.worker_process import (
-    component_of,
-    run_one,
-    share_metrics,
-    start_metrics,
-    worker_pool,
-)
+from services.app.server_first import share_metrics
+from services.app.worker_process import component_of, run_one, start_metrics, worker_pool
 from tiers.table import TIERS
 
 if TYPE_CHECKING:

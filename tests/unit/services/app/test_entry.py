@@ -5,6 +5,7 @@ starting program is; the pool's children forked from it run jobs in
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -111,3 +112,52 @@ def test_a_server_started_for_a_command_line_the_command_refuses_exits_with_it()
     while _processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _processes_with(marker) == []
+
+
+def test_the_server_is_forked_before_this_process_loads_multiprocessing() -> None:
+    script = (
+        "import os, sys\n"
+        "fork, loaded = os.fork, []\n"
+        "def recording_fork():\n"
+        "    loaded.append([m in sys.modules for m in ('multiprocessing', 'socket', 'click')])\n"
+        "    return fork()\n"
+        "os.fork = recording_fork\n"
+        "from services.app.entry import start_pool_server\n"
+        "start_pool_server()\n"
+        "print(*loaded[0])\n"
+        "from multiprocessing import forkserver\n"
+        "address = forkserver._forkserver._forkserver_address\n"
+        "print(address.startswith('\\0'), forkserver._forkserver._forkserver_pid is not None)\n"
+    )
+
+    # the fork came first; then this process took the server as multiprocessing's own
+    assert printed_by(script) == ["False", "False", "False", "True", "True"]
+
+
+def test_with_a_thread_running_the_server_is_left_to_the_worker_command() -> None:
+    script = (
+        "import threading\n"
+        "stop = threading.Event()\n"
+        "threading.Thread(target=stop.wait).start()\n"
+        "from services.app.server_first import fork_server_first\n"
+        "print(fork_server_first())\n"
+        "stop.set()\n"
+    )
+
+    assert printed_by(script) == ["False"]
+
+
+def test_the_childrens_metrics_directory_is_new_and_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from services.app import server_first
+
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "")  # unset, and restored after
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    server_first.share_metrics()
+    made = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+    assert made.parent == tmp_path and made.name.startswith("speedtier-metrics-")
+    assert made.stat().st_mode & 0o777 == 0o700 and not any(made.iterdir())
+    # a directory already given is kept
+    server_first.share_metrics()
+    assert os.environ["PROMETHEUS_MULTIPROC_DIR"] == str(made)
