@@ -13,7 +13,10 @@ program's) and serves the same requests.
 Forking is safe only while the caller has one thread, and it relies on the fork server's
 internals as CPython 3.11 to 3.13 have them (the parameters of ``forkserver.main`` and the
 server's address, pid and alive fd): otherwise :func:`start_forked_server` returns False and
-the caller starts the server as multiprocessing does.
+the caller starts the server as multiprocessing does. The program's entry point forks the
+server sooner, before this module (and ``multiprocessing``) loads
+(``services.app.server_first``); the server then runs :func:`serve`, and the pool's process
+takes it as its own with :func:`adopt_forked_server`.
 """
 
 from __future__ import annotations
