@@ -43,6 +43,14 @@ CLIENT_PREFIX = "bench"
 # -- Redis -------------------------------------------------------------------------------------
 
 
+def allow_loopback_providers() -> None:
+    """Let this process's connectors reach the providers' fakes, which listen on loopback
+    (the egress guard refuses private addresses unless allowed, ``shared.egress``)."""
+    from shared.egress.addresses import address_guard, set_default_guard
+
+    set_default_guard(address_guard(False, ["127.0.0.1/32"]))
+
+
 def interrupt_on_sigterm() -> None:
     """Turn SIGTERM into KeyboardInterrupt, so a stopped run still stops its worker processes
     and deletes its Redis keys (the ``finally`` blocks run)."""

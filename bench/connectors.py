@@ -33,6 +33,7 @@ Quick: ``python -m bench.connectors --drive 200 --sharepoint 200`` (``--product`
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import threading
@@ -46,6 +47,7 @@ from typing import Any, TypeVar
 import redis
 
 from bench import connectors_kb
+from bench.common import allow_loopback_providers
 from services.connectors import google_drive, sharepoint
 from services.connectors.nodes import Connection, Node, NodeRef, NodeSource, RateLimitState
 from shared.errors import Delay, Retryable
@@ -108,7 +110,7 @@ def _sync(
             state,
             stats,
             options.attempts,
-            lambda at=checkpoint: source.walk(conn, root, at),
+            functools.partial(source.walk, conn, root, checkpoint),
         )
         refs += page.refs
         checkpoint, watermark = page.checkpoint, page.watermark
@@ -128,6 +130,11 @@ def _sync(
     with ThreadPoolExecutor(options.threads) as pool:
         list(pool.map(index, refs))
     return refs, watermark
+
+
+def _editing(server: Any, files: list[Any], count: int) -> Callable[[Any], object]:
+    """The change a sync's second walk reads: ``server`` edits the first ``count`` files."""
+    return lambda _refs: [server.touch(f.id, "edited") for f in files[:count]]
 
 
 def _load() -> float:
@@ -178,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0 if ok else 1
 
+    allow_loopback_providers()  # the connectors walk in this process
     client = redis.Redis.from_url(options.redis_url)
     namespace = f"bench-connectors-{uuid.uuid4().hex[:8]}"
     state = RateLimitState(client, namespace)
@@ -211,9 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                     **common,  # type: ignore[arg-type]
                 ),
                 NodeRef(google_drive.DRIVE, MY_DRIVE),
-                lambda _refs, d=drive, files=drive_files: [
-                    d.touch(f.id, "edited") for f in files[: options.changes]
-                ],
+                _editing(drive, drive_files, options.changes),
             )
         )
         jobs.append(
@@ -228,9 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                     **common,  # type: ignore[arg-type]
                 ),
                 NodeRef(sharepoint.DRIVE, f"b!drive{org}"),
-                lambda _refs, g=graph, files=graph_files: [
-                    g.touch(f.id, "edited") for f in files[: options.changes]
-                ],
+                _editing(graph, graph_files, options.changes),
             )
         )
     build_seconds = time.perf_counter() - built
@@ -266,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                 state,
                 stats,
                 options.attempts,
-                lambda s=source, c=conn, r=root, w=watermark: s.walk(c, r, None, w),
+                functools.partial(source.walk, conn, root, None, watermark),
             )
             changed = list(again.refs)
             while again.checkpoint is not None:
@@ -276,8 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         done.set()
         calls = sum(len(s.requests) for s in servers)
-        for server in servers:
-            server.__exit__(None, None, None)
+        for running in servers:
+            running.__exit__(None, None, None)
         for key in client.scan_iter(f"{namespace}:*"):
             client.delete(key)
     nodes = sum(len(refs) for refs, _ in results.values())
@@ -458,8 +462,8 @@ def _product(options: argparse.Namespace) -> dict[str, Any]:
     finally:
         loads.stop()
         result["worker_exit_codes"] = _stop_workers(workers)
-        for server in servers:
-            server.__exit__(None, None, None)
+        for running in servers:
+            running.__exit__(None, None, None)
         if platform is not None:
             platform.close()
         drop_database(server_url, database_url)

@@ -148,7 +148,8 @@ def run_kb(options: argparse.Namespace) -> dict[str, Any]:
         platform = bootstrap(load_settings(**values), component="bench")
         box = CredentialBox.from_setting(BENCH_KEY)
         built = time.perf_counter()
-        requests, files = [], {}
+        requests: list[Any] = []
+        files: dict[tuple[str, int], list[Any]] = {}
         for org in orgs:
             organization_id = ORG_BASE + org
             files[("drive", org)] = drive.populate(f"0Adrive{org}", files=options.drive)

@@ -21,6 +21,7 @@ machine; the distance from it to the drain is what the worker's own path costs a
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -87,8 +88,8 @@ def measure(rounds: int, jobs: int, redis_url: str) -> dict[str, Any]:
         if missing is None:
             record("bullmq", lambda: (bullmq("drain", jobs, redis_url), {}))
         for kind, family in KINDS.items():
-            record(f"drain_{kind}", lambda f=family: _drain(f, jobs, redis_url))
-            record(f"floor_{kind}", lambda k=kind: floor(k, jobs, redis_url))
+            record(f"drain_{kind}", functools.partial(_drain, family, jobs, redis_url))
+            record(f"floor_{kind}", functools.partial(floor, kind, jobs, redis_url))
     return {"jobs": jobs, "rounds": rounds, "bullmq_skipped": missing, "runs": runs,
             "summary": summary(runs)}  # fmt: skip
 

@@ -162,7 +162,7 @@ def measure_ingestion(
 
 
 def run(documents: int, batch_size: int, say: Any) -> dict[str, Any]:
-    import torch
+    import torch  # type: ignore[import-not-found]  # the local embedder's extra
 
     from services.indexing.chunking import Chunker
     from services.indexing.embedders import LocalModelEmbedder

@@ -52,7 +52,7 @@ def _raw_sender(redis_url: str, namespace: str) -> tuple[Any, Any]:
     import dramatiq
     from dramatiq.brokers.redis import RedisBroker
 
-    broker = RedisBroker(url=redis_url, namespace=namespace)
+    broker = RedisBroker(url=redis_url, namespace=namespace)  # type: ignore[no-untyped-call]
     actor = dramatiq.actor(broker=broker, actor_name="raw_noop", queue_name=RAW_QUEUE)(raw_noop)
 
     def send(start: int, count: int) -> None:

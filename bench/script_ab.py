@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tiers.lua_scripts import PRELUDES
 
@@ -73,7 +73,8 @@ def side(redis_url: str, label: str, revision: str | None, kind: str, jobs: int)
     family_kind, organizations = KINDS[kind]
     namespace = new_namespace(f"script-ab-{label}")
     broker, families = make_broker(redis_url, namespace, name=f"script-ab-{label}")
-    scripts = broker.jobs._scripts  # the job store's own table: swapped in place
+    # the job store's own table (a dict): swapped in place
+    scripts = cast(dict[str, Any], broker.jobs._scripts)
     if revision is not None:
         for name in list(scripts):
             scripts[name] = broker.client.register_script(revision_source(revision, name))
@@ -164,13 +165,13 @@ def pairing(
                 if len(words) < 4 or words[0].lower() not in (b"evalsha", "evalsha"):
                     continue
                 sha, key = (w.decode() if isinstance(w, bytes) else w for w in (words[1], words[3]))
-                index = side_of.get(key)
-                if index is not None and sides[index][3].get(sha) in DRAIN_SCRIPTS:
-                    totals[index] += entry["duration"]
+                owner = side_of.get(key)
+                if owner is not None and sides[owner][3].get(sha) in DRAIN_SCRIPTS:
+                    totals[owner] += entry["duration"]
             client.slowlog_reset()
     finally:
         for setting, value in saved.items():
-            client.config_set(setting, value)
+            client.config_set(str(setting), str(value))
         for namespace, broker, _queue, _names in sides:
             delete_namespace(client, namespace)
             broker.close()

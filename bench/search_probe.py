@@ -33,11 +33,11 @@ from services.indexing.embedders import Embedder
 from services.ingestion import vector_cache
 from services.ingestion.search import (
     DEFAULT_EXACT_THRESHOLD,
-    SearchScope,
     fuse,
     search,
     vector_search,
 )
+from services.ingestion.search_scope import SearchScope
 from testkit.search_corpus import exact_neighbours, naive_nearest, recall
 
 TOP_K = 10

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.common import allow_loopback_providers
 from services.connectors import git_repository, github, gitlab, linear
 from services.connectors.nodes import Connection, NodeRef, NodeSource
 from testkit.fakes.git_repository import commit, init, populate
@@ -53,7 +54,7 @@ def _measure(
     conn: Connection,
     root: NodeRef,
     build_seconds: float,
-    change: Callable[[], None],
+    change: Callable[[], object],
     fetches: int,
 ) -> dict[str, Any]:
     (refs, watermark, pages), walk_seconds = _timed(lambda: _walk(source, conn, root))
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--git", type=int, default=500)
     parser.add_argument("--fetches", type=int, default=200)
     options = parser.parse_args(argv)
+    allow_loopback_providers()
     rows = []
 
     gh = GithubServer("t")

@@ -87,7 +87,9 @@ def raw_worker_main(
     import dramatiq
     from dramatiq.brokers.redis import RedisBroker
 
-    broker = RedisBroker(url=tagged_url(redis_url, f"raw-worker-{slot}"), namespace=namespace)
+    broker = RedisBroker(  # type: ignore[no-untyped-call]
+        url=tagged_url(redis_url, f"raw-worker-{slot}"), namespace=namespace
+    )
     broker.add_middleware(Counters(shared, slot), before=type(broker.middleware[0]))
     dramatiq.actor(broker=broker, actor_name="raw_noop", queue_name=RAW_QUEUE)(raw_noop)
     stopping = stop_event_from(stop)
@@ -106,7 +108,9 @@ def _enqueue_raw(redis_url: str, namespace: str, jobs: int) -> float:
     import dramatiq
     from dramatiq.brokers.redis import RedisBroker
 
-    broker = RedisBroker(url=tagged_url(redis_url, "raw-enqueue"), namespace=namespace)
+    broker = RedisBroker(  # type: ignore[no-untyped-call]
+        url=tagged_url(redis_url, "raw-enqueue"), namespace=namespace
+    )
     actor = dramatiq.actor(broker=broker, actor_name="raw_noop", queue_name=RAW_QUEUE)(raw_noop)
     started = time.perf_counter()
     for i in range(jobs):

@@ -54,6 +54,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from tiers.redis_values import as_text
+
 ROOT = Path(__file__).resolve().parent.parent
 #: Read by the worker entry only: the crawl politeness rule per host, ``LIMIT/SECONDS``.
 HOST_RATE_ENV = "KB_SCENARIO_CRAWL_HOST_RATE"
@@ -106,7 +108,7 @@ class ScenarioConfig:
 def _notion_server_class() -> type[Any]:
     from testkit.fakes.notion_server import NotionServer
 
-    class TenantNotion(NotionServer):  # type: ignore[misc]
+    class TenantNotion(NotionServer):
         """The Notion fake, accepting one token per organization and logging every
         authorized request as ``(epoch seconds, token, method, path)``."""
 
@@ -469,7 +471,7 @@ def _outcome_counter(client: Any, namespace: str) -> Any:
     key = f"{namespace}:e2e:outcomes"
     runs_key = f"{namespace}:e2e:window_runs"
 
-    class OutcomeCounter(Middleware):  # type: ignore[misc]
+    class OutcomeCounter(Middleware):
         def after_process_message(
             self, broker: Any, message: Any, *, result: Any = None, exception: Any = None
         ) -> None:
@@ -988,7 +990,7 @@ def run_scenario(
 
         records = job_records(client, namespace)
         outcomes = {
-            k.decode(): int(v) for k, v in client.hgetall(f"{namespace}:e2e:outcomes").items()
+            as_text(k): int(v) for k, v in client.hgetall(f"{namespace}:e2e:outcomes").items()
         }
         window_runs = _window_runs(client, namespace)
         database = database_report(engine, tenants)

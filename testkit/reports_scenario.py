@@ -349,8 +349,8 @@ def _check(
         posted[found.groups() if found else ("?", "?")] += 1
     expected: Counter[tuple[str, ...]] = Counter()
     for dates in resolved:
-        for org, local_day in dates.items():
-            expected[(org, local_day)] += 1
+        for org_key, local_day in dates.items():
+            expected[(org_key, local_day)] += 1
     for job in admin_jobs:
         expected[(job.split("-")[4], admin_day.isoformat())] += 1
     if posted != expected:

@@ -312,8 +312,9 @@ def dead_child(database_url: str | None, *, jobs: int, timeout: float = 120) -> 
         pool.start()
         try:
             assert pool.pid is not None
+            pool_pid = pool.pid
             children = _wait_for(
-                lambda: _children(pool.pid) if len(_children(pool.pid)) == 2 else None
+                lambda: _children(pool_pid) if len(_children(pool_pid)) == 2 else None
             )
             enqueue(platform.router, requests)
             time.sleep(1.0)
@@ -321,7 +322,7 @@ def dead_child(database_url: str | None, *, jobs: int, timeout: float = 120) -> 
             os.kill(victim, signal.SIGKILL)
             killed = time.time()
             replaced = _wait_for(
-                lambda: time.time() if len(set(_children(pool.pid)) - {victim}) == 2 else None
+                lambda: time.time() if len(set(_children(pool_pid)) - {victim}) == 2 else None
             )
             wait_for_completion(client, shared.namespace, _items(requests), timeout=timeout)
         finally:

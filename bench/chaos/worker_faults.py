@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -40,6 +40,7 @@ from bench.chaos.cluster import (
 )
 from bench.chaos.scenarios import Row, _items, _row, stores
 from bench.chaos.workload import ledger_key
+from tiers.redis_values import as_text
 
 TIMEOUT_S = float(WORKER_SETTINGS["heartbeat_timeout_seconds"])
 #: The bound a dead worker's messages must be back in their queues within, from the kill.
@@ -154,7 +155,7 @@ def mismatched_id(
         queue = platform.registry.queues_of_tier("fast")[0]
         queued = [f"queued-{n}" for n in range(messages)]
         for n, redis_id in enumerate(queued):
-            message = Message(
+            message: Message[Any] = Message(
                 queue_name=queue,
                 actor_name="chaos_plain",
                 args=(),
@@ -205,7 +206,9 @@ def dead_worker(database_url: str | None, *, jobs: int, timeout: float = 120) ->
         dying.start()
         try:
             _wait(lambda: client.zcard(heartbeats) >= 1, 60)
-            [dead_id] = [member.decode() for member in client.zrange(heartbeats, 0, -1)]
+            [dead_id] = [
+                as_text(cast(bytes, member)) for member in client.zrange(heartbeats, 0, -1)
+            ]
             survivor.start()
             _wait(lambda: client.zcard(heartbeats) >= 2, 60)
             enqueue(platform.router, requests)
@@ -242,7 +245,7 @@ def _held_by(client: redis.Redis, ns: str, worker_id: str) -> int:
 
 def _failed_as_worker_died(client: redis.Redis, ns: str, request: Any) -> bool:
     state, error = client.hmget(f"{ns}:job:chaos-{request.params['item']}", "state", "last_error")
-    return state == b"failed" and (error or b"").startswith(b"worker_died")
+    return state == b"failed" and as_text(error or b"").startswith("worker_died")
 
 
 def _all_completed(client: redis.Redis, ns: str, items: list[str]) -> bool:

@@ -152,8 +152,8 @@ class ConfluenceServer(ProtocolServer):
             return self._page_of(request, [_public(p) for p in visible])
         if parts == ["pages"]:
             # Get pages (every space, or ``space-id``; atlassian-python-api lists this way)
-            spaces = {i for v in request.query.get("space-id", []) for i in v.split(",") if i}
-            pages = [p for p in self.pages.values() if not spaces or p["spaceId"] in spaces]
+            ids = {i for v in request.query.get("space-id", []) for i in v.split(",") if i}
+            pages = [p for p in self.pages.values() if not ids or p["spaceId"] in ids]
             title = request.param("title")
             pages = [p for p in pages if title is None or p["title"] == title]
             visible = self._with_status(request, pages, "current,archived")

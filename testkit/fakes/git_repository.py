@@ -28,12 +28,13 @@ from types import TracebackType
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from dulwich.objects import Blob, Commit, Tree
+from dulwich.objects import Blob, Commit, ObjectID, Tree
+from dulwich.refs import Ref
 from dulwich.repo import Repo
 from dulwich.server import DictBackend
 from dulwich.web import make_wsgi_chain
 
-BRANCH = b"refs/heads/main"
+BRANCH = Ref(b"refs/heads/main")
 AUTHOR = b"Fake Author <author@example.com>"
 
 
@@ -41,7 +42,7 @@ def init(path: Path) -> Path:
     """An empty bare repository whose HEAD is ``refs/heads/main``."""
     path.mkdir(parents=True, exist_ok=True)
     repo = Repo.init_bare(str(path))
-    repo.refs.set_symbolic_ref(b"HEAD", BRANCH)
+    repo.refs.set_symbolic_ref(Ref(b"HEAD"), BRANCH)
     repo.close()
     return path
 
@@ -58,7 +59,7 @@ def commit(
     repo = Repo(str(path))
     try:
         store = repo.object_store
-        files: dict[str, tuple[int, bytes]] = {}
+        files: dict[str, tuple[int, ObjectID]] = {}
         parent = repo.refs.as_dict().get(BRANCH)
         if parent is not None:
             head = repo[parent]
@@ -101,9 +102,9 @@ def populate(path: Path, *, files: int, size: int = 400) -> str:
     return commit(path, contents, message=f"{files} files")
 
 
-def _write_tree(add: Callable[[Any], None], files: Mapping[str, tuple[int, bytes]]) -> bytes:
+def _write_tree(add: Callable[[Any], None], files: Mapping[str, tuple[int, ObjectID]]) -> ObjectID:
     """Nested trees for ``files``; returns the root tree's id."""
-    children: dict[str, dict[str, tuple[int, bytes]]] = {}
+    children: dict[str, dict[str, tuple[int, ObjectID]]] = {}
     tree = Tree()
     for name, (mode, sha) in files.items():
         head, _, rest = name.partition("/")

@@ -169,7 +169,8 @@ class RailsServer(ProtocolServer):
                 return self.status_reply(404, f"Couldn't find record with 'id'={record_id}")
             if request.path in self.results:
                 return Reply(200, self.results[request.path])
-            return getattr(self, f"_{name}")(request, record_id)
+            answer: Reply = getattr(self, f"_{name}")(request, record_id)
+            return answer
         return Reply(404, {"error": "no route"})
 
     # -- default answers ---------------------------------------------------------------
