@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import cpu_seconds, process_stats, write_result
+from bench.http_load import wrk_available
 from testkit.ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -122,6 +123,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=int, default=3)
     options = parser.parse_args()
+    if not wrk_available():
+        parser.exit(2, "wrk is not installed (Debian's wrk package): it loads the servers here\n")
     result = measure(options.rounds, options.seconds)
     print(
         "\n| clients | gunicorn's loop, CPU ms a request | lean loop "

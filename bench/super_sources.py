@@ -500,9 +500,11 @@ class LoadSampler:
 
 def _crawl_count(root: Any, settings: dict[str, Any]) -> int:
     """How many pages a website import of ``root`` lists (the site is deterministic)."""
+    from bench.common import allow_loopback_providers
     from services.connectors import website
     from services.connectors.nodes import Connection
 
+    allow_loopback_providers()  # the walk runs in this process; the site is a local fake
     conn = Connection("website", 0, 0, "", {}, settings, timeout=15.0)
     checkpoint: str | None = None
     found: set[str] = set()
