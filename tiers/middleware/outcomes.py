@@ -285,7 +285,7 @@ def _delayed(message: Any, delay: Delay, failures: int, policy: RetryPolicy) -> 
             )
     again = _again_at(message, until, failures, carry)
     said = f"{delay}" if until == delay.until else f"{delay}, bounded to {until:.3f}"
-    return Settlement("delayed", failures, again, delay=f"{delay.reason}: {said}")
+    return Settlement("delayed", failures, again, delay=said)
 
 
 def _again_at(

@@ -52,7 +52,8 @@ def test_a_spent_quota_delays_the_job_to_its_reset_before_any_call(
         h.wait_until(lambda: h.state(super_platform.broker, answer.job_id) == "delayed")
         record = super_platform.broker.jobs.record(answer.job_id) or {}
         # Then it waits for the reset without calling the provider or spending an attempt
-        assert "rate-limit" in record["last_delay"]
+        assert record["last_delay"].startswith("rate-limit")
+        assert record["last_delay"].count("rate-limit") == 1  # the reason said once
         assert _fetches(redis_client, namespace, ref) == 0
         h.wait_until(lambda: h.state(super_platform.broker, answer.job_id) == "completed")
     record = super_platform.broker.jobs.record(answer.job_id) or {}
