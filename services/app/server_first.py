@@ -99,7 +99,7 @@ def fork_server_first(preload: Sequence[str] = FORK_SERVER_PRELOAD) -> bool:
     if adopt_forked_server(address, alive_w, pid):
         return True
     os.close(alive_w)
-    os.kill(pid, 9)
+    os.kill(pid, 9)  # SIGKILL (the signal module would load enum first)
     os.waitpid(pid, 0)
     return False
 
