@@ -336,13 +336,8 @@ def _product(options: argparse.Namespace) -> dict[str, Any]:
     from shared.config import load_settings
     from shared.credentials import CredentialBox
     from shared.db.engine import session_scope
-    from testkit.kb_scenario import (
-        create_database,
-        drop_database,
-        environment_of,
-        job_records,
-        server_database_url,
-    )
+    from testkit.kb_scenario import environment_of, job_records
+    from testkit.scenario_database import create_database, drop_database, server_database_url
 
     redis_url = options.redis_url or REDIS_URL
     client = connect(redis_url, "connectors-bench")

@@ -130,7 +130,8 @@ class Speedtier:
     def __init__(self, redis_url: str) -> None:
         from services.app.bootstrap import bootstrap
         from shared.config import load_settings
-        from testkit.kb_scenario import create_database, environment_of, server_database_url
+        from testkit.kb_scenario import environment_of
+        from testkit.scenario_database import create_database, server_database_url
 
         self.server_url = server_database_url()
         self.database_url = create_database(self.server_url)
@@ -181,7 +182,7 @@ class Speedtier:
         return {"seconds": rnd(seconds), **phases(started), **run, "state": record.get("state")}
 
     def close(self) -> None:
-        from testkit.kb_scenario import drop_database
+        from testkit.scenario_database import drop_database
 
         self.platform.close()
         client = connect(self.platform.settings.redis_url or REDIS_URL)

@@ -211,13 +211,8 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
     from testkit.fakes.github_server import GithubServer
     from testkit.fakes.linear_server import LinearServer
     from testkit.fakes.website import FakeWebsite
-    from testkit.kb_scenario import (
-        create_database,
-        drop_database,
-        environment_of,
-        job_records,
-        server_database_url,
-    )
+    from testkit.kb_scenario import environment_of, job_records
+    from testkit.scenario_database import create_database, drop_database, server_database_url
 
     redis_url = options.redis_url or REDIS_URL
     client = connect(redis_url, "super-bench")

@@ -54,6 +54,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from testkit.scenario_database import create_database, drop_database, server_database_url
 from tiers.redis_values import as_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -213,48 +214,6 @@ class Site:
 
 
 # -- database ----------------------------------------------------------------------------------
-
-
-def server_database_url() -> str:
-    return (
-        os.environ.get("TEST_DATABASE_URL")
-        or os.environ.get("DATABASE_URL")
-        or "postgresql://postgres@127.0.0.1:5432/postgres"
-    )
-
-
-def _libpq_url(url: str, database: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url).set(drivername="postgresql", database=database)
-    return parsed.render_as_string(hide_password=False)
-
-
-def _admin(server_url: str) -> Any:
-    import psycopg
-    from sqlalchemy.engine import make_url
-
-    admin_db = make_url(server_url).database or "postgres"
-    return psycopg.connect(_libpq_url(server_url, admin_db), autocommit=True, connect_timeout=10)
-
-
-def create_database(server_url: str) -> str:
-    """A fresh database migrated with both branches; returns its URL."""
-    from shared.db.migrate import upgrade
-
-    name = f"speedtier_kb_e2e_{uuid.uuid4().hex[:8]}"
-    with _admin(server_url) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    url = _libpq_url(server_url, name)
-    upgrade(url)
-    return url
-
-
-def drop_database(server_url: str, url: str) -> None:
-    from sqlalchemy.engine import make_url
-
-    with _admin(server_url) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)')
 
 
 @dataclass(frozen=True)

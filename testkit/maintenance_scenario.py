@@ -166,13 +166,11 @@ def run_day(config: MaintenanceDay, redis_url: str) -> dict[str, Any]:
     from shared.db.migrate import upgrade
     from testkit.fakes.posthog_server import PostHogServer, region_flag
     from testkit.fakes.rails_server import RailsServer
-    from testkit.reports_scenario import _admin, _drop_namespace, _url, server_database_url
+    from testkit.reports_scenario import _drop_namespace
+    from testkit.scenario_database import drop_database, new_database, server_database_url
 
     server = server_database_url()
-    name = f"speedtier_maintenance_day_{uuid.uuid4().hex[:8]}"
-    with _admin(server) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    database_url = _url(server, name)
+    database_url = new_database(server, "speedtier_maintenance_day_")
     namespace = f"maintenance-day-{uuid.uuid4().hex[:8]}"
     rails = RailsServer()
     posthog = PostHogServer(project_api_key="phc_day", personal_api_key="phx_day")
@@ -203,8 +201,7 @@ def run_day(config: MaintenanceDay, redis_url: str) -> dict[str, Any]:
     finally:
         engine.dispose()
         _drop_namespace(redis_url, namespace)
-        with _admin(server) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(server, database_url)
 
 
 def _hold_lock(database_url: str, seconds: float, held: threading.Event) -> None:

@@ -25,7 +25,6 @@ last settled job, reports per second, Slack posts refused and retried.
 
 from __future__ import annotations
 
-import os
 import re
 import time
 import uuid
@@ -33,6 +32,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
+
+from testkit.scenario_database import drop_database, new_database, server_database_url
 
 ZONES = (
     "UTC",
@@ -64,31 +65,6 @@ class DayConfig:
     admin_sends: int = 10
     kill_a_worker: bool = True
     timeout: float = 240.0
-
-
-def server_database_url() -> str:
-    return (
-        os.environ.get("TEST_DATABASE_URL")
-        or os.environ.get("DATABASE_URL")
-        or "postgresql://postgres@127.0.0.1:5432/postgres"
-    )
-
-
-def _url(server: str, database: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return (
-        make_url(server)
-        .set(drivername="postgresql", database=database)
-        .render_as_string(hide_password=False)
-    )
-
-
-def _admin(server: str) -> Any:
-    import psycopg
-    from sqlalchemy.engine import make_url
-
-    return psycopg.connect(_url(server, make_url(server).database or "postgres"), autocommit=True)
 
 
 def _seed(sessions: Any, config: DayConfig) -> tuple[list[tuple[int, str]], list[int]]:
@@ -143,10 +119,7 @@ def run_day(config: DayConfig, redis_url: str) -> dict[str, Any]:
     from testkit.fakes.slack_server import SlackServer
 
     server = server_database_url()
-    name = f"speedtier_reports_day_{uuid.uuid4().hex[:8]}"
-    with _admin(server) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    database_url = _url(server, name)
+    database_url = new_database(server, "speedtier_reports_day_")
     namespace = f"reports-day-{uuid.uuid4().hex[:8]}"
     rails, slack = RailsServer(), SlackServer()
     posthog = PostHogServer(project_api_key="phc_day", personal_api_key="phx_day")
@@ -175,8 +148,7 @@ def run_day(config: DayConfig, redis_url: str) -> dict[str, Any]:
     finally:
         engine.dispose()
         _drop_namespace(redis_url, namespace)
-        with _admin(server) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(server, database_url)
 
 
 def _settings(

@@ -33,7 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from testkit.reports_scenario import _admin, _drop_namespace, _url, server_database_url
+from testkit.reports_scenario import _drop_namespace
+from testkit.scenario_database import drop_database, new_database, server_database_url
 from testkit.uploads_rows import seed_uploads, verdicts
 
 NATIVE = "api2_conversation_upload_native_processing"
@@ -118,10 +119,7 @@ def run_uploads(config: UploadsConfig, redis_url: str) -> dict[str, Any]:
     from testkit.fakes.rails_server import RailsServer
 
     server = server_database_url()
-    name = f"speedtier_uploads_{uuid.uuid4().hex[:8]}"
-    with _admin(server) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    database_url = _url(server, name)
+    database_url = new_database(server, "speedtier_uploads_")
     namespace = f"uploads-{uuid.uuid4().hex[:8]}"
     rails = RailsServer(token="rails-bench")
     engine = make_engine(database_url)
@@ -152,8 +150,7 @@ def run_uploads(config: UploadsConfig, redis_url: str) -> dict[str, Any]:
         engine.dispose()
         storage.cleanup()
         _drop_namespace(redis_url, namespace)
-        with _admin(server) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        drop_database(server, database_url)
 
 
 def _fates(config: UploadsConfig) -> list[str]:

@@ -29,25 +29,17 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from shared.db.engine import make_engine, make_session_factory
 from shared.db.migrate import upgrade
+from testkit.scenario_database import database_url as url_on_server
+from testkit.scenario_database import server_database_url
 
-SERVER_URL = (
-    os.environ.get("TEST_DATABASE_URL")
-    or os.environ.get("DATABASE_URL")
-    or "postgresql://postgres@127.0.0.1:5432/postgres"
-)
-
-
-def _libpq_url(url: str, database: str) -> str:
-    """``url`` pointed at ``database``, as a plain ``postgresql://`` URL for psycopg."""
-    parsed = make_url(url).set(drivername="postgresql", database=database)
-    return parsed.render_as_string(hide_password=False)
+SERVER_URL = server_database_url()
 
 
 def _admin_connection(server_url: str) -> psycopg.Connection[Any]:
     admin_database = make_url(server_url).database or "postgres"
     try:
         return psycopg.connect(
-            _libpq_url(server_url, admin_database), autocommit=True, connect_timeout=10
+            url_on_server(server_url, admin_database), autocommit=True, connect_timeout=10
         )
     except psycopg.OperationalError as exc:  # fail loudly: CI must have PostgreSQL
         pytest.fail(f"PostgreSQL is not reachable at {server_url}: {exc}", pytrace=False)
@@ -71,7 +63,7 @@ def create_database(
         statement += f' TEMPLATE "{make_url(template).database}"'
     with _admin_connection(server_url) as admin:
         admin.execute(statement)
-    return _libpq_url(server_url, name)
+    return url_on_server(server_url, name)
 
 
 def drop_database(url: str, *, server_url: str = SERVER_URL) -> None:
