@@ -336,7 +336,8 @@ def _product(options: argparse.Namespace) -> dict[str, Any]:
     from shared.config import load_settings
     from shared.credentials import CredentialBox
     from shared.db.engine import session_scope
-    from testkit.kb_scenario import environment_of, job_records
+    from testkit.kb_report import job_records
+    from testkit.kb_workers import environment_of
     from testkit.scenario_database import create_database, drop_database, server_database_url
 
     redis_url = options.redis_url or REDIS_URL

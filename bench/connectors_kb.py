@@ -37,7 +37,8 @@ from bench.common import REDIS_URL, connect, delete_namespace, new_namespace
 from bench.super_sources import LoadSampler, _start_workers, _stop_workers, _values
 from testkit.fakes.google_drive_server import GoogleDriveServer
 from testkit.fakes.sharepoint_server import SharepointServer
-from testkit.kb_scenario import environment_of, job_records
+from testkit.kb_report import job_records
+from testkit.kb_workers import environment_of
 from testkit.scenario_database import create_database, drop_database, server_database_url
 
 #: A Fernet key for the bench's connection credentials (not a secret: a fresh database).

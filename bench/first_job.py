@@ -130,7 +130,7 @@ class Speedtier:
     def __init__(self, redis_url: str) -> None:
         from services.app.bootstrap import bootstrap
         from shared.config import load_settings
-        from testkit.kb_scenario import environment_of
+        from testkit.kb_workers import environment_of
         from testkit.scenario_database import create_database, server_database_url
 
         self.server_url = server_database_url()

@@ -211,7 +211,8 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
     from testkit.fakes.github_server import GithubServer
     from testkit.fakes.linear_server import LinearServer
     from testkit.fakes.website import FakeWebsite
-    from testkit.kb_scenario import environment_of, job_records
+    from testkit.kb_report import job_records
+    from testkit.kb_workers import environment_of
     from testkit.scenario_database import create_database, drop_database, server_database_url
 
     redis_url = options.redis_url or REDIS_URL
@@ -558,7 +559,7 @@ def _count(platform: Any, sql: str) -> int:
 
 
 def _live_jobs(client: Any, namespace: str) -> int:
-    from testkit.kb_scenario import job_records
+    from testkit.kb_report import job_records
 
     return sum(
         1

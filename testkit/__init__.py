@@ -8,7 +8,10 @@ code both need lives here, and both import it.
   envelope endpoint, a crawlable website);
 * ``kb_scenario``: the knowledge-sync end-to-end scenario (fakes, a fresh database, real
   worker processes, measurements), run by ``tests/e2e/test_knowledge_sync_e2e.py`` and by
-  ``python -m bench.kb_sync_e2e``;
+  ``python -m bench.kb_sync_e2e``; its parts are ``kb_fakes`` (its providers),
+  ``kb_workers`` (its worker processes, and ``environment_of``: settings as a child's
+  environment), ``window_sampler`` (the windows' counters, sampled) and ``kb_report`` (its
+  report, and ``job_records``: a namespace's job records);
 * ``search_corpus``: the synthetic retrieval corpus and its exact truth, loaded by the
   search tests and by ``python -m bench.search``.
 * ``thread_counts``: each kind of thread's CPU and context switches, from ``/proc``, and
