@@ -20,7 +20,7 @@ from shared.db.base import utcnow
 from shared.egress.addresses import AddressRefused
 from shared.errors import Delay, Unrecoverable
 from tests.integration.services.ingestion.factories import new_org
-from tests.integration.services.ingestion.test_pipeline import Site
+from tests.integration.services.ingestion.pipeline_support import Site
 
 RSS_TYPE = {"Content-Type": "application/rss+xml; charset=utf-8"}
 ATOM_TYPE = {"Content-Type": "application/atom+xml; charset=utf-8"}

@@ -19,7 +19,7 @@ from services.ingestion.url_sources import refresh_interval_seconds
 from services.web.fetch import PageFetch, page_fetcher
 from shared.db.models import KbDocument
 from tests.integration.services.ingestion.factories import new_org
-from tests.integration.services.ingestion.test_pipeline import Site
+from tests.integration.services.ingestion.pipeline_support import Site
 
 DAY = timedelta(days=1)
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)  # the simulated clock's start

@@ -14,7 +14,7 @@ from services.indexing.embedders import HashingEmbedder
 from services.ingestion import feeds, pipeline, rollback, store, url_refresh
 from services.web.fetch import PageFetch, page_fetcher
 from tests.integration.services.ingestion.factories import new_org, new_text_document
-from tests.integration.services.ingestion.test_pipeline import Site
+from tests.integration.services.ingestion.pipeline_support import Site
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
