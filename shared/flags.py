@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from sqlalchemy import Engine, text
 
 from shared.rollouts import PostHogRollouts
 
-_IS_ENABLED = text(
-    "SELECT 1 FROM flipper_gates"
-    " WHERE feature_key = :name AND key = 'boolean' AND value = 'true' LIMIT 1"
+_ENABLED_OF = text(
+    "SELECT DISTINCT feature_key FROM flipper_gates"
+    " WHERE feature_key = ANY(:names) AND key = 'boolean' AND value = 'true'"
 )
 _ADD_FEATURE = text(
     "INSERT INTO flipper_features (key, created_at, updated_at) VALUES (:name, now(), now())"
@@ -37,6 +37,13 @@ _DROP_GATE = text("DELETE FROM flipper_gates WHERE feature_key = :name AND key =
 
 class Flags:
     """Reads and writes Flipper boolean gates, caching reads for ``cache_seconds``.
+
+    A flag read while another thread of the process is reading it waits for that read
+    instead of sending its own: a worker that starts reads its tier's kill switches ahead
+    (``services.app.warm_up``, all of them in one statement), and its first job, which
+    may come before that read is answered, takes the answer rather than opening a second
+    database connection for the same row (at a scale-out, as many connections fewer as
+    processes start).
 
     Parameters:
       engine: the PostgreSQL engine holding Flipper's tables.
@@ -58,21 +65,61 @@ class Flags:
         self.cache_seconds = cache_seconds
         self._cache: dict[str, tuple[float, bool]] = {}
         self._lock = threading.Lock()
+        #: flag -> set once the read of it in flight is over (answered or failed).
+        self._reading: dict[str, threading.Event] = {}
 
     def is_enabled(self, name: str) -> bool:
-        """Whether the flag is on (override first, then the table through the cache)."""
+        """Whether the flag is on (override first, then the table through the cache).
+
+        Raises:
+          the database's error when the flag must be read and cannot be (a read that
+          another thread had in flight and that failed is tried again here).
+        """
         if name in self.overrides:
             return self.overrides[name]
+        for _ in range(2 if self.cache_seconds > 0 else 0):
+            cached, reading = self._cached_or_reading(name)
+            if cached is not None:
+                return cached
+            if reading is None:
+                break
+            reading.wait()
+        return self.read_many([name])[name]
+
+    def read_many(self, names: Sequence[str]) -> dict[str, bool]:
+        """Read flags ``names`` from the table in one statement, cache each, and return
+        them (a flag ``SPEEDTIER_FLAGS`` overrides is not read: it is not returned)."""
+        names = sorted({name for name in names if name not in self.overrides})
+        if not names:
+            return {}
+        mine = threading.Event()
+        with self._lock:
+            for name in names:
+                self._reading.setdefault(name, mine)
+        now = time.monotonic()
+        try:
+            with self.engine.connect() as connection:
+                on = set(connection.scalars(_ENABLED_OF, {"names": names}))
+            values = {name: name in on for name in names}
+            with self._lock:
+                for name, value in values.items():
+                    self._cache[name] = (now, value)
+            return values
+        finally:
+            with self._lock:
+                for name in names:
+                    if self._reading.get(name) is mine:
+                        del self._reading[name]
+            mine.set()
+
+    def _cached_or_reading(self, name: str) -> tuple[bool | None, threading.Event | None]:
+        """The flag's cached value if still fresh, else the read of it in flight (if any)."""
         now = time.monotonic()
         with self._lock:
             cached = self._cache.get(name)
-        if cached is not None and now - cached[0] < self.cache_seconds:
-            return cached[1]
-        with self.engine.connect() as connection:
-            value = connection.execute(_IS_ENABLED, {"name": name}).first() is not None
-        with self._lock:
-            self._cache[name] = (now, value)
-        return value
+            if cached is not None and now - cached[0] < self.cache_seconds:
+                return cached[1], None
+            return None, self._reading.get(name)
 
     def rollout(self, name: str, *, organization_id: int, region: str | None = None) -> bool:
         """Whether PostHog rollout flag ``name`` is on for ``organization_id`` in ``region``

@@ -73,8 +73,7 @@ class WarmUp:
         queues = set(self.platform.registry.queues_of_tier(self.tier))
         flags = {f.pause_flag for f in self.platform.registry if queues & set(f.queues())}
         try:
-            for flag in sorted(flag for flag in flags if flag):
-                self.platform.flags.is_enabled(flag)
+            self.platform.flags.read_many([flag for flag in flags if flag])
         except Exception as exc:  # each job reads its own again, and meets the error there
             log.info("kill switches not read ahead: %s", exc)
 
