@@ -37,7 +37,6 @@ from typing import Any
 from bench.bullmq_report import MEASURES, summary
 from bench.common import (
     REDIS_URL,
-    WorkerPool,
     command_calls,
     command_delta,
     commands_per_job,
@@ -51,6 +50,7 @@ from bench.common import (
     write_result,
 )
 from bench.job_timing import drain_timing, time_in_worker_ms
+from bench.worker_pool import WorkerPool
 
 NAME = "bullmq_compare"
 DIRECTORY = Path(__file__).with_name("bullmq")

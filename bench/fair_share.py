@@ -27,7 +27,6 @@ from typing import Any
 from bench.common import (
     REDIS_URL,
     TraceReader,
-    WorkerPool,
     connect,
     delete_namespace,
     interrupt_on_sigterm,
@@ -38,6 +37,7 @@ from bench.common import (
     verdict,
     write_result,
 )
+from bench.worker_pool import WorkerPool
 
 QUEUE = "b_share.fast"
 KIND = "bench_share"

@@ -31,7 +31,6 @@ from typing import Any
 from bench.common import (
     REDIS_URL,
     TraceReader,
-    WorkerPool,
     connect,
     delete_namespace,
     interrupt_on_sigterm,
@@ -44,6 +43,7 @@ from bench.common import (
     verdict,
     write_result,
 )
+from bench.worker_pool import WorkerPool
 
 QUEUE = "b_fair.fast"
 KIND = "bench_fair"

@@ -16,7 +16,8 @@ import dramatiq
 import redis
 from dramatiq.middleware import CurrentMessage
 
-from bench.common import Counters, connect, stop_event_from, tagged_url, wait_for_go
+from bench.common import connect, tagged_url
+from bench.worker_pool import Counters, stop_event_from, wait_for_go
 from shared.errors import Delay, Paused, RecordMissing, Unrecoverable
 from tiers.broker import TierBroker
 from tiers.families import Family

@@ -22,17 +22,9 @@ from typing import Any
 
 import redis
 
-from bench.common import (
-    WorkerPool,
-    command_calls,
-    command_delta,
-    markdown_table,
-    rnd,
-    stop_event_from,
-    wait_for_go,
-    write_result,
-)
+from bench.common import command_calls, command_delta, markdown_table, rnd, write_result
 from bench.redis_cpu import cpu_now, redis_server
+from bench.worker_pool import WorkerPool, stop_event_from, wait_for_go
 
 NAME = "idle_workers"
 TIERS = ("fast", "slow", "maintenance")

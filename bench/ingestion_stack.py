@@ -15,17 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
-    Counters,
-    WorkerPool,
-    connect,
-    delete_namespace,
-    new_namespace,
-    process_stats,
-    stat_fields,
-    stop_event_from,
-    wait_for_go,
-)
+from bench.common import connect, delete_namespace, new_namespace, process_stats, stat_fields
+from bench.worker_pool import Counters, WorkerPool, stop_event_from, wait_for_go
 
 NAME = "ingestion"
 #: The longest any wait for documents to settle may take.

@@ -34,7 +34,6 @@ from cryptography.fernet import Fernet
 
 from bench.common import (
     REDIS_URL,
-    WorkerPool,
     connect,
     delete_namespace,
     interrupt_on_sigterm,
@@ -43,6 +42,7 @@ from bench.common import (
     write_result,
 )
 from bench.throughput import ORGANIZATION, RAW_QUEUE, TIER_QUEUE, raw_noop, raw_worker_main
+from bench.worker_pool import WorkerPool
 
 WARM_UP_SHARE = 0.05
 BATCH = 500

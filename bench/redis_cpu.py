@@ -41,7 +41,6 @@ from typing import Any
 import redis
 
 from bench.common import (
-    WorkerPool,
     command_calls,
     command_delta,
     commands_per_job,
@@ -55,6 +54,7 @@ from bench.common import (
     rnd,
     write_result,
 )
+from bench.worker_pool import WorkerPool
 from testkit.ports import free_port
 
 NAME = "redis_cpu"

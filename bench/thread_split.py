@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import FIELD, FIELDS, RESULTS_DIR
+from bench.common import RESULTS_DIR
+from bench.worker_pool import FIELD, FIELDS
 from testkit.thread_counts import per_job, sample
 
 #: Where the worker processes write their samples (emptied before each measure).

@@ -54,7 +54,6 @@ from typing import Any
 from bench.common import (
     REDIS_URL,
     TraceReader,
-    WorkerPool,
     connect,
     delete_namespace,
     interrupt_on_sigterm,
@@ -66,6 +65,7 @@ from bench.common import (
     write_result,
 )
 from bench.throttle_storm_report import TARGET_RATIO, physical_limit, summary, window_checks
+from bench.worker_pool import WorkerPool
 
 KIND = "bench_sync_document"
 FAMILY = "b_sync"

@@ -10,7 +10,7 @@ Raw: a plain ``dramatiq.brokers.redis.RedisBroker`` with Dramatiq's default midd
 plain actor taking the same keyword arguments; enqueued with ``actor.send`` (Dramatiq has no
 batch enqueue: one round trip per message); consumed by ``dramatiq.Worker``.
 
-Both worker kinds get one extra middleware, :class:`bench.common.Counters`, which counts acks
+Both worker kinds get one extra middleware, :class:`bench.worker_pool.Counters`, which counts acks
 into shared memory (no Redis traffic) so the driver knows when the last job is done.
 
 Reported: enqueue and drain rates separately (drain: from the workers' start to the last ack),
@@ -27,8 +27,6 @@ from typing import Any
 
 from bench.common import (
     REDIS_URL,
-    Counters,
-    WorkerPool,
     command_calls,
     command_delta,
     commands_per_job,
@@ -43,12 +41,11 @@ from bench.common import (
     new_namespace,
     redis_cpu_seconds,
     rnd,
-    stop_event_from,
     tagged_url,
     verdict,
-    wait_for_go,
     write_result,
 )
+from bench.worker_pool import Counters, WorkerPool, stop_event_from, wait_for_go
 
 RAW_QUEUE = "raw_noop.fast"
 TIER_QUEUE = "b_noop.fast"

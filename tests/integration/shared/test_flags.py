@@ -78,7 +78,7 @@ def waiting_on_lock(locker: Engine, timeout: float = 10) -> int:
             pid = connection.execute(
                 text(
                     "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                    " AND query LIKE '%FROM flipper_gates%'"
+                    " AND datname = current_database() AND query LIKE '%FROM flipper_gates%'"
                 )
             ).scalar()
         if pid:
