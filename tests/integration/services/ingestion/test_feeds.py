@@ -6,7 +6,6 @@ feedparser: RSS 2.0 and Atom 1.0 samples, entry identity across syncs, a malform
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import datetime
 
 import pytest
@@ -56,15 +55,6 @@ ATOM = b"""<?xml version="1.0" encoding="utf-8"?>
   </entry>
 </feed>
 """
-
-
-@pytest.fixture(scope="module")
-def site() -> Iterator[Site]:
-    site = Site()
-    site.thread.start()
-    yield site
-    site.server.shutdown()
-    site.server.server_close()
 
 
 @pytest.fixture

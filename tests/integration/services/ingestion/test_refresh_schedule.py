@@ -5,10 +5,8 @@ daily recrawl."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from sqlalchemy.orm import Session
 
 from services.indexing.chunking import Chunker
@@ -16,27 +14,13 @@ from services.indexing.embedders import HashingEmbedder
 from services.ingestion import pipeline, store, url_refresh
 from services.ingestion.store import documents_to_refresh
 from services.ingestion.url_sources import refresh_interval_seconds
-from services.web.fetch import PageFetch, page_fetcher
+from services.web.fetch import PageFetch
 from shared.db.models import KbDocument
 from tests.integration.services.ingestion.factories import new_org
 from tests.integration.services.ingestion.pipeline_support import Site
 
 DAY = timedelta(days=1)
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)  # the simulated clock's start
-
-
-@pytest.fixture(scope="module")
-def site() -> Iterator[Site]:
-    site = Site()
-    site.thread.start()
-    yield site
-    site.server.shutdown()
-    site.server.server_close()
-
-
-@pytest.fixture
-def fetch() -> PageFetch:
-    return page_fetcher(allow_private=True, timeout=5)
 
 
 def due(session: Session, now: datetime) -> set[int]:

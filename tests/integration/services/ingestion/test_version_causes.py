@@ -3,7 +3,6 @@ re-upload, a rollback, the platform's recrawl, a base's scheduled refresh, a fee
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,25 +11,11 @@ from sqlalchemy.orm import Session
 from services.indexing.chunking import Chunker
 from services.indexing.embedders import HashingEmbedder
 from services.ingestion import feeds, pipeline, rollback, store, url_refresh
-from services.web.fetch import PageFetch, page_fetcher
+from services.web.fetch import PageFetch
 from tests.integration.services.ingestion.factories import new_org, new_text_document
 from tests.integration.services.ingestion.pipeline_support import Site
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
-
-
-@pytest.fixture(scope="module")
-def site() -> Iterator[Site]:
-    site = Site()
-    site.thread.start()
-    yield site
-    site.server.shutdown()
-    site.server.server_close()
-
-
-@pytest.fixture
-def fetch() -> PageFetch:
-    return page_fetcher(allow_private=True, timeout=5)
 
 
 def ingest(session: Session, org: int, document_id: int, now: datetime, fetch: PageFetch) -> None:
