@@ -18,7 +18,7 @@ Reported (JSON): wall time, nodes/s, HTTP calls, delays, retries, failed jobs (m
 incremental walk results, the load average before/after and its highest one-minute sample.
 
 ``--product`` runs the same data sets through the product instead: the super-sources import
-and index families on real slow-tier worker processes (``bench.super_sources worker --tier
+and index families on real slow-tier worker processes (``bench.platform_workers --tier
 slow``), a fresh database and Redis namespace, every root's first import enqueued at once;
 it reports node rows against the expected count, jobs failed and attempts spent (both must
 be 0), jobs delayed by the rate limits, and the load average.
@@ -321,15 +321,8 @@ def _product(options: argparse.Namespace) -> dict[str, Any]:
     from pathlib import Path
 
     from bench.common import REDIS_URL, connect, delete_namespace, new_namespace
-    from bench.super_sources import (
-        NODE_ROWS,
-        LoadSampler,
-        _count,
-        _live_jobs,
-        _start_workers,
-        _stop_workers,
-        _values,
-    )
+    from bench.platform_workers import LoadSampler, settings_values, start_workers, stop_workers
+    from bench.super_sources_checks import NODE_ROWS, live_jobs, row_count
     from services.app.bootstrap import bootstrap
     from services.super_sources import store
     from services.super_sources.families import import_request
@@ -352,7 +345,7 @@ def _product(options: argparse.Namespace) -> dict[str, Any]:
     loads = LoadSampler()
     result: dict[str, Any] = {}
     try:
-        values = _values(redis_url, database_url, namespace)
+        values = settings_values(redis_url, database_url, namespace)
         box = CredentialBox.from_setting(values["connector_credentials_key"])
         platform = bootstrap(load_settings(**values), component="bench")
         roots = []
@@ -407,7 +400,7 @@ def _product(options: argparse.Namespace) -> dict[str, Any]:
                 )
             )
         expected = options.orgs * (options.drive + options.sharepoint)
-        workers = _start_workers(
+        workers = start_workers(
             environment_of(values),
             options.processes,
             options.worker_threads,
@@ -425,8 +418,8 @@ def _product(options: argparse.Namespace) -> dict[str, Any]:
             )
             if (
                 done
-                and _count(platform, NODE_ROWS) >= expected
-                and not _live_jobs(client, namespace)
+                and row_count(platform, NODE_ROWS) >= expected
+                and not live_jobs(client, namespace)
             ):
                 break
             time.sleep(1.0)
@@ -441,7 +434,7 @@ def _product(options: argparse.Namespace) -> dict[str, Any]:
             "route": "super_import/super_index families on slow-tier worker processes",
             "organizations": options.orgs,
             "nodes_expected": expected,
-            "node_rows": _count(platform, NODE_ROWS),
+            "node_rows": row_count(platform, NODE_ROWS),
             "wall_seconds": round(wall, 1),
             "nodes_per_second": round(expected / wall, 1),
             "limit": f"{options.limit} calls / {options.window} s per organization and source",
@@ -457,7 +450,7 @@ def _product(options: argparse.Namespace) -> dict[str, Any]:
         }
     finally:
         loads.stop()
-        result["worker_exit_codes"] = _stop_workers(workers)
+        result["worker_exit_codes"] = stop_workers(workers)
         for running in servers:
             running.__exit__(None, None, None)
         if platform is not None:

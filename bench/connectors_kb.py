@@ -34,7 +34,7 @@ from typing import Any
 from sqlalchemy import text
 
 from bench.common import REDIS_URL, connect, delete_namespace, new_namespace
-from bench.super_sources import LoadSampler, _start_workers, _stop_workers, _values
+from bench.platform_workers import LoadSampler, settings_values, start_workers, stop_workers
 from testkit.fakes.google_drive_server import GoogleDriveServer
 from testkit.fakes.sharepoint_server import SharepointServer
 from testkit.kb_report import job_records
@@ -137,7 +137,7 @@ def run_kb(options: argparse.Namespace) -> dict[str, Any]:
         drive.__enter__()
         graph.__enter__()
         values = {
-            **_values(redis_url, database_url, namespace),
+            **settings_values(redis_url, database_url, namespace),
             "connector_credentials_key": BENCH_KEY,
             "provider_urls": {"google_drive": drive.base_url, "sharepoint": graph.base_url},
         }
@@ -183,10 +183,10 @@ def run_kb(options: argparse.Namespace) -> dict[str, Any]:
         build_seconds = time.perf_counter() - built
         expected = options.orgs * (options.drive + options.sharepoint)
         env = environment_of(values)
-        workers = _start_workers(
+        workers = start_workers(
             env, options.slow_processes, options.slow_threads, log_dir, tier="slow"
         )
-        workers += _start_workers(
+        workers += start_workers(
             env, options.fast_processes, options.fast_threads, log_dir, tier="fast"
         )
         loads.start()
@@ -244,7 +244,7 @@ def run_kb(options: argparse.Namespace) -> dict[str, Any]:
         }
     finally:
         loads.stop()
-        result["worker_exit_codes"] = _stop_workers(workers)
+        result["worker_exit_codes"] = stop_workers(workers)
         for server in (drive, graph):
             server.__exit__(None, None, None)
         if platform is not None:
