@@ -137,12 +137,25 @@ def test_threads_sending_at_once_each_send_on_a_kept_connection(
     echo = script(client, ECHO)
     pool = client.connection_pool
     hand_outs: list[int] = []
-    get_connection = pool.get_connection
+    get_connection, script_load = pool.get_connection, client.script_load
+    # Loading a script Redis forgot goes through the pool, as it should: another test's
+    # SCRIPT FLUSH (the script cache is the server's, shared by the parallel tests) can
+    # make a thread's first send reload it. Only the sends are counted.
+    loading = threading.local()
+
+    def load(*args: Any, **kwargs: Any) -> Any:
+        loading.on = True
+        try:
+            return script_load(*args, **kwargs)
+        finally:
+            loading.on = False
 
     def counting(*args: Any, **kwargs: Any) -> Any:
-        hand_outs.append(1)
+        if not getattr(loading, "on", False):
+            hand_outs.append(1)
         return get_connection(*args, **kwargs)
 
+    monkeypatch.setattr(client, "script_load", load)
     monkeypatch.setattr(pool, "get_connection", counting)
     start = threading.Barrier(KEEP_AT_MOST)
     sent: dict[int, list[Any]] = {}
