@@ -15,7 +15,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import psycopg
@@ -226,15 +226,21 @@ def make_broker(
 
 
 @contextlib.contextmanager
-def running_worker(
-    broker: TierBroker, *, threads: int = 4, drain: float = 5.0, poll_ms: int = 50
+def serving(
+    broker: TierBroker,
+    queues: Iterable[str],
+    *,
+    threads: int = 2,
+    drain: float = 5.0,
+    poll_ms: int = 50,
 ) -> Iterator[None]:
-    """A real Dramatiq worker over every fast queue, in a thread of this process."""
+    """A real Dramatiq worker (``tiers.worker.serve``) over ``queues``, in a thread of this
+    process, for the length of the ``with`` block; it then stops and drains (``drain``
+    seconds at most)."""
     stop = threading.Event()
-    queues = [q for f in families().values() for q in f.queues()]
     thread = threading.Thread(
         target=serve,
-        args=(broker, queues),
+        args=(broker, list(queues)),
         kwargs={"threads": threads, "stop": stop, "poll_ms": poll_ms, "drain_seconds": drain},
         daemon=True,
     )
@@ -243,7 +249,17 @@ def running_worker(
         yield
     finally:
         stop.set()
-        thread.join(timeout=drain + 10)
+        thread.join(timeout=drain + 15)
+
+
+@contextlib.contextmanager
+def running_worker(
+    broker: TierBroker, *, threads: int = 4, drain: float = 5.0, poll_ms: int = 50
+) -> Iterator[None]:
+    """A real Dramatiq worker over every fast queue, in a thread of this process."""
+    queues = [q for f in families().values() for q in f.queues()]
+    with serving(broker, queues, threads=threads, drain=drain, poll_ms=poll_ms):
+        yield
 
 
 def _process_main(redis_url: str, namespace: str, threads: int, kwargs: dict[str, Any]) -> None:

@@ -10,7 +10,6 @@ example; a real product puts each section in the module named in the guide.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -22,12 +21,11 @@ from router.requests import JobRequest
 from shared.errors import ValidationFailed
 from shared.inputs import PARAMS_CONFIG, Text
 from tests.fixtures_platform import AUTH, MakePlatform
-from tests.platform_harness import wait_until
+from tests.platform_harness import serving, wait_until
 from tiers.families import Family
 from tiers.job_state import JobState
 from tiers.job_store import JobStore
 from tiers.policies import RetryPolicy
-from tiers.worker import serve
 
 if TYPE_CHECKING:
     from router.context import ServiceContext
@@ -99,22 +97,12 @@ def register(platform: ServiceContext) -> None:
 @contextlib.contextmanager
 def maintenance_worker(platform: Platform) -> Iterator[None]:
     """A real Dramatiq worker over the maintenance tier's queues, in a thread."""
-    stop = threading.Event()
-    thread = threading.Thread(
-        target=serve,
-        args=(
-            platform.brokers.of_tier("maintenance"),
-            platform.registry.queues_of_tier("maintenance"),
-        ),
-        kwargs={"threads": 2, "stop": stop, "poll_ms": 50, "drain_seconds": 5},
-        daemon=True,
-    )
-    thread.start()
-    try:
+    with serving(
+        platform.brokers.of_tier("maintenance"),
+        platform.registry.queues_of_tier("maintenance"),
+        threads=2,
+    ):
         yield
-    finally:
-        stop.set()
-        thread.join(timeout=20)
 
 
 @pytest.fixture

@@ -27,12 +27,11 @@ from services.app.dashboard.snapshot import take_snapshot
 from tests import platform_harness as h
 from tests.fixtures_platform import AUTH, MakePlatform
 from tests.fixtures_redis import MakeRedisServer
-from tests.platform_harness import wait_until
+from tests.platform_harness import serving, wait_until
 from tiers.fair_order import ready_count
 from tiers.families import Family
 from tiers.policies import WindowRule
 from tiers.tier_brokers import TierBrokers
-from tiers.worker import serve
 
 RUNS: list[tuple[str, str]] = []  # (family, item) of every run, in this process
 _RUNS_LOCK = threading.Lock()
@@ -88,19 +87,8 @@ test_families.__test__ = False  # type: ignore[attr-defined]
 @contextlib.contextmanager
 def tier_worker(platform: Platform, tier: str) -> Iterator[None]:
     """A real worker of ``tier`` (its broker, its queues) in a thread of this process."""
-    stop = threading.Event()
-    thread = threading.Thread(
-        target=serve,
-        args=(platform.brokers.of_tier(tier), platform.registry.queues_of_tier(tier)),
-        kwargs={"threads": 2, "stop": stop, "poll_ms": 50, "drain_seconds": 5},
-        daemon=True,
-    )
-    thread.start()
-    try:
+    with serving(platform.brokers.of_tier(tier), platform.registry.queues_of_tier(tier), threads=2):
         yield
-    finally:
-        stop.set()
-        thread.join(timeout=20)
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import contextlib
 import hashlib
 import io
 import re
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -41,7 +40,7 @@ from tests.integration.services.ingestion.factories import (
     new_tenant,
     provision,
 )
-from tiers.worker import serve
+from tests.platform_harness import serving
 
 TOKEN = "internal-secret"
 INTERNAL = {"Authorization": f"Bearer {TOKEN}"}
@@ -60,19 +59,8 @@ def platform(make_platform: MakePlatform) -> Platform:
 @contextlib.contextmanager
 def running_worker(platform: Platform) -> Iterator[None]:
     """A real worker, in a thread, over the fast tier's queues (where ingestion runs)."""
-    stop = threading.Event()
-    thread = threading.Thread(
-        target=serve,
-        args=(platform.broker, platform.registry.queues_of_tier("fast")),
-        kwargs={"threads": 2, "stop": stop, "poll_ms": 50, "drain_seconds": 5},
-        daemon=True,
-    )
-    thread.start()
-    try:
+    with serving(platform.broker, platform.registry.queues_of_tier("fast"), threads=2):
         yield
-    finally:
-        stop.set()
-        thread.join(timeout=15)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ documents to ``ready`` or, on their last attempt, to ``failed``."""
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -34,9 +33,9 @@ from tests.integration.services.ingestion.pipeline_support import (
     utc_now,
     words,
 )
+from tests.platform_harness import serving
 from tiers.policies import RetryPolicy
 from tiers.table import TIERS
-from tiers.worker import serve
 
 # -- the sweep tick ------------------------------------------------------------------------
 
@@ -131,19 +130,8 @@ def platform(make_platform: MakePlatform) -> Platform:
 @contextlib.contextmanager
 def worker(platform: Platform) -> Iterator[None]:
     queues = [queue for tier in TIERS for queue in platform.registry.queues_of_tier(tier)]
-    stop = threading.Event()
-    thread = threading.Thread(
-        target=serve,
-        args=(platform.broker, queues),
-        kwargs={"threads": 2, "stop": stop, "poll_ms": 50, "drain_seconds": 5},
-        daemon=True,
-    )
-    thread.start()
-    try:
+    with serving(platform.broker, queues, threads=2):
         yield
-    finally:
-        stop.set()
-        thread.join(timeout=15)
 
 
 def wait_for_status(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,11 +33,10 @@ from shared.db.models import (
     OrganizationDataSource,
     PgSearchDocument,
 )
-from tests.platform_harness import wait_until
+from tests.platform_harness import serving, wait_until
 from tiers.fair_order import ready_ids
 from tiers.policies import RetryPolicy
 from tiers.table import TIERS
-from tiers.worker import serve
 
 CHUNK_TYPE = "KnowledgeBaseDocument"
 
@@ -113,20 +111,8 @@ def running_workers(
         for queue in platform.registry.queues_of_tier(tier)
         if families is None or queue.rsplit(".", 1)[0] in families
     ]
-    stop = threading.Event()
-    worker = threading.Thread(
-        target=serve,
-        args=(platform.broker, queues),
-        kwargs={"threads": threads, "stop": stop, "poll_ms": 50, "drain_seconds": drain},
-        name="kb-worker",
-        daemon=True,
-    )
-    worker.start()
-    try:
+    with serving(platform.broker, queues, threads=threads, drain=drain):
         yield
-    finally:
-        stop.set()
-        worker.join(timeout=drain + 10)
 
 
 def record(platform: Platform, job_id: str) -> dict[str, str]:

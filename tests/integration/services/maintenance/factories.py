@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
-import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -17,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from services.app.bootstrap import Platform
 from shared.db.base import utcnow
 from shared.db.models.rails import DataSource, Organization, OrganizationDataSource
+from tests.platform_harness import serving
 from tiers.faults import FAULT_ENV
 from tiers.policies import RetryPolicy
 from tiers.table import TIERS
@@ -79,19 +79,8 @@ def clear_unit21_sources(sessions: sessionmaker[Session]) -> None:
 def running_workers(platform: Platform, *, threads: int = 4) -> Iterator[None]:
     """A real Dramatiq worker in a thread of this process, over every queue."""
     queues = [q for tier in TIERS for q in platform.registry.queues_of_tier(tier)]
-    stop = threading.Event()
-    worker = threading.Thread(
-        target=serve,
-        args=(platform.broker, queues),
-        kwargs={"threads": threads, "stop": stop, "poll_ms": 50, "drain_seconds": 5},
-        daemon=True,
-    )
-    worker.start()
-    try:
+    with serving(platform.broker, queues, threads=threads):
         yield
-    finally:
-        stop.set()
-        worker.join(timeout=15)
 
 
 def _process_main(settings: dict[str, Any]) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from itertools import count
@@ -13,8 +12,8 @@ from sqlalchemy.orm import Session
 from services.app.bootstrap import Platform
 from shared.db.models.rails import Organization
 from shared.db.models.rails_reports import Employee, Evaluation, TicketRule
+from tests.platform_harness import serving
 from tiers.table import TIERS
-from tiers.worker import serve
 
 _ids = count(1)
 
@@ -63,16 +62,5 @@ def running_workers(
         for q in platform.registry.queues_of_tier(tier)
         if not only or q.rsplit(".", 1)[0] in only
     ]
-    stop = threading.Event()
-    worker = threading.Thread(
-        target=serve,
-        args=(platform.broker, queues),
-        kwargs={"threads": threads, "stop": stop, "poll_ms": 50, "drain_seconds": 5.0},
-        daemon=True,
-    )
-    worker.start()
-    try:
+    with serving(platform.broker, queues, threads=threads):
         yield
-    finally:
-        stop.set()
-        worker.join(timeout=15)

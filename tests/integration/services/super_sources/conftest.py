@@ -4,7 +4,6 @@ namespace and database, with workers in threads of this process."""
 from __future__ import annotations
 
 import random
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -18,7 +17,7 @@ from shared.credentials import CredentialBox
 from shared.db.engine import session_scope
 from tests.fixtures_platform import MakePlatform
 from tests.integration.services.super_sources import tracker
-from tiers.worker import serve
+from tests.platform_harness import serving
 
 TRACKER = "tests.integration.services.super_sources.tracker"
 
@@ -54,17 +53,6 @@ def make_connection(platform: Platform, organization_id: int, source: str, **fie
 @contextmanager
 def workers(platform: Platform, *, threads: int = 8) -> Iterator[None]:
     """A real Dramatiq worker over the fast and slow queues, in a thread of this process."""
-    stop = threading.Event()
     queues = platform.registry.queues_of_tier("fast") + platform.registry.queues_of_tier("slow")
-    thread = threading.Thread(
-        target=serve,
-        args=(platform.broker, queues),
-        kwargs={"threads": threads, "stop": stop, "poll_ms": 50, "drain_seconds": 5},
-        daemon=True,
-    )
-    thread.start()
-    try:
+    with serving(platform.broker, queues, threads=threads):
         yield
-    finally:
-        stop.set()
-        thread.join(timeout=20)
