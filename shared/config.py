@@ -158,6 +158,14 @@ class Settings(ServiceSettings):
         gt=0,
         description="A silent worker's unacknowledged messages are redelivered after this.",
     )
+    max_clock_offset_seconds: float = Field(
+        2.0,
+        gt=0,
+        description="How far a process's clock may be from Redis's (TIME); further, it "
+        "refuses to start in production and staging, and a worker reports it (ERROR, "
+        "speedtier_clock_offset_seconds). Capped at 3/8 of the group lease and 1/4 of the "
+        "heartbeat timeout: two hosts' clocks then differ by less than those leave.",
+    )
     max_unsettled_runs: int = Field(
         3,
         ge=1,

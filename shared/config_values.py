@@ -10,6 +10,7 @@ import base64
 import binascii
 import ipaddress
 import re
+from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
@@ -88,6 +89,16 @@ def with_scheme(url: str | None, schemes: tuple[str, ...]) -> str | None:
     if url is not None and not url.startswith(schemes):
         raise ValueError(f"expected a URL starting with {' or '.join(schemes)}")
     return url
+
+
+def url_location(url: str) -> str:
+    """Where ``url`` points, without its credentials: ``host:port/path`` (a socket's path)."""
+    parts = urlsplit(url)
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.hostname or parts.path or '?'}{port}{parts.path if parts.hostname else ''}"
 
 
 def invalid_message(error: ValidationError, variables: dict[str, str]) -> str:

@@ -27,6 +27,9 @@ Redis reports                                      production, staging         d
 Redis unreachable                                   WARNING: not verified,      the same
                                                     starts (and retries as
                                                     without the check)
+this host's clock off Redis's by more than          refuses to start            WARNING, once
+``SPEEDTIER_MAX_CLOCK_OFFSET_SECONDS``              (:class:`~shared.clock_
+                                                    offset.ClockOffsetTooLarge`)
 =================================================  ==========================  =================
 
 The eviction policy can change while the processes run (``CONFIG SET``, a managed service's
@@ -49,11 +52,12 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import redis
 
+from shared.clock_offset import judge_offset, read_offset
 from shared.config import Settings
+from shared.config_values import url_location
 from shared.errors import SpeedtierError
 
 log = logging.getLogger(__name__)
@@ -126,9 +130,12 @@ def inspect_persistence(client: redis.Redis) -> Persistence:
     )
 
 
-def verify_redis_persistence(settings: Settings) -> Persistence | None:
+def verify_redis_persistence(
+    settings: Settings, clock: Callable[[], float] = time.time
+) -> Persistence | None:
     """Check the persistence of every Redis the settings name (``REDIS_URL`` and each tier's
-    own, ``Settings.redis_urls``) as the table above says.
+    own, ``Settings.redis_urls``) as the table above says, and this host's ``clock`` against
+    each one's (:mod:`shared.clock_offset`).
 
     Returns:
       What the first of them (``REDIS_URL``) reported, or None when it could not be reached
@@ -137,12 +144,14 @@ def verify_redis_persistence(settings: Settings) -> Persistence | None:
     Raises:
       VolatileRedis: in production or staging when AOF is off on one of them and
         ``SPEEDTIER_ALLOW_VOLATILE_REDIS`` is not set.
+      ClockOffsetTooLarge: in production or staging when this host's clock is further from
+        one's than ``SPEEDTIER_MAX_CLOCK_OFFSET_SECONDS``.
     """
-    reports = [_verify(settings, url) for url in settings.redis_urls()]
+    reports = [_verify(settings, url, clock) for url in settings.redis_urls()]
     return reports[0] if reports else None
 
 
-def _verify(settings: Settings, url: str) -> Persistence | None:
+def _verify(settings: Settings, url: str, clock: Callable[[], float]) -> Persistence | None:
     client = redis.Redis.from_url(
         url,
         socket_connect_timeout=CHECK_TIMEOUT_SECONDS,
@@ -151,6 +160,7 @@ def _verify(settings: Settings, url: str) -> Persistence | None:
     try:
         found = inspect_persistence(client)
         policy = eviction_policy(client)
+        reading = read_offset(client, clock)
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         _warn(url, settings, f"could not check Redis persistence (Redis did not answer: {exc})")
         return None
@@ -158,6 +168,9 @@ def _verify(settings: Settings, url: str) -> Persistence | None:
         client.close()
     _judge(url, settings, found)
     _judge_eviction(url, settings, policy)
+    judge_offset(
+        url_location(url), reading, settings, lambda text: _warn(f"{url}#clock", settings, text)
+    )
     return found
 
 
@@ -188,7 +201,7 @@ def eviction_refusal(url: str, policy: str | None) -> str | None:
     if policy is None or policy == NO_EVICTION:
         return None
     return (
-        f"Redis {_describe(url)} has maxmemory-policy={policy}: when it reaches maxmemory it "
+        f"Redis {url_location(url)} has maxmemory-policy={policy}: when it reaches maxmemory it "
         "evicts keys, so accepted jobs and the records that deduplicate them disappear. Set "
         f"'maxmemory-policy {NO_EVICTION}' (a full Redis then refuses enqueues with 503 "
         "queue_full instead of losing them)"
@@ -255,11 +268,11 @@ class EvictionWatch:
                 log.log(logging.ERROR if strict else logging.WARNING, refusal)
             elif refusal is None and url in self.evicting:
                 self.evicting.discard(url)
-                log.warning("Redis %s no longer evicts keys", _describe(url))
+                log.warning("Redis %s no longer evicts keys", url_location(url))
 
 
 def _judge(url: str, settings: Settings, found: Persistence) -> None:
-    where = _describe(url)
+    where = url_location(url)
     if found.unverifiable is not None:
         seen = {True: "; INFO reports AOF on", False: "; INFO reports AOF off", None: ""}
         _warn(
@@ -310,16 +323,6 @@ def _warn(url: str, settings: Settings, message: str) -> None:
         return
     os.environ[WARNED_ENV] = ",".join([*filter(None, warned), mark])
     log.warning(message)
-
-
-def _describe(url: str) -> str:
-    """``url`` without its credentials."""
-    parts = urlsplit(url)
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:
-        port = ""
-    return f"{parts.hostname or parts.path or '?'}{port}{parts.path if parts.hostname else ''}"
 
 
 def _text(value: object) -> str:

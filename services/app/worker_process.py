@@ -69,6 +69,7 @@ def run_one(
     from services.app.bootstrap import bootstrap
     from services.app.warm_up import WarmUp
     from shared import heartbeat
+    from shared.clock_offset import ClockWatch
     from shared.redis_persistence import EvictionWatch
     from tiers.settle_metrics import round_trip_recorder
     from tiers.table import TIERS
@@ -86,6 +87,7 @@ def run_one(
     broker = platform.brokers.of_tier(tier)
     broker.jobs.report_settles(round_trip_recorder(tier))
     eviction = EvictionWatch(settings)
+    clock = ClockWatch(settings)
     stop = threading.Event()
     warm_up = WarmUp(platform, tier, stop, delay=settings.worker_poll_ms / 1000)
     warm_up.start()
@@ -94,6 +96,7 @@ def run_one(
         heartbeat.beat(beat_file)
         live.set(threads)
         eviction.tick()  # a Redis set to evict keys since the start is reported
+        clock.tick()  # this host's clock against Redis's, a gauge and a log when off
 
     try:
         serve(

@@ -233,6 +233,7 @@ SPEEDTIER_GROUP_LEASE_SECONDS: {{ $c.groupLeaseSeconds | toString | quote }}
 SPEEDTIER_HEARTBEAT_TIMEOUT_SECONDS: {{ $c.heartbeatTimeoutSeconds | toString | quote }}
 SPEEDTIER_CANCEL_GRACE_SECONDS: {{ $c.cancelGraceSeconds | default 30 | toString | quote }}
 SPEEDTIER_MAX_UNSETTLED_RUNS: {{ $c.maxUnsettledRuns | default 3 | int | quote }}
+SPEEDTIER_MAX_CLOCK_OFFSET_SECONDS: {{ $c.maxClockOffsetSeconds | default 2 | toString | quote }}
 SPEEDTIER_WINDOWS: {{ $c.windows | default dict | toJson | quote }}
 SPEEDTIER_FLAGS: {{ $c.flags | default dict | toJson | quote }}
 SPEEDTIER_FLAG_CACHE_SECONDS: {{ $c.flagCacheSeconds | toString | quote }}

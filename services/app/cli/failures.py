@@ -3,7 +3,8 @@ instead of a traceback (``speedtier`` exits 1).
 
 Only failures a user fixes outside the code are turned into a line: an unreachable or
 refusing Redis or PostgreSQL, a database the migrations have not reached, a queue that could
-not take the work, a settings value or a path that cannot be used. Anything else is a bug
+not take the work, a settings value or a path that cannot be used, a host whose clock is off
+Redis's. Anything else is a bug
 and keeps its traceback.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import redis
 
+from shared.clock_offset import ClockOffsetTooLarge
 from shared.errors import NotConfigured, QueueUnavailable
 from shared.redis_persistence import VolatileRedis
 
@@ -20,7 +22,7 @@ MIGRATE = "run `speedtier db upgrade`"
 def one_line(error: BaseException) -> str | None:
     """The line a command ends with for ``error``; None when it is not an infrastructure
     failure (the traceback stays)."""
-    if isinstance(error, VolatileRedis | NotConfigured | QueueUnavailable):
+    if isinstance(error, VolatileRedis | ClockOffsetTooLarge | NotConfigured | QueueUnavailable):
         return str(error)
     if isinstance(error, redis.ConnectionError | redis.TimeoutError):
         return f"Redis unreachable: {_first_line(error)} (check REDIS_URL)"

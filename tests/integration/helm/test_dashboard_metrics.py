@@ -15,6 +15,7 @@ from services.app.api.platform_gauges import PostgresqlGauge, TickGauges
 from services.app.bootstrap import Platform
 from services.app.worker_process import worker_threads_gauge
 from shared import metrics
+from shared.clock_offset import offset_gauge
 from tests import REPO
 from tests.unit.helm.test_alert_rules import MONITORING_ON
 from tests.unit.helm.test_chart import of_kind, render
@@ -33,9 +34,10 @@ def declared() -> set[str]:
         for info in pkgutil.walk_packages(root.__path__, prefix=f"{package}."):
             if ".migrations." not in info.name:
                 importlib.import_module(info.name)
-    # The worker command declares its threads gauge when it starts, not at import (its module
-    # loads no metrics library before the worker needs it).
+    # The worker command declares its threads gauge and the clock offset's when it starts,
+    # not at import (their modules load no metrics library before the worker needs it).
     worker_threads_gauge()
+    offset_gauge()
     names = set()
     for metric in metrics._metrics.values():
         kind: str = metric._type

@@ -51,6 +51,7 @@ SAMPLES: dict[str, tuple[str, str, Any]] = {
     "SPEEDTIER_GROUP_LEASE_SECONDS": ("group_lease_seconds", "12.5", 12.5),
     "SPEEDTIER_HEARTBEAT_TIMEOUT_SECONDS": ("heartbeat_timeout_seconds", "90", 90.0),
     "SPEEDTIER_MAX_UNSETTLED_RUNS": ("max_unsettled_runs", "5", 5),
+    "SPEEDTIER_MAX_CLOCK_OFFSET_SECONDS": ("max_clock_offset_seconds", "0.5", 0.5),
     "SPEEDTIER_WINDOWS": (
         "windows",
         '{"kb_source_sync.notion": "2/60"}',
