@@ -1,22 +1,22 @@
 """How far this host's wall clock is from the Redis's, checked at start and every minute.
 
 Workers judge each other by wall-clock times they write into Redis: a group slot's lease
-deadline (``now + SPEEDTIER_GROUP_LEASE_SECONDS``, refreshed every quarter lease) and a
-worker's heartbeat, which its peers compare with their own clocks. Two hosts whose clocks
-disagree by more than what those timings leave make one worker misjudge another:
+deadline (``now + SPEEDTIER_GROUP_LEASE_SECONDS`` on its holder's clock, refreshed every
+quarter lease) and a worker's heartbeat. The judges read Redis's clock (``reap.lua``,
+``look.lua``), so what a host's clock decides is how its own writes are read:
 
-- a host ahead by more than a lease less its refresh (22.5 s by default) reaps the slots of
-  jobs still running elsewhere, and the group runs over its cap;
-- a host ahead by more than half the heartbeat timeout (30 s) takes its peers for dead and
-  redelivers their unacknowledged messages (the fencing refuses the older run's settle, but
-  the job ran twice), and a host that far behind is taken for dead by its peers.
+- a host behind Redis by more than a lease less its refresh (22.5 s by default) has the slots
+  of its running jobs handed on, and their groups run over their caps;
+- a host behind by more than the heartbeat timeout (60 s) is taken for dead and its jobs run
+  again elsewhere (the fencing refuses the older run's settle, but the job ran twice); past
+  half the timeout, a run it starts after a pause may be one a peer took back
+  (``tiers.beat_log``).
 
 Redis is the clock every process can read, so each process measures its offset to it
 (``TIME``, the sample of three with the shortest round trip, the offset taken at the round
-trip's middle and reduced by half of it). Any two processes within the limit of it are
-within twice the limit of each other. The limit is ``SPEEDTIER_MAX_CLOCK_OFFSET_SECONDS``
-(2 s), or less when the leases or the heartbeat timeout are set so short that twice the limit
-would not fit in them (:func:`offset_limit`).
+trip's middle and reduced by half of it). The limit is
+``SPEEDTIER_MAX_CLOCK_OFFSET_SECONDS`` (2 s), or less when the leases or the heartbeat timeout
+are so short that twice it would not fit in what they leave a host (:func:`offset_limit`).
 
 What a process whose clock is off by more than the limit meets:
 
@@ -61,11 +61,13 @@ CHECK_SECONDS = 60.0
 #: Connect and read timeout of the watch's connections: a Redis that does not answer
 #: ``TIME`` within it is not judged (and the heartbeat that runs the watch is not held).
 TIMEOUT_SECONDS = 1.0
-#: A lease is refreshed every quarter of it (``tiers.middleware.group_slots``): a peer's
-#: clock may run ahead by the remaining three quarters before the lease looks expired.
+#: A lease is refreshed every quarter of it (``tiers.middleware.group_slots``): its holder's
+#: clock may run behind Redis's by the remaining three quarters before the lease looks
+#: expired.
 LEASE_ROOM = 3 / 4
-#: A heartbeat is judged stale after the timeout, and written at least every half of it
-#: (``tiers.beat_log``): half the timeout is the room for two clocks' difference.
+#: A heartbeat is judged stale after the timeout, and a run starts without asking Redis when
+#: the heartbeats were at most half of it apart (``tiers.beat_log``): the other half is the
+#: room for a host's clock.
 HEARTBEAT_ROOM = 1 / 2
 
 
@@ -113,7 +115,7 @@ def read_offset(
 
 def offset_limit(settings: Settings) -> float:
     """The largest offset from Redis a process may have: the setting, or less when the
-    leases or the heartbeat timeout leave two processes' clocks less than twice that."""
+    leases or the heartbeat timeout leave a host's clock less than twice that."""
     return min(
         settings.max_clock_offset_seconds,
         settings.group_lease_seconds * LEASE_ROOM / 2,
@@ -128,10 +130,10 @@ def offset_problem(where: str, reading: ClockReading, limit: float) -> str | Non
     direction = "ahead of" if reading.offset_seconds > 0 else "behind"
     return (
         f"this host's clock is {abs(reading.offset_seconds):.3f} s {direction} the clock of "
-        f"Redis {where} (more than {limit:g} s, SPEEDTIER_MAX_CLOCK_OFFSET_SECONDS): workers "
-        "judge each other's group leases and heartbeats by their clocks, so a slot could be "
-        "taken from a running job or a live worker's messages redelivered. Sync this host's "
-        "clock (NTP: chrony, systemd-timesyncd)"
+        f"Redis {where} (more than {limit:g} s, SPEEDTIER_MAX_CLOCK_OFFSET_SECONDS): the "
+        "group leases and heartbeats it writes are judged by Redis's clock, so a host behind "
+        "loses its running jobs' slots and is taken for dead, and one ahead delays their "
+        "hand-on when it dies. Sync this host's clock (NTP: chrony, systemd-timesyncd)"
     )
 
 

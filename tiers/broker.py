@@ -101,18 +101,21 @@ class TierBroker(RedisBroker):
         self._dispatches.close()
         super().close()
 
-    def _dispatch(self, command: str, *, maintenance: int | None = None) -> Callable[..., Any]:
+    def _dispatch(
+        self, command: str, *, maintenance: int | None = None, at_ms: int | None = None
+    ) -> Callable[..., Any]:
         """Dramatiq's ``do_<command>``: its dispatch script with the same arguments, sent by
         a :class:`ScriptSender` instead of redis-py's ``execute_command`` and pool hand-out
         (the same errors: Redis unreachable, a failing script; a forgotten script is
         loaded and sent again). ``maintenance`` (1 or 0) overrides Dramatiq's draw of
-        whether this call also does its maintenance (a caller that drew it already)."""
+        whether this call also does its maintenance (a caller that drew it already);
+        ``at_ms`` the time it is given (None: this host's clock)."""
         script = self.scripts["dispatch"]
 
         def do_dispatch(queue_name: str, *args: Any) -> Any:
             call = [
                 command,
-                current_millis(),
+                current_millis() if at_ms is None else at_ms,
                 queue_name,
                 self.broker_id,
                 self.heartbeat_timeout,
@@ -189,11 +192,12 @@ class TierBroker(RedisBroker):
         leftovers, self._leftovers[queue_name] = self._leftovers[queue_name], []
         return leftovers
 
-    def maintain(self, queue_name: str) -> None:
+    def maintain(self, queue_name: str, at_ms: int | None = None) -> None:
         """Dramatiq's maintenance for ``queue_name`` (dead workers' messages of the queue back
         to it, expired dead letters dropped) and nothing else: its dispatch script's
-        ``requeue`` of no message, with the maintenance drawn."""
-        self._dispatch("requeue", maintenance=1)(queue_name)
+        ``requeue`` of no message, with the maintenance drawn. ``at_ms``: the time by which
+        workers are judged dead (Redis's, from ``tiers.dead_workers``; None: this host's)."""
+        self._dispatch("requeue", maintenance=1, at_ms=at_ms)(queue_name)
 
     def wake_event(self, queue_name: str) -> threading.Event:
         """The event that cuts short an idle consumer's wait on ``queue_name`` (the same one

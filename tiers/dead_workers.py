@@ -8,7 +8,9 @@ interval:
 
 - gives the worker's heartbeat (a worker whose threads are all busy, with its prefetch full,
   fetches nothing, and would otherwise look dead);
-- asks Redis for workers whose heartbeat is older than the heartbeat timeout; for any it has
+- asks Redis for workers whose heartbeat is older than the heartbeat timeout (by Redis's
+  clock, ``tiers/lua/look.lua``: a worker whose host clock ran ahead takes no live worker
+  for dead); for any it has
   not handled yet at that heartbeat, runs Dramatiq's maintenance (its dispatch script, the
   one that returns a dead worker's messages) on each of this worker's queues and wakes their
   consumers. A dead worker's jobs are back in their queues within the heartbeat timeout plus
@@ -33,6 +35,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from tiers.lua_scripts import load_script
 from tiers.outage_log import OutageLog
 from tiers.redis_values import as_text, now_ms
 
@@ -68,6 +71,7 @@ class DeadWorkers:
         self._next_sweep = time.monotonic() + SWEEP_SECONDS
         self._stop = threading.Event()
         self._outage = OutageLog(log, "dead-worker check")
+        self._look = broker.client.register_script(load_script("look"))
         self.thread = threading.Thread(target=self._run, name="dead-workers", daemon=True)
 
     def start(self) -> None:
@@ -81,27 +85,18 @@ class DeadWorkers:
         """One look: the heartbeat, then the dead workers' messages back. Returns the ids of
         the dead workers handled by this look."""
         broker = self.broker
-        now = now_ms()
-        heartbeats = f"{broker.namespace}:__heartbeats__"
-        pipe = broker.client.pipeline(transaction=False)
-        pipe.zadd(heartbeats, {broker.broker_id: now})
-        pipe.zrangebyscore(
-            heartbeats,
-            0,
-            now - broker.heartbeat_timeout,
-            start=0,
-            num=MAX_DEAD_PER_LOOK,
-            withscores=True,
-        )
         sent = time.monotonic()
-        _, listed = pipe.execute()
+        redis_now, listed = self._look(
+            keys=[broker.namespace],
+            args=[broker.broker_id, now_ms(), broker.heartbeat_timeout, MAX_DEAD_PER_LOOK],
+        )
         broker.jobs.beats.beat(sent)
-        dead = {(as_text(worker), float(beat)) for worker, beat in listed}
+        dead = {(as_text(listed[i]), float(listed[i + 1])) for i in range(0, len(listed), 2)}
         new = dead - self._handled
         sweep = time.monotonic() >= self._next_sweep
         if new or sweep:
             for queue in self.queues():
-                broker.maintain(queue)
+                broker.maintain(queue, at_ms=int(redis_now))
                 if not queue.endswith(".DQ"):
                     broker.wake(queue)
             if sweep:

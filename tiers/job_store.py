@@ -363,10 +363,9 @@ class JobStore(FetchClaims, RunStarts):
         pipe.execute()
 
     def reap(self, max_groups: int = 200) -> int:
-        """Hand slots whose lease ran out to parked messages; returns how many were reaped."""
-        reply = self._scripts["reap"](
-            keys=[self.namespace], args=[now_ms(), max_groups, QUEUED_LEASE_MS]
-        )
+        """Hand slots whose lease ran out, by Redis's clock, to parked messages; returns how
+        many were reaped."""
+        reply = self._scripts["reap"](keys=[self.namespace], args=[max_groups, QUEUED_LEASE_MS])
         return int(reply)
 
     # -- inspection --------------------------------------------------------------------------

@@ -1,6 +1,12 @@
 -- Give back slots whose lease ran out (their worker died) to parked messages.
--- ARGV: now_ms, max_groups, queued_lease_ms. Returns the number of slots reaped.
-local now, max_groups, queued_lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+-- ARGV: max_groups, queued_lease_ms. Returns the number of slots reaped.
+-- A lease has run out by Redis's clock, not the caller's: every worker runs this, and one
+-- whose host clock ran ahead would otherwise take the slots of jobs still running elsewhere
+-- (a lease is written from its holder's clock, which the start check keeps within
+-- SPEEDTIER_MAX_CLOCK_OFFSET_SECONDS of Redis's: shared/clock_offset.py).
+local time = redis.call("time")
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local max_groups, queued_lease = tonumber(ARGV[1]), tonumber(ARGV[2])
 local index = ns .. ":__leases__"
 local reaped = 0
 local groups = redis.call("zrangebyscore", index, "-inf", now, "LIMIT", 0, max_groups)

@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import libfaketime
 import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,6 +22,7 @@ from shared.clock_offset import (
 )
 from shared.config import Settings, load_settings
 from shared.redis_persistence import WARNED_ENV, verify_redis_persistence
+from testkit.faketime import shifted_clock_env
 from testkit.ports import free_port
 from tests.fixtures_platform import CREDENTIALS_KEY
 from tests.fixtures_redis import MakeRedisServer
@@ -63,9 +63,9 @@ def test_a_reading_finds_the_offset_within_half_its_round_trip(redis_url: str) -
 
 def test_the_limit_leaves_two_hosts_room_in_the_leases_and_the_heartbeats() -> None:
     assert offset_limit(load_settings()) == 2.0
-    # 3/8 of a lease: a lease refreshed every quarter, two hosts each off by the limit
+    # 3/8 of a lease: half of the three quarters a lease refreshed every quarter leaves
     assert offset_limit(load_settings(group_lease_seconds=4.0)) == 1.5
-    # 1/4 of the heartbeat timeout: half of it is the room for two clocks (tiers.beat_log)
+    # 1/4 of the heartbeat timeout: half of the half it leaves a host (tiers.beat_log)
     assert offset_limit(load_settings(heartbeat_timeout_seconds=4.0)) == 1.0
     assert offset_limit(load_settings(max_clock_offset_seconds=0.25)) == 0.25
 
@@ -145,13 +145,6 @@ def test_a_redis_that_does_not_answer_is_not_judged(caplog: pytest.LogCaptureFix
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-def faketime_env(offset: str) -> dict[str, str]:
-    """What runs a child process with its wall clock shifted by ``offset`` (``+10s``):
-    libfaketime preloaded, the monotonic clock left alone."""
-    _needs_reload, env = libfaketime.get_reload_information()
-    return {**env, "FAKETIME": offset, "DONT_FAKE_MONOTONIC": "1"}
-
-
 @pytest.mark.slow
 def test_a_production_worker_on_a_host_whose_clock_is_off_refuses_to_start(
     make_redis_server: MakeRedisServer, database_url: str, tmp_path: Path
@@ -161,7 +154,7 @@ def test_a_production_worker_on_a_host_whose_clock_is_off_refuses_to_start(
 
     # A worker pool on a host 10 s ahead of Redis: its parent refuses before any child
     ahead = speedtier(
-        "worker", "--tier", "maintenance", "--processes", "2", env=env | faketime_env("+10s")
+        "worker", "--tier", "maintenance", "--processes", "2", env=env | shifted_clock_env("+10s")
     )
     assert ahead.returncode == 1, ahead.stderr[-2000:]
     assert "Error: refusing to start in SPEEDTIER_ENV=production" in ahead.stderr
@@ -169,6 +162,6 @@ def test_a_production_worker_on_a_host_whose_clock_is_off_refuses_to_start(
     assert "Traceback" not in ahead.stderr
     assert "started maintenance-" not in ahead.stderr
     # The scheduler 10 s behind: the same
-    behind = speedtier("scheduler", env=env | faketime_env("-10s"))
+    behind = speedtier("scheduler", env=env | shifted_clock_env("-10s"))
     assert behind.returncode == 1, behind.stderr[-2000:]
     assert "s behind the clock of Redis" in behind.stderr
