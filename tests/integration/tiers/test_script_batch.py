@@ -25,6 +25,14 @@ from shared import metrics
 from tiers.script_batch import ScriptBatch, ScriptQueue
 from tiers.settle_metrics import round_trip_recorder
 
+
+@pytest.fixture(scope="module")
+def redis_url(private_redis_url: str) -> str:
+    """Tests here flush the script cache (``SCRIPT FLUSH``), which is the whole server's: they
+    run on a Redis of their own."""
+    return private_redis_url
+
+
 ECHO = "return ARGV[1]"
 COUNT = "return redis.call('incr', KEYS[1] .. ':count:' .. ARGV[1])"
 FAIL = "return redis.error_reply('refused ' .. ARGV[1])"

@@ -17,6 +17,14 @@ from redis.commands.core import Script
 
 from tiers.script_send import KEEP_AT_MOST, ScriptSender
 
+
+@pytest.fixture(scope="module")
+def redis_url(private_redis_url: str) -> str:
+    """Tests here flush the script cache (``SCRIPT FLUSH``), which is the whole server's: they
+    run on a Redis of their own."""
+    return private_redis_url
+
+
 ECHO = "return ARGV[1]"
 COUNT = "return redis.call('incr', KEYS[1] .. ':count:' .. ARGV[1])"
 FAIL = "return redis.error_reply('refused ' .. ARGV[1])"
@@ -138,9 +146,9 @@ def test_threads_sending_at_once_each_send_on_a_kept_connection(
     pool = client.connection_pool
     hand_outs: list[int] = []
     get_connection, script_load = pool.get_connection, client.script_load
-    # Loading a script Redis forgot goes through the pool, as it should: another test's
-    # SCRIPT FLUSH (the script cache is the server's, shared by the parallel tests) can
-    # make a thread's first send reload it. Only the sends are counted.
+    # Loading a script Redis forgot goes through the pool, as it should: an earlier test's
+    # SCRIPT FLUSH of this module's Redis can make a thread's first send reload it. Only the
+    # sends are counted.
     loading = threading.local()
 
     def load(*args: Any, **kwargs: Any) -> Any:

@@ -18,6 +18,14 @@ from tests.unit.tiers.test_hooks import Acks
 from tiers.broker import TierBroker
 from tiers.consumer import TierConsumer
 
+
+@pytest.fixture(scope="module")
+def redis_url(private_redis_url: str) -> str:
+    """Tests here flush the script cache (``SCRIPT FLUSH``), which is the whole server's: they
+    run on a Redis of their own."""
+    return private_redis_url
+
+
 QUEUE = "t_plain.fast"
 
 
