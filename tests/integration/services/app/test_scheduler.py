@@ -35,7 +35,6 @@ from services.app.scheduler import (
 from tests import REPO
 from tests import platform_harness as h
 from tests.fixtures_platform import MakePlatform
-from tiers.worker import serve
 
 LOCK_SECONDS = 1.5
 AT = datetime(2026, 11, 29, 1, 0, 30, tzinfo=UTC)
@@ -224,23 +223,13 @@ def test_a_double_emission_of_one_slot_runs_once(
         thread.join()
     assert sorted(a.outcome for a in answers) == ["added", "deduplicated"]
 
-    stop = threading.Event()
-    worker = threading.Thread(
-        target=serve,
-        args=(first.broker, first.registry.queues_of_tier("maintenance")),
-        kwargs={"threads": 1, "stop": stop, "poll_ms": 50, "drain_seconds": 2},
-        daemon=True,
-    )
-    worker.start()
-    try:
+    queues = first.registry.queues_of_tier("maintenance")
+    with h.serving(first.broker, queues, threads=1, drain=2):
         job_id = tick.job_id("2026-11-29T01:00Z")
         h.wait_until(lambda: h.state(first.broker, job_id) == "completed")
         # a late emission of the same slot, after it ran: still once
         assert enqueue_tick(second, tick, "2026-11-29T01:00Z").outcome == "deduplicated"
         time.sleep(0.3)
-    finally:
-        stop.set()
-        worker.join(timeout=10)
     assert recorder.slots == ["2026-11-29T01:00Z"]
 
 

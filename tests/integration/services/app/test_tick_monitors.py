@@ -5,7 +5,6 @@ as ``monitor_config``; a paused tick checks in ``ok`` at once; without Sentry no
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,7 +21,6 @@ from services.app.scheduler import TickScheduler
 from testkit.fakes.sentry_server import SentryInbox, fake_sentry
 from tests import platform_harness as h
 from tests.fixtures_platform import MakePlatform
-from tiers.worker import serve
 
 AT = datetime(2026, 11, 29, 1, 0, 20, tzinfo=UTC)
 SLOT = "2026-11-29T01:00Z"
@@ -53,20 +51,9 @@ def flushed(inbox: SentryInbox) -> list[dict[str, Any]]:
 @contextmanager
 def maintenance_worker(platform: Platform) -> Iterator[None]:
     """A real worker over the maintenance tier's queues, in a thread."""
-    stop = threading.Event()
     queues = platform.registry.queues_of_tier("maintenance")
-    worker = threading.Thread(
-        target=serve,
-        args=(platform.brokers.of_tier("maintenance"), queues),
-        kwargs={"threads": 1, "stop": stop, "poll_ms": 50, "drain_seconds": 5},
-        daemon=True,
-    )
-    worker.start()
-    try:
+    with h.serving(platform.brokers.of_tier("maintenance"), queues, threads=1):
         yield
-    finally:
-        stop.set()
-        worker.join(timeout=15)
 
 
 def platform_with(make_platform: MakePlatform, run: Any, pause_flag: str | None = None) -> Platform:

@@ -5,7 +5,6 @@ worker makes them."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
@@ -15,8 +14,7 @@ from services.app.bootstrap import SERVICE_MODULES, Platform
 from services.ingestion.families import ingest_request
 from tests.fixtures_platform import MakePlatform
 from tests.fresh_process import printed_by
-from tests.platform_harness import wait_until
-from tiers.worker import serve
+from tests.platform_harness import serving, wait_until
 
 ACTORS = [f"{product}.actors" for product in SERVICE_MODULES]
 #: The products with a family in the fast tier.
@@ -83,25 +81,14 @@ def test_a_workers_first_job_builds_its_product_at_its_first_call(
     platform.router.enqueue(ingest_request(1, 424242))
     part = deferred_of(ingestion.handler)
     assert part is not None and not part.built
-    stop = threading.Event()
-    worker = threading.Thread(
-        target=serve,
-        args=(platform.brokers.of_tier("fast"), platform.registry.queues_of_tier("fast")),
-        kwargs={"threads": 2, "stop": stop, "poll_ms": 50, "drain_seconds": 5},
-        daemon=True,
-    )
+
+    def settled() -> bool:
+        record = platform.broker.jobs.record("ingest-document-424242") or {}
+        return record.get("state") == "record_missing"
+
     # When a fast worker serves it
-    worker.start()
-    try:
-
-        def settled() -> bool:
-            record = platform.broker.jobs.record("ingest-document-424242") or {}
-            return record.get("state") == "record_missing"
-
+    with serving(platform.brokers.of_tier("fast"), platform.registry.queues_of_tier("fast")):
         wait_until(settled, timeout=30)
-    finally:
-        stop.set()
-        worker.join(15)
     # Then its handler built the ingestion product (the document is missing: the job ended
     # as record-missing, the outcome its handler gives), and nothing built the reports'
     assert part.built
