@@ -23,6 +23,10 @@ each writes its values to ``PROMETHEUS_MULTIPROC_DIR`` and the serving process s
 scrape time (``prometheus_client``'s multiprocess mode). Without the variable a process keeps
 its values in memory and exposes only its own.
 
+The files are written so that a full disk does not crash the process
+(:mod:`shared.metric_files`): a series that finds no room is kept in memory and missing from
+the scrape.
+
 Label values must be bounded (family, tier, outcome, provider, source): never an organization
 id, a job id or a URL.
 """
@@ -46,6 +50,8 @@ from prometheus_client import multiprocess, values  # noqa: E402  (submodules on
 from prometheus_client.metrics import Counter, Gauge, Histogram  # noqa: E402
 from prometheus_client.registry import REGISTRY, CollectorRegistry  # noqa: E402
 
+from shared.metric_files import safe_value_class  # noqa: E402
+
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
@@ -61,6 +67,12 @@ GaugeMode = Literal["livesum", "liveall", "max", "min", "sum", "all", "mostrecen
 _lock = threading.Lock()
 _metrics: dict[str, Any] = {}
 _collectors: list[Collector] = []
+
+
+if os.environ.get(ENV):
+    # A process started in multiprocess mode (a pool's child, a gunicorn worker): its values
+    # go to files that a full disk cannot crash it on (shared.metric_files).
+    values.ValueClass = safe_value_class()
 
 
 class Collector(Protocol):
@@ -119,7 +131,7 @@ def use_directory(path: str | os.PathLike[str], *, wipe: bool = False) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     os.environ[ENV] = str(directory)
     # prometheus_client picks its value class at import: pick again now that the variable is set.
-    values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
+    values.ValueClass = safe_value_class()
     return directory
 
 
