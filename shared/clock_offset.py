@@ -71,8 +71,18 @@ LEASE_ROOM = 3 / 4
 HEARTBEAT_ROOM = 1 / 2
 
 
-class ClockOffsetTooLarge(SpeedtierError, RuntimeError):
+class UnsafeClock(SpeedtierError, RuntimeError):
+    """Production or staging: the leases and heartbeats cannot rely on Redis's clock and this
+    host's (one of the two below)."""
+
+
+class ClockOffsetTooLarge(UnsafeClock):
     """Production or staging process whose clock is further from Redis's than the limit."""
+
+
+class TimeRefused(UnsafeClock):
+    """Production or staging Redis that refuses ``TIME`` (an ACL without it): the scripts
+    that judge leases and heartbeats call it too."""
 
 
 @dataclass(frozen=True)
@@ -203,8 +213,8 @@ class ClockWatch:
             )
             try:
                 reading = read_offset(client, self.clock)
-            except (redis.ConnectionError, redis.TimeoutError):
-                continue
+            except redis.RedisError:
+                continue  # unreachable, or TIME refused (the start check said so)
             finally:
                 client.close()
             if largest is None or abs(reading.offset_seconds) > abs(largest):

@@ -30,6 +30,9 @@ Redis unreachable                                   WARNING: not verified,      
 this host's clock off Redis's by more than          refuses to start            WARNING, once
 ``SPEEDTIER_MAX_CLOCK_OFFSET_SECONDS``              (:class:`~shared.clock_
                                                     offset.ClockOffsetTooLarge`)
+``TIME`` refused (an ACL without it)                refuses to start            WARNING, once
+                                                    (:class:`~shared.clock_
+                                                    offset.TimeRefused`)
 =================================================  ==========================  =================
 
 The eviction policy can change while the processes run (``CONFIG SET``, a managed service's
@@ -55,7 +58,7 @@ from dataclasses import dataclass
 
 import redis
 
-from shared.clock_offset import judge_offset, read_offset
+from shared.clock_offset import ClockReading, TimeRefused, judge_offset, read_offset
 from shared.config import Settings
 from shared.config_values import url_location
 from shared.errors import SpeedtierError
@@ -146,6 +149,7 @@ def verify_redis_persistence(
         ``SPEEDTIER_ALLOW_VOLATILE_REDIS`` is not set.
       ClockOffsetTooLarge: in production or staging when this host's clock is further from
         one's than ``SPEEDTIER_MAX_CLOCK_OFFSET_SECONDS``.
+      TimeRefused: in production or staging when one refuses ``TIME``.
     """
     reports = [_verify(settings, url, clock) for url in settings.redis_urls()]
     return reports[0] if reports else None
@@ -160,7 +164,7 @@ def _verify(settings: Settings, url: str, clock: Callable[[], float]) -> Persist
     try:
         found = inspect_persistence(client)
         policy = eviction_policy(client)
-        reading = read_offset(client, clock)
+        reading = read_clock(url, settings, client, clock)
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         _warn(url, settings, f"could not check Redis persistence (Redis did not answer: {exc})")
         return None
@@ -168,10 +172,41 @@ def _verify(settings: Settings, url: str, clock: Callable[[], float]) -> Persist
         client.close()
     _judge(url, settings, found)
     _judge_eviction(url, settings, policy)
-    judge_offset(
-        url_location(url), reading, settings, lambda text: _warn(f"{url}#clock", settings, text)
-    )
+    if reading is not None:
+        judge_offset(
+            url_location(url), reading, settings, lambda text: _warn(f"{url}#clock", settings, text)
+        )
     return found
+
+
+def read_clock(
+    url: str, settings: Settings, client: redis.Redis, clock: Callable[[], float]
+) -> ClockReading | None:
+    """This host's clock against ``client``'s Redis; None when Redis refuses ``TIME`` (an ACL
+    without it), which development and test are warned about.
+
+    Raises:
+      redis.ConnectionError, redis.TimeoutError: Redis did not answer.
+      TimeRefused: production or staging, ``TIME`` refused: the scripts that judge leases and
+        heartbeats call it too, and would fail.
+    """
+    try:
+        return read_offset(client, clock)
+    except (redis.ConnectionError, redis.TimeoutError):
+        raise
+    except redis.ResponseError as exc:
+        problem = (
+            f"Redis {url_location(url)} refuses TIME ({exc}): the scripts that hand on the "
+            "slots of dead workers' jobs and return their messages read Redis's clock with it, "
+            "and this host's clock cannot be compared with Redis's. Allow TIME to the user "
+            "(ACL SETUSER <user> +time)"
+        )
+        if settings.is_production_like:
+            raise TimeRefused(
+                f"refusing to start in SPEEDTIER_ENV={settings.environment}: {problem}"
+            ) from None
+        _warn(f"{url}#clock", settings, problem)
+        return None
 
 
 def eviction_policy(client: redis.Redis) -> str | None:

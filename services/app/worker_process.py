@@ -20,6 +20,7 @@ until then.
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import threading
 from typing import TYPE_CHECKING
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
 
     from services.app.worker_pool import WorkerPool
     from shared.config import Settings
+
+log = logging.getLogger(__name__)
 
 
 def component_of(tier: str) -> str:
@@ -93,10 +96,17 @@ def run_one(
     warm_up.start()
 
     def beat() -> None:
-        heartbeat.beat(beat_file)
+        try:
+            heartbeat.beat(beat_file)
+        except OSError as exc:  # its liveness then fails, and it is stopped and drained
+            log.error("cannot write the heartbeat file %s: %s", beat_file, exc)
         live.set(threads)
-        eviction.tick()  # a Redis set to evict keys since the start is reported
-        clock.tick()  # this host's clock against Redis's, a gauge and a log when off
+        for check in (eviction.tick, clock.tick):
+            # A Redis set to evict keys since the start; this host's clock against Redis's.
+            try:
+                check()
+            except Exception:  # a check's failure is logged; it never stops the worker
+                log.exception("periodic check failed")
 
     try:
         serve(

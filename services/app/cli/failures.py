@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import redis
 
-from shared.clock_offset import ClockOffsetTooLarge
+from shared.clock_offset import UnsafeClock
 from shared.errors import NotConfigured, QueueUnavailable
 from shared.redis_persistence import VolatileRedis
 
@@ -22,7 +22,7 @@ MIGRATE = "run `speedtier db upgrade`"
 def one_line(error: BaseException) -> str | None:
     """The line a command ends with for ``error``; None when it is not an infrastructure
     failure (the traceback stays)."""
-    if isinstance(error, VolatileRedis | ClockOffsetTooLarge | NotConfigured | QueueUnavailable):
+    if isinstance(error, VolatileRedis | UnsafeClock | NotConfigured | QueueUnavailable):
         return str(error)
     if isinstance(error, redis.ConnectionError | redis.TimeoutError):
         return f"Redis unreachable: {_first_line(error)} (check REDIS_URL)"

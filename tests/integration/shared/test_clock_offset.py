@@ -17,6 +17,7 @@ from shared import metrics
 from shared.clock_offset import (
     ClockOffsetTooLarge,
     ClockWatch,
+    TimeRefused,
     offset_limit,
     read_offset,
 )
@@ -143,6 +144,39 @@ def test_a_redis_that_does_not_answer_is_not_judged(caplog: pytest.LogCaptureFix
     watch = ClockWatch(settings_of(redis_url=url, environment="production"), clock=shifted(40))
     assert watch.check() is None
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def time_refused(make_redis_server: MakeRedisServer) -> str:
+    """The URL of a Redis user whose ACL allows every command but TIME."""
+    url = make_redis_server()
+    admin = redis.Redis.from_url(url)
+    admin.acl_setuser(
+        "no-time",
+        enabled=True,
+        passwords=["+secret"],
+        keys=["*"],
+        channels=["*"],
+        commands=["+@all", "-time"],
+    )
+    admin.close()
+    return url.replace("redis://", "redis://no-time:secret@")
+
+
+def test_a_redis_that_refuses_time_is_refused_in_production_and_warned_about_elsewhere(
+    make_redis_server: MakeRedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    url = time_refused(make_redis_server)
+    # (the user reaches Redis, and its scripts cannot read the clock: TIME is what they call)
+    client = redis.Redis.from_url(url)
+    with pytest.raises(redis.ResponseError, match="can't run this command"):
+        client.eval("return redis.call('time')", 0)
+    client.close()
+    with pytest.raises(TimeRefused, match="refuses TIME"):
+        verify_redis_persistence(settings_of(redis_url=url, environment="production"))
+    verify_redis_persistence(load_settings(redis_url=url, environment="development"))
+    assert any("refuses TIME" in r.getMessage() for r in caplog.records)
+    # and a worker's periodic reading leaves it unjudged, without failing
+    assert ClockWatch(settings_of(redis_url=url, environment="production")).check() is None
 
 
 @pytest.mark.slow
