@@ -10,11 +10,10 @@ interval:
   fetches nothing, and would otherwise look dead);
 - asks Redis for workers whose heartbeat is older than the heartbeat timeout (by Redis's
   clock, ``tiers/lua/look.lua``: a worker whose host clock ran ahead takes no live worker
-  for dead); for any it has
-  not handled yet at that heartbeat, runs Dramatiq's maintenance (its dispatch script, the
-  one that returns a dead worker's messages) on each of this worker's queues and wakes their
-  consumers. A dead worker's jobs are back in their queues within the heartbeat timeout plus
-  one poll interval;
+  for dead); for any it has not handled yet at that heartbeat, runs Dramatiq's maintenance
+  (its dispatch script, the one that returns a dead worker's messages) on each of this
+  worker's queues and wakes their consumers. A dead worker's jobs are back in their queues
+  within the heartbeat timeout plus one poll interval;
 - every ``SWEEP_SECONDS`` runs that maintenance anyway, which also drops dead letters older
   than Dramatiq's dead-message TTL.
 

@@ -4,8 +4,7 @@ instead of a traceback (``speedtier`` exits 1).
 Only failures a user fixes outside the code are turned into a line: an unreachable or
 refusing Redis or PostgreSQL, a database the migrations have not reached, a queue that could
 not take the work, a settings value or a path that cannot be used, a host whose clock is off
-Redis's. Anything else is a bug
-and keeps its traceback.
+Redis's. Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
