@@ -72,8 +72,8 @@ HEARTBEAT_ROOM = 1 / 2
 
 
 class UnsafeClock(SpeedtierError, RuntimeError):
-    """Production or staging: the leases and heartbeats cannot rely on Redis's clock and this
-    host's (one of the two below)."""
+    """Production or staging: this host's clock cannot be trusted against Redis's, by which
+    the leases and heartbeats it writes are judged (the two cases below)."""
 
 
 class ClockOffsetTooLarge(UnsafeClock):

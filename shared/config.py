@@ -164,7 +164,7 @@ class Settings(ServiceSettings):
         description="How far a process's clock may be from Redis's (TIME); further, it "
         "refuses to start in production and staging, and a worker reports it (ERROR, "
         "speedtier_clock_offset_seconds). Capped at 3/8 of the group lease and 1/4 of the "
-        "heartbeat timeout: two hosts' clocks then differ by less than those leave.",
+        "heartbeat timeout: half of what they leave a host's clock.",
     )
     max_unsettled_runs: int = Field(
         3,

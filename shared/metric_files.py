@@ -11,8 +11,9 @@ nothing wrong), and a pool child started on that disk at its first metric.
 Here the bytes of each new entry (and a new file's first page) are given their space first
 (``posix_fallocate``), so a full disk is an ``OSError`` at that point instead; the value then
 stays in the process's memory only (:class:`SafeValue`): its series is missing from the
-scrape until the process restarts on a disk with room, and a WARNING says so once per
-process. Values already in a file keep being written: their space is there.
+scrape until the process restarts on a disk with room, and a WARNING says so once (a
+child forked after it stays silent). Values already in a file keep being written: their space
+is there.
 """
 
 from __future__ import annotations

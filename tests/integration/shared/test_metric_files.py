@@ -63,14 +63,19 @@ def full_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def test_a_process_recording_metrics_on_a_full_disk_keeps_them_in_memory(full_disk: Path) -> None:
-    done = subprocess.run(
+def record(directory: Path) -> subprocess.CompletedProcess[str]:
+    """Run :data:`RECORDER` in a process whose metrics go to ``directory``."""
+    return subprocess.run(
         [sys.executable, "-c", RECORDER],
-        env=child_env({"PROMETHEUS_MULTIPROC_DIR": str(full_disk)}),
+        env=child_env({"PROMETHEUS_MULTIPROC_DIR": str(directory)}),
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_a_process_recording_metrics_on_a_full_disk_keeps_them_in_memory(full_disk: Path) -> None:
+    done = record(full_disk)
     # prometheus_client's own files would have killed it (SIGBUS: exit -7) at a new page
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert float(done.stdout.strip()) == 2.0 * SERIES
@@ -108,14 +113,8 @@ def test_a_worker_whose_metrics_disk_is_full_completes_its_jobs(
 def test_a_disk_with_room_still_receives_every_value(tmp_path: Path) -> None:
     directory = tmp_path / "metrics"
     directory.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-c", RECORDER],
-        env=child_env({"PROMETHEUS_MULTIPROC_DIR": str(directory)}),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    done = record(directory)
+    assert done.returncode == 0, done.stderr[-2000:]
     assert float(done.stdout.strip()) == 2.0 * SERIES
     assert "no room" not in done.stderr
     # The values are in the files, as a scrape reads them
