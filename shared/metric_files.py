@@ -61,7 +61,7 @@ def _lost(exc: OSError) -> None:
         _warned.set()
         log.warning(
             "metrics: no room in %s (%s): new series of this process are kept in its memory "
-            "and missing from the scrape; the jobs run as before",
+            "and missing from the scrape; the jobs are not affected",
             os.environ.get("PROMETHEUS_MULTIPROC_DIR"),
             exc,
         )
