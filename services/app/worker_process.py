@@ -23,6 +23,8 @@ import gc
 import logging
 import os
 import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from services.app.server_first import FORK_SERVER_PRELOAD, share_metrics
@@ -60,6 +62,30 @@ def start_metrics(settings: Settings) -> None:
         metrics.serve(settings.metrics_port)
 
 
+def beat_of(
+    beat_file: Path, live: Callable[[], None], checks: Sequence[Callable[[], None]]
+) -> Callable[[], None]:
+    """What a worker process does at each heartbeat: touch ``beat_file`` (what its liveness
+    probe reads), call ``live`` (the threads gauge), then each of ``checks``. A check that
+    fails is logged and never stops the worker; a heartbeat file that cannot be written is
+    logged at ERROR (the liveness probe then stops the worker, with its drain)."""
+    from shared import heartbeat
+
+    def beat() -> None:
+        try:
+            heartbeat.beat(beat_file)
+        except OSError as exc:
+            log.error("cannot write the heartbeat file %s: %s", beat_file, exc)
+        live()
+        for check in checks:
+            try:
+                check()
+            except Exception:
+                log.exception("periodic check failed")
+
+    return beat
+
+
 def run_one(
     tier: str, threads: int, prefetch: int, pooled: bool = False, settings: Settings | None = None
 ) -> None:
@@ -95,19 +121,8 @@ def run_one(
     warm_up = WarmUp(platform, tier, stop, delay=settings.worker_poll_ms / 1000)
     warm_up.start()
 
-    def beat() -> None:
-        try:
-            heartbeat.beat(beat_file)
-        except OSError as exc:  # its liveness then fails, and it is stopped and drained
-            log.error("cannot write the heartbeat file %s: %s", beat_file, exc)
-        live.set(threads)
-        for check in (eviction.tick, clock.tick):
-            # A Redis set to evict keys since the start; this host's clock against Redis's.
-            try:
-                check()
-            except Exception:  # a check's failure is logged; it never stops the worker
-                log.exception("periodic check failed")
-
+    # A Redis set to evict keys since the start; this host's clock against Redis's.
+    beat = beat_of(beat_file, lambda: live.set(threads), (eviction.tick, clock.tick))
     try:
         serve(
             broker,
