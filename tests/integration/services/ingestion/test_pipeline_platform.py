@@ -146,6 +146,26 @@ def wait_for_status(
         time.sleep(0.1)
 
 
+def failed_through_a_worker(
+    platform: Platform, committed: tuple[sessionmaker[Session], set[int]], name: str
+) -> KbDocument:
+    """Upload a document ``name`` for a new organization, run a worker until the document
+    and its job have both failed (within 30 s and 10 s more), and answer the document."""
+    factory, organizations = committed
+    org = new_org()
+    organizations.add(org)
+    with factory() as session:
+        doc = add(session, org, make_base(session, org), name, store.TextSource(words(name)))
+    platform.router.enqueue(pipeline_request(org, doc.id))
+    with worker(platform):
+        failed = wait_for_status(factory, org, doc.id, "failed")
+        deadline = time.monotonic() + 10
+        while platform.broker.jobs.record(ingest_job_id(doc.id))["state"] != "failed":  # type: ignore[index]
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    return failed
+
+
 def test_the_sweep_tick_and_a_worker_take_an_upload_to_ready(
     platform: Platform, committed_fallback: tuple[sessionmaker[Session], set[int]]
 ) -> None:
@@ -174,19 +194,7 @@ def test_a_worker_marks_a_persistently_failing_document_failed_on_its_last_attem
         embedding_api_url=f"http://127.0.0.1:{free_port()}/v1",
         embedding_dimensions=384,
     )
-    factory, organizations = committed_fallback
-    org = new_org()
-    organizations.add(org)
-    with factory() as session:
-        doc = add(session, org, make_base(session, org), "f", store.TextSource(words("f")))
-
-    platform.router.enqueue(pipeline_request(org, doc.id))
-    with worker(platform):
-        failed = wait_for_status(factory, org, doc.id, "failed")
-        deadline = time.monotonic() + 10
-        while platform.broker.jobs.record(ingest_job_id(doc.id))["state"] != "failed":  # type: ignore[index]
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+    failed = failed_through_a_worker(platform, committed_fallback, "f")
 
     assert failed.status == "failed" and failed.attempts == 3
     assert (failed.failure_reason or "").startswith("temporary failure persisted after 3 attempts")
@@ -210,24 +218,12 @@ def test_an_embedder_answering_429_forever_ends_the_document_failed(
             embedding_api_key="sk-test",
             embedding_dimensions=384,
         )
-        factory, organizations = committed_fallback
-        org = new_org()
-        organizations.add(org)
-        with factory() as session:
-            doc = add(session, org, make_base(session, org), "z", store.TextSource(words("z")))
-
-        platform.router.enqueue(pipeline_request(org, doc.id))
-        with worker(platform):
-            failed = wait_for_status(factory, org, doc.id, "failed")
-            deadline = time.monotonic() + 10
-            while platform.broker.jobs.record(ingest_job_id(doc.id))["state"] != "failed":  # type: ignore[index]
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+        failed = failed_through_a_worker(platform, committed_fallback, "z")
 
     # Then the document left processing for failed, and the job failed with it
     assert failed.status == "failed"
     assert "kept asking to wait" in (failed.failure_reason or "")
-    record = platform.broker.jobs.record(ingest_job_id(doc.id))
+    record = platform.broker.jobs.record(ingest_job_id(failed.id))
     assert record is not None and record["last_error"].startswith("DelaysExhausted")
     # Each attempt: three delays allowed, the fourth request's 429 spent it
     assert len(embeddings.requests) == 8
