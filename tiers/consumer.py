@@ -10,7 +10,8 @@ the prefetch buffer is nearly full,     no fetch until a quarter of it is free (
                                         more than that fetched at once), and after
 or the queue only trickles in           a fetch that found fewer messages than it asked
                                         for, none until the worker threads have little
-                                        left (twice their number)
+                                        left to run (twice their number; runs whose
+                                        settle is on its way count no more)
                                         (Dramatiq fetches after every ack: a round trip
                                         for a handful of messages, or for one, when a
                                         group's settles feed its queue one by one); each
@@ -99,8 +100,10 @@ class TierConsumer(_RedisConsumer):
       twice that from a queue its last fetch found holding at least twice as many more;
       after a fetch that found fewer messages than it asked for (the queue runs dry: it is
       fed as fast as it is drained, one message per settle for a group at its cap), only
-      once no more than twice its worker threads of its messages are left (a thread's worth
-      still waits for a thread while the fetch is on its way); and it hands out the
+      once no more than twice its worker threads of its messages are left to run (a
+      thread's worth still waits for a thread while the fetch is on its way; a run whose
+      settle is on its way is over, though its message is held until the answer); and it
+      hands out the
       messages the fetch decoded (``TierBroker.fetch_messages``);
     - ``ack`` is skipped (no round trip) for a message a script already acked;
     - messages handed back unrun (``requeue``, on shutdown) have their fetch-time claim undone
@@ -123,6 +126,10 @@ class TierConsumer(_RedisConsumer):
         self.worker_threads: int | None = None
         #: The last fetch found fewer messages than it asked for.
         self._trickling = False
+        #: Ids of held messages whose run is over, their settle on its way (their ack comes
+        #: with its answer): no thread waits for them, so a trickling queue's next fetch
+        #: does not wait for them either.
+        self.settling: set[str] = set()
         #: Set by the worker threads when an ack (or nack, or hand-back) frees enough room.
         self._room = threading.Event()
         #: Set when a settle of this process pushed a message to the queue: an empty fetch's
@@ -182,7 +189,7 @@ class TierConsumer(_RedisConsumer):
         if free < self.refill_at:
             return False
         if self._trickling and self.worker_threads:
-            return outstanding <= 2 * self.worker_threads
+            return outstanding - len(self.settling) <= 2 * self.worker_threads
         return True
 
     def _batch_size(self) -> int:
@@ -203,9 +210,17 @@ class TierConsumer(_RedisConsumer):
         if self._may_fetch():
             self._room.set()
 
+    def ran(self, message: Any) -> None:
+        """``message``'s run is over and its settle on its way (its ack follows the answer):
+        no thread waits for it, so a consumer of a queue that runs dry counts it no more."""
+        self.settling.add(message.message_id)
+        if self._trickling:
+            self._freed()
+
     def ack(self, message: Any) -> None:
         redis_id = message.options.get(REDIS_MESSAGE_ID)
         self.broker.jobs.take_fetch_claim(redis_id)
+        self.settling.discard(message.message_id)
         if getattr(message, ACKED_IN_SETTLE, False):
             self.queued_message_ids.discard(message.message_id)
         else:
@@ -218,6 +233,7 @@ class TierConsumer(_RedisConsumer):
 
     def nack(self, message: Any) -> None:
         redis_id = message.options.get(REDIS_MESSAGE_ID)
+        self.settling.discard(message.message_id)
         self.broker.jobs.take_fetch_claim(redis_id)
         try:
             super().nack(message)  # type: ignore[no-untyped-call]

@@ -160,7 +160,11 @@ class TierConsumerThread(StopHonoured, ConsumerThread):
         settling: Settling | None = getattr(message, SETTLING, None)
         if settling is None:
             super().post_process_message(message)
-        elif self.ack_retries is None:
+            return
+        consumer = self.consumer
+        if isinstance(consumer, TierConsumer):
+            consumer.ran(message)
+        if self.ack_retries is None:
             settling.then(lambda: ConsumerThread.post_process_message(self, message))
         else:
             settling.then(lambda: self._ack_or_hand_over(message))

@@ -2,8 +2,8 @@
 (Dramatiq fetches after every ack, one round trip for a handful of messages), at most that
 quarter (or twice its threads) at a time (twice that from a queue its last fetch found
 holding at least two more), and after a fetch that found the queue running dry,
-only once no more of its messages are left than there are worker threads (a group's settles
-feed its queue one message at a time)."""
+only once no more of its messages are left to run than twice its worker threads (a group's
+settles feed its queue one message at a time; a run whose settle is on its way is over)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ from router.enqueue import Router
 from router.requests import JobRequest
 from tiers.broker import TierBroker
 from tiers.consumer import TierConsumer
+from tiers.consumer_thread import TierConsumerThread
 from tiers.fair_order import ready_count
+from tiers.settling import SETTLING, Settling
+from tiers.work_queue import WorkQueue
 
 QUEUE = "t_plain.fast"
 
@@ -74,6 +77,61 @@ def test_after_the_queue_ran_dry_the_next_fetch_waits_until_the_threads_have_lit
     consumer.ack(handed[3])
     assert next(consumer) is not None
     assert queued(redis_client, namespace) == 0
+    consumer.close()
+
+
+def test_after_the_queue_ran_dry_runs_whose_settle_is_on_its_way_count_no_more(
+    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
+) -> None:
+    enqueue(router, range(8))
+    consumer = consumer_of(broker, prefetch=40)
+    consumer.worker_threads = 2
+    # Given a fetch that found 8 messages where it asked for 10
+    handed = [next(consumer) for _ in range(8)]
+    assert all(message is not None for message in handed)
+    enqueue(router, range(8, 11))
+    # When 3 runs end with their settles on the way (held: no answer, no ack yet)
+    for message in handed[:3]:
+        consumer.ran(message)
+        # Then 5 are left to run, more than twice its 2 threads: nothing is fetched
+        assert next(consumer) is None
+        assert queued(redis_client, namespace) == 3
+    # When a fourth run ends the same way, leaving 4 to run, Then it fetches the new ones
+    consumer.ran(handed[3])
+    assert next(consumer) is not None
+    assert queued(redis_client, namespace) == 0
+    # And the answered settles' acks leave it counting none of them
+    for message in handed[:4]:
+        consumer.ack(message)
+    assert consumer.settling == set()
+    consumer.close()
+
+
+def test_a_consumer_thread_counts_a_run_whose_settle_is_on_its_way_until_its_ack(
+    router: Router, broker: TierBroker
+) -> None:
+    enqueue(router, range(1))
+    thread = TierConsumerThread(
+        broker=broker,
+        queue_name=QUEUE,
+        prefetch=4,
+        work_queue=WorkQueue(),  # type: ignore[arg-type]
+        worker_timeout=10,
+    )
+    consumer = thread.consumer = consumer_of(broker, prefetch=4)
+    message = next(consumer)
+    assert message is not None
+    # Given a run that ended with its settle handed to the settle sender
+    settling = Settling()
+    setattr(message, SETTLING, settling)
+    # When its thread posts it, Then the consumer counts it as run, not acked yet
+    thread.post_process_message(message)
+    assert consumer.settling == {message.message_id}
+    assert message.message_id in consumer.queued_message_ids
+    # When the settle is answered, Then the ack lets go of it
+    settling.finish()
+    assert consumer.settling == set()
+    assert message.message_id not in consumer.queued_message_ids
     consumer.close()
 
 
