@@ -49,7 +49,7 @@ from bench.common import (
     rnd,
     write_result,
 )
-from bench.job_timing import drain_timing, time_in_worker_ms
+from bench.job_timing import drain_timing, run_spans_ms
 from bench.worker_pool import WorkerPool
 
 NAME = "bullmq_compare"
@@ -200,7 +200,7 @@ def speedtier_drain(
         redis_cpu = redis_cpu_seconds(client) - redis_before
         calls = commands_per_job(command_delta(calls_before, command_calls(client)), jobs)
         slots = max((family.group_caps or {}).values(), default=0) * organizations
-        timing = drain_timing(time_in_worker_ms(client, namespace), jobs / seconds, slots)
+        timing = drain_timing(run_spans_ms(client, namespace), jobs / seconds, slots)
     finally:
         pool.shutdown()
         delete_namespace(client, namespace)

@@ -89,9 +89,9 @@ def summary(result: dict[str, Any]) -> str:
                     "Redis CPU µs",
                     "Redis commands",
                     "script calls",
-                    "in a worker ms (mean)",
+                    "run ms (mean)",
                     "slot cycle ms",
-                    "release to claim ms",
+                    "slot cycle outside the run ms",
                 ],
                 [
                     [
@@ -100,16 +100,16 @@ def summary(result: dict[str, Any]) -> str:
                         c["redis_cpu_us"],
                         c["commands"],
                         c["script_calls"],
-                        c.get("in_worker_ms_mean", "-"),
+                        c.get("run_ms_mean", "-"),
                         c.get("slot_cycle_ms", "-"),
-                        c.get("released_to_claimed_ms", "-"),
+                        c.get("outside_run_ms", "-"),
                     ]
                     for m, c in result["drain_costs_per_job"].items()
                 ],
             ),
             "",
-            "In a worker: from the fetch's claim to the settle (job records). A group slot's "
-            "cycle is slots / jobs per second; release to claim is what the time in a worker "
-            "leaves of it (in the queue, and the fetch's trip): means (`bench.job_timing`).",
+            "Run: from the run's start to its settle's making (job records). A group slot's "
+            "cycle is slots / jobs per second; outside the run: the fair order, the fetch, "
+            "the worker's buffer and the settle's trip: means (`bench.job_timing`).",
         ]
     )
