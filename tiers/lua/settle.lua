@@ -26,6 +26,10 @@ local ack_queue, worker_id = ARGV[14], ARGV[15]
 local rates_key, rates_keep, epoch = ARGV[16], ARGV[17], ARGV[18]
 
 if ack_queue ~= "" then
+    -- The heartbeat is this script's first write, and one Redis refuses when it is out of
+    -- memory under noeviction: a full Redis then refuses the whole settle, which the settle
+    -- sender sends again once it has room, rather than let the script run past maxmemory (a
+    -- script that has written once may write on). The worker's look writes it anyway.
     redis.call("zadd", ns .. ":__heartbeats__", ARGV[5], worker_id)
     if redis.call("srem", ns .. ":__acks__." .. worker_id .. "." .. ack_queue, redis_id) > 0 then
         redis.call("hdel", ns .. ":" .. ack_queue .. ".msgs", redis_id)
