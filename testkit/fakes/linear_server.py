@@ -39,7 +39,6 @@ few milliseconds; :meth:`touch` edits an issue afterwards.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import json
@@ -48,136 +47,28 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-from graphql import GraphQLError, build_schema, graphql_sync
+from graphql import GraphQLError, graphql_sync
 
+from testkit.fakes.linear_schema import (
+    MAX_FIRST,
+    SCHEMA,
+    FakeComment,
+    FakeIssue,
+    FakeTeam,
+    compare_date,
+    compare_id,
+    cursor,
+    decode_cursor,
+    error_body,
+    iso,
+    issue_matches,
+)
 from testkit.fakes.protocol_server import ProtocolServer, Reply, Request
 
 BASE_TIME = 1_767_225_600.0  # 2026-01-01T00:00:00Z
-MAX_FIRST = 250
 NAMESPACE = uuid.UUID("6ca53058-9c75-4874-b9b5-000000000004")
-
-SDL = """
-scalar DateTime
-
-enum PaginationOrderBy { createdAt updatedAt }
-
-type PageInfo {
-  hasPreviousPage: Boolean!
-  hasNextPage: Boolean!
-  startCursor: String
-  endCursor: String
-}
-
-type User { id: ID! name: String! email: String! }
-type Organization { id: ID! name: String! urlKey: String! }
-
-type Team {
-  id: ID!
-  key: String!
-  name: String!
-  description: String
-  createdAt: DateTime!
-  updatedAt: DateTime!
-  issues(first: Int, after: String, last: Int, before: String, filter: IssueFilter,
-         orderBy: PaginationOrderBy, includeArchived: Boolean): IssueConnection!
-}
-type TeamEdge { node: Team! cursor: String! }
-type TeamConnection { edges: [TeamEdge!]! nodes: [Team!]! pageInfo: PageInfo! }
-
-type Issue {
-  id: ID!
-  identifier: String!
-  number: Float!
-  title: String!
-  description: String
-  url: String!
-  createdAt: DateTime!
-  updatedAt: DateTime!
-  archivedAt: DateTime
-  team: Team!
-  comments(first: Int, after: String, last: Int, before: String, filter: CommentFilter,
-           orderBy: PaginationOrderBy, includeArchived: Boolean): CommentConnection!
-}
-type IssueEdge { node: Issue! cursor: String! }
-type IssueConnection { edges: [IssueEdge!]! nodes: [Issue!]! pageInfo: PageInfo! }
-
-type Comment {
-  id: ID!
-  body: String!
-  url: String!
-  createdAt: DateTime!
-  updatedAt: DateTime!
-  issue: Issue
-  user: User
-}
-type CommentEdge { node: Comment! cursor: String! }
-type CommentConnection { edges: [CommentEdge!]! nodes: [Comment!]! pageInfo: PageInfo! }
-
-input IDComparator { eq: ID, neq: ID, in: [ID!], nin: [ID!] }
-input DateComparator { eq: DateTime, gt: DateTime, gte: DateTime, lt: DateTime, lte: DateTime }
-input TeamFilter { id: IDComparator }
-input IssueFilter {
-  id: IDComparator
-  team: TeamFilter
-  createdAt: DateComparator
-  updatedAt: DateComparator
-  and: [IssueFilter!]
-}
-input NullableIssueFilter {
-  id: IDComparator
-  team: TeamFilter
-  updatedAt: DateComparator
-  null: Boolean
-}
-input CommentFilter { id: IDComparator, issue: NullableIssueFilter, updatedAt: DateComparator }
-
-type Query {
-  viewer: User!
-  organization: Organization!
-  teams(first: Int, after: String, last: Int, before: String, orderBy: PaginationOrderBy,
-        includeArchived: Boolean): TeamConnection!
-  team(id: String!): Team!
-  issues(first: Int, after: String, last: Int, before: String, filter: IssueFilter,
-         orderBy: PaginationOrderBy, includeArchived: Boolean): IssueConnection!
-  issue(id: String!): Issue!
-  comments(first: Int, after: String, last: Int, before: String, filter: CommentFilter,
-           orderBy: PaginationOrderBy, includeArchived: Boolean): CommentConnection!
-  comment(id: String, hash: String, issueId: String): Comment!
-}
-"""
-
-SCHEMA = build_schema(SDL)
-
-
-@dataclass
-class FakeTeam:
-    id: str
-    key: str
-    name: str
-    created_at: float
-
-
-@dataclass
-class FakeIssue:
-    id: str
-    team_id: str
-    number: int
-    title: str
-    description: str
-    created_at: float
-    updated_at: float
-
-
-@dataclass
-class FakeComment:
-    id: str
-    issue_id: str
-    body: str
-    created_at: float
-    updated_at: float
 
 
 @dataclass
@@ -346,7 +237,7 @@ class LinearServer(ProtocolServer):
             return Reply(400, {"errors": [error]}, headers)
         body: dict[str, Any] = {"data": result.data}
         if result.errors:
-            body["errors"] = [_error(e) for e in result.errors]
+            body["errors"] = [error_body(e) for e in result.errors]
         return Reply(200, body, headers)
 
     # -- resolvers -------------------------------------------------------------------
@@ -418,7 +309,7 @@ class LinearServer(ProtocolServer):
         issues = [
             i
             for i in self.issues.values()
-            if (team_id is None or i.team_id == team_id) and _issue_matches(i, args.get("filter"))
+            if (team_id is None or i.team_id == team_id) and issue_matches(i, args.get("filter"))
         ]
         return self._connection(info, issues, args, self._issue)
 
@@ -429,12 +320,12 @@ class LinearServer(ProtocolServer):
             issue = self.issues.get(comment.issue_id)
             if issue_id is not None and comment.issue_id != issue_id:
                 continue
-            if not _compare_id(comment.id, wanted.get("id")):
+            if not compare_id(comment.id, wanted.get("id")):
                 continue
-            if not _compare_date(comment.updated_at, wanted.get("updatedAt")):
+            if not compare_date(comment.updated_at, wanted.get("updatedAt")):
                 continue
             if wanted.get("issue") is not None and (
-                issue is None or not _issue_matches(issue, wanted["issue"])
+                issue is None or not issue_matches(issue, wanted["issue"])
             ):
                 continue
             comments.append(comment)
@@ -450,12 +341,12 @@ class LinearServer(ProtocolServer):
         order = args.get("orderBy") or "createdAt"
         attr = "updated_at" if order == "updatedAt" else "created_at"
         items.sort(key=lambda i: (getattr(i, attr), i.id), reverse=True)
-        after = _decode_cursor(args.get("after"))
+        after = decode_cursor(args.get("after"))
         if after is not None:
             items = [i for i in items if (getattr(i, attr), i.id) < after]
         first = max(0, min(int(args.get("first") or 50), MAX_FIRST))
         page, more = items[:first], len(items) > first
-        cursors = [_cursor(getattr(i, attr), i.id) for i in page]
+        cursors = [cursor(getattr(i, attr), i.id) for i in page]
         info.context["cost"] += len(page)
         return {
             "nodes": [render(i) for i in page],
@@ -467,83 +358,6 @@ class LinearServer(ProtocolServer):
                 "endCursor": cursors[-1] if cursors else None,
             },
         }
-
-
-def _cursor(value: float, ident: str) -> str:
-    return base64.urlsafe_b64encode(json.dumps([value, ident]).encode()).decode()
-
-
-def _decode_cursor(cursor: str | None) -> tuple[float, str] | None:
-    if not cursor:
-        return None
-    try:
-        value, ident = json.loads(base64.urlsafe_b64decode(cursor.encode()))
-        return float(value), str(ident)
-    except (ValueError, TypeError) as exc:
-        raise GraphQLError("Invalid cursor", extensions={"code": "INVALID_INPUT"}) from exc
-
-
-def iso(epoch: float) -> str:
-    """RFC 3339 with milliseconds, as Linear writes its DateTimes (rounded to the
-    millisecond, as the filters compare)."""
-    seconds, millis = divmod(round(epoch * 1000), 1000)
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis:03d}Z"
-
-
-def _parse_date(value: Any) -> float:
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-
-
-def _compare_date(value: float, comparator: dict[str, Any] | None) -> bool:
-    if not comparator:
-        return True
-    checks = {
-        "eq": lambda v, x: v == x,
-        "gt": lambda v, x: v > x,
-        "gte": lambda v, x: v >= x,
-        "lt": lambda v, x: v < x,
-        "lte": lambda v, x: v <= x,
-    }
-    # Timestamps travel with millisecond precision, so compare at that precision.
-    ms = round(value * 1000)
-    return all(
-        checks[op](ms, round(_parse_date(arg) * 1000))
-        for op, arg in comparator.items()
-        if arg is not None and op in checks
-    )
-
-
-def _compare_id(value: str, comparator: dict[str, Any] | None) -> bool:
-    if not comparator:
-        return True
-    if comparator.get("eq") is not None and value != comparator["eq"]:
-        return False
-    if comparator.get("neq") is not None and value == comparator["neq"]:
-        return False
-    if comparator.get("in") is not None and value not in comparator["in"]:
-        return False
-    return not (comparator.get("nin") is not None and value in comparator["nin"])
-
-
-def _issue_matches(issue: FakeIssue, wanted: dict[str, Any] | None) -> bool:
-    if not wanted:
-        return True
-    team = wanted.get("team") or {}
-    return (
-        _compare_id(issue.id, wanted.get("id"))
-        and _compare_id(issue.team_id, team.get("id"))
-        and _compare_date(issue.updated_at, wanted.get("updatedAt"))
-        and _compare_date(issue.created_at, wanted.get("createdAt"))
-        and all(_issue_matches(issue, part) for part in wanted.get("and") or [])
-    )
-
-
-def _error(error: GraphQLError) -> dict[str, Any]:
-    body: dict[str, Any] = {"message": error.message}
-    if error.path:
-        body["path"] = list(error.path)
-    body["extensions"] = error.extensions or {"code": "GRAPHQL_VALIDATION_FAILED"}
-    return body
 
 
 def signed_delivery(

@@ -14,19 +14,16 @@ from services.connectors.base import Listing, SourceConfig
 from services.connectors.zendesk import ZendeskProvider, base_url_for
 from shared.errors import Delay, Retryable, Unrecoverable
 from shared.http import NotFound
-from testkit.fakes.zendesk_server import (
-    API_TOKEN,
-    EMAIL,
+from testkit.fakes.zendesk_help_center import (
     Article,
     Brand,
     Category,
-    FakeZendesk,
     HelpCenter,
-    Kind,
     Section,
     Translation,
     sample_help_center,
 )
+from testkit.fakes.zendesk_server import API_TOKEN, EMAIL, FakeZendesk, Kind
 
 ARTICLES = "/api/v2/help_center/articles"
 EN_ARTICLES = "/api/v2/help_center/en-us/articles"

@@ -20,7 +20,8 @@ from shared.db.models import KbConnectorItem
 from shared.errors import Delay, Retryable, Unrecoverable
 from testkit.fakes.confluence_server import ConfluenceServer
 from testkit.fakes.notion_server import NotionServer, paragraph, text
-from testkit.fakes.zendesk_server import API_TOKEN, EMAIL, FakeZendesk, Kind, sample_help_center
+from testkit.fakes.zendesk_help_center import sample_help_center
+from testkit.fakes.zendesk_server import API_TOKEN, EMAIL, FakeZendesk, Kind
 from tests.fixtures_platform import MakePlatform
 from tests.integration.services.ingestion.connector_factories import KEY, Bound, bind
 from tiers.options import CHECKPOINT

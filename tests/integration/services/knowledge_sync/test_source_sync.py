@@ -21,7 +21,8 @@ from testkit.fakes.confluence_server import ConfluenceServer
 from testkit.fakes.notion_server import NotionServer
 from testkit.fakes.protocol_server import iso
 from testkit.fakes.scribe_server import ScribeServer, step
-from testkit.fakes.zendesk_server import API_TOKEN, EMAIL, FakeZendesk, Kind, sample_help_center
+from testkit.fakes.zendesk_help_center import sample_help_center
+from testkit.fakes.zendesk_server import API_TOKEN, EMAIL, FakeZendesk, Kind
 from tests.fixtures_platform import MakePlatform
 from tests.integration.services.knowledge_sync.factories import (
     Kb,
