@@ -100,6 +100,22 @@ def _waits(reader: TraceReader, enqueued: dict[str, float]) -> dict[str, float]:
     return {item: starts[item] - enqueued[item] for item in enqueued}
 
 
+def _longest_wait(reader: TraceReader, waits: dict[str, float]) -> dict[str, Any]:
+    """The longest of ``waits``, split where the fetch that claimed it was sent: before, in
+    Redis (its enqueue included); after, in a worker (the fetch's round trip, the wait for a
+    thread), with the process that ran it."""
+    item = max(waits, key=lambda name: waits[name])
+    start = next(e for e in reader.of("start", {item}))
+    in_worker = start.get("in_worker")
+    return {
+        "item": item,
+        "wait_ms": rnd(waits[item] * 1000, 1),
+        "in_worker_ms": None if in_worker is None else rnd(in_worker * 1000, 1),
+        "in_redis_ms": None if in_worker is None else rnd((waits[item] - in_worker) * 1000, 1),
+        "pid": start.get("pid"),
+    }
+
+
 def _stats(waits: dict[str, float]) -> dict[str, float]:
     values = list(waits.values())
     return {
@@ -200,6 +216,7 @@ def run(*, quick: bool = False, redis_url: str = REDIS_URL, **overrides: Any) ->
         "small_idle": idle_stats,
         "small_under_backlog": load_stats,
         "p95_ratio": rnd(ratio, 2),
+        "longest_wait_under_backlog": _longest_wait(reader, load_waits),
         "waits_ms": {
             "idle": {k: rnd(v * 1000, 1) for k, v in idle_waits.items()},
             "under_backlog": {k: rnd(v * 1000, 1) for k, v in load_waits.items()},

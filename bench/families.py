@@ -8,6 +8,7 @@ Handlers that the benchmarks time write ``start``/``end`` records to the Redis l
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -21,6 +22,7 @@ from bench.worker_pool import Counters, stop_event_from, wait_for_go
 from shared.errors import Delay, Paused, RecordMissing, Unrecoverable
 from tiers.broker import TierBroker
 from tiers.families import Family
+from tiers.middleware.group_slots import FETCHED_AT
 from tiers.options import WINDOW_ADMITTED, WINDOW_RESERVATION
 from tiers.policies import RetryPolicy, WindowRule
 from tiers.stack import build_broker
@@ -50,8 +52,18 @@ def noop(organization_id: int, item: str) -> None:
 
 
 def work(organization_id: int, item: str, sleep: float) -> None:
-    """The fairness benchmark's job: sleep, traced."""
-    _trace("start", org=organization_id, item=item)
+    """The fairness benchmark's job: sleep, traced; its start says how long the message
+    waited in this worker since the fetch that claimed it (None: not known) and which
+    process ran it, so a long wait tells whether it was spent in Redis or in a worker."""
+    message = CurrentMessage.get_current_message()
+    fetched = getattr(message, FETCHED_AT, None)
+    _trace(
+        "start",
+        org=organization_id,
+        item=item,
+        in_worker=None if fetched is None else time.monotonic() - fetched,
+        pid=os.getpid(),
+    )
     time.sleep(sleep)
     _trace("end", org=organization_id, item=item)
 
