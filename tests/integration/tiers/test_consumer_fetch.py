@@ -7,6 +7,8 @@ settles feed its queue one message at a time; a run whose settle is on its way i
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import redis
 
@@ -56,16 +58,23 @@ def test_the_next_fetch_waits_for_a_quarter_of_the_prefetch(
     consumer.close()
 
 
-def test_after_the_queue_ran_dry_the_next_fetch_waits_until_the_threads_have_little_left(
-    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
-) -> None:
+def ran_dry(router: Router, broker: TierBroker) -> tuple[TierConsumer, list[Any]]:
+    """A consumer with 2 worker threads whose fetch found 8 messages where it asked for 10,
+    all handed out, and 3 more messages enqueued since; returns it and the 8."""
     enqueue(router, range(8))
     consumer = consumer_of(broker, prefetch=40)
     consumer.worker_threads = 2
-    # Given a fetch that found 8 messages where it asked for 10
     handed = [next(consumer) for _ in range(8)]
     assert all(message is not None for message in handed)
     enqueue(router, range(8, 11))
+    return consumer, handed
+
+
+def test_after_the_queue_ran_dry_the_next_fetch_waits_until_the_threads_have_little_left(
+    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
+) -> None:
+    # Given a fetch that found 8 messages where it asked for 10
+    consumer, handed = ran_dry(router, broker)
     # When acks leave 7, then 6, then 5 of its messages outstanding (more than twice its
     # 2 threads)
     for message in handed[:3]:
@@ -83,13 +92,8 @@ def test_after_the_queue_ran_dry_the_next_fetch_waits_until_the_threads_have_lit
 def test_after_the_queue_ran_dry_runs_whose_settle_is_on_its_way_count_no_more(
     router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
 ) -> None:
-    enqueue(router, range(8))
-    consumer = consumer_of(broker, prefetch=40)
-    consumer.worker_threads = 2
     # Given a fetch that found 8 messages where it asked for 10
-    handed = [next(consumer) for _ in range(8)]
-    assert all(message is not None for message in handed)
-    enqueue(router, range(8, 11))
+    consumer, handed = ran_dry(router, broker)
     # When 3 runs end with their settles on the way (held: no answer, no ack yet)
     for message in handed[:3]:
         consumer.ran(message)
