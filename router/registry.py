@@ -38,3 +38,11 @@ class Registry:
         return sorted(
             queue for family in self for queue in family.queues() if queue.endswith(f".{tier}")
         )
+
+    def pause_flags(self) -> dict[str, list[str]]:
+        """Kill switch -> the names of the families it pauses, both sorted."""
+        by_flag: dict[str, list[str]] = {}
+        for family in sorted(self, key=lambda f: f.name):
+            if family.pause_flag:
+                by_flag.setdefault(family.pause_flag, []).append(family.name)
+        return dict(sorted(by_flag.items()))

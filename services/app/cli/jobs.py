@@ -128,10 +128,8 @@ def status() -> None:
                 f"  {queue:<40} {queue_ready:>7} ready {queue_delayed:>7} delayed "
                 f"{failures[queue]:>7} failed"
             )
-    flags = sorted({f.pause_flag for f in platform.registry if f.pause_flag})
-    for flag in flags:
-        state = "PAUSED" if platform.flags.is_enabled(flag) else "running"
-        click.echo(f"flag {flag}: {state}")
+    for flag, on in platform.flags.states(platform.registry.pause_flags()).items():
+        click.echo(f"flag {flag}: {'PAUSED' if on else 'running'}")
 
 
 @click.command("queues")

@@ -124,25 +124,19 @@ def windows() -> ResponseReturnValue:
     return page("windows.html", uses=window_uses(_platform()))
 
 
-def _switches() -> dict[str, list[str]]:
-    by_flag: dict[str, list[str]] = {}
-    for family in _platform().registry:
-        if family.pause_flag:
-            by_flag.setdefault(family.pause_flag, []).append(family.name)
-    return dict(sorted(by_flag.items()))
-
-
 @blueprint.get("/switches")
 def switches() -> ResponseReturnValue:
     platform = _platform()
+    by_flag = platform.registry.pause_flags()
+    paused = platform.flags.states(by_flag)
     rows = [
         {
             "flag": flag,
             "families": names,
-            "paused": platform.flags.is_enabled(flag),
+            "paused": paused[flag],
             "forced": platform.flags.overrides.get(flag),
         }
-        for flag, names in _switches().items()
+        for flag, names in by_flag.items()
     ]
     return page("switches.html", rows=rows)
 
@@ -153,7 +147,7 @@ def _switch_request(flag: str) -> tuple[list[str], bool]:
     Raises:
       PageProblem: an unknown switch (404) or a ``to`` other than on/off (400).
     """
-    known = _switches()
+    known = _platform().registry.pause_flags()
     if flag not in known:
         raise PageProblem(404, "No such kill switch", f"No family is paused by {flag!r}.")
     wanted = request.values.get("to", "")

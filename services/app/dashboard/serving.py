@@ -67,11 +67,8 @@ def service(platform: Platform) -> Service:
 
 
 def _paused(platform: Platform) -> dict[str, str]:
-    by_flag: dict[str, list[str]] = {}
-    for family in platform.registry:
-        if family.pause_flag:
-            by_flag.setdefault(family.pause_flag, []).append(family.name)
-    raised = [flag for flag in sorted(by_flag) if platform.flags.is_enabled(flag)]
+    by_flag = platform.registry.pause_flags()
+    raised = [flag for flag, on in platform.flags.states(by_flag).items() if on]
     if not raised:
         return {}
     latest: dict[str, OperatorAction] = {}

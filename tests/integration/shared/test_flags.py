@@ -158,3 +158,19 @@ def test_without_a_cache_every_read_goes_to_the_table(gates: Engine) -> None:
     flags = Flags(gates, cache_seconds=0)
     assert flags.is_enabled(RAISED) and flags.is_enabled(RAISED)
     assert sent.reads == 2
+
+
+def test_states_take_overrides_and_the_cache_and_read_the_rest_in_one_statement(
+    gates: Engine,
+) -> None:
+    # Given a flag forced by SPEEDTIER_FLAGS and two that are neither forced nor cached
+    flags = Flags(gates, overrides={OTHER: True}, cache_seconds=60)
+    sent = Sent(gates)
+    # When every state is asked for at once
+    states = flags.states([RAISED, LOWERED, OTHER, RAISED])
+    # Then each is as is_enabled says, and the two are read in one statement
+    assert states == {RAISED: True, LOWERED: False, OTHER: True}
+    assert sent.reads == 1
+    # And once they are cached, neither is read again
+    assert flags.states([RAISED, LOWERED]) == {RAISED: True, LOWERED: False}
+    assert sent.reads == 1

@@ -1,0 +1,49 @@
+"""``speedtier status``: every tier's queue depths, then each kill switch and whether it is
+raised, all of them read from Flipper's table in one statement."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner
+from sqlalchemy import Engine, event
+
+from services.app.cli import main
+from services.knowledge_sync.families import PAUSE_FLAG as SYNC_FLAG
+from services.uploads.families import PAUSE_FLAG as UPLOADS_FLAG
+from shared.db.engine import make_engine
+from shared.flags import Flags
+
+
+def test_status_lists_each_kill_switch_raised_or_not_in_one_read(
+    database_url: str, redis_url: str, namespace: str
+) -> None:
+    # Given the knowledge sync's kill switch raised in Flipper's table, the uploads' not
+    engine = make_engine(database_url)
+    Flags(engine).set(SYNC_FLAG, True)
+    Flags(engine).set(UPLOADS_FLAG, False)
+    engine.dispose()
+    reads: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if "FROM flipper_gates" in statement:
+            reads.append(statement)
+
+    # When an operator asks for the status (the CLI's own engine, seen through its class)
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        result = CliRunner().invoke(
+            main,
+            ["status"],
+            env={
+                "SPEEDTIER_ENV": "test",
+                "DATABASE_URL": database_url,
+                "REDIS_URL": redis_url,
+                "SPEEDTIER_REDIS_NAMESPACE": namespace,
+            },
+        )
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+    # Then each switch is listed with its state, all read in one statement
+    assert result.exit_code == 0, result.output
+    assert f"flag {SYNC_FLAG}: PAUSED" in result.output
+    assert f"flag {UPLOADS_FLAG}: running" in result.output
+    assert len(reads) == 1, reads
