@@ -88,8 +88,9 @@ class Flags:
 
     def states(self, names: Iterable[str]) -> dict[str, bool]:
         """Whether each flag of ``names`` is on, as :meth:`is_enabled` says (override first,
-        then the cache), the flags neither overridden nor fresh in the cache read together
-        in one statement: a page listing every kill switch makes one read, not one each.
+        then the cache), by name, the flags neither overridden nor fresh in the cache read
+        together in one statement: a page listing every kill switch makes one read, not one
+        each.
 
         Raises:
           the database's error when flags must be read and cannot be.
@@ -107,7 +108,7 @@ class Flags:
                 states[name] = cached
         if unread:
             states.update(self.read_many(unread))
-        return states
+        return dict(sorted(states.items()))
 
     def read_many(self, names: Sequence[str]) -> dict[str, bool]:
         """Read flags ``names`` from the table in one statement, cache each, and return

@@ -170,6 +170,7 @@ def test_states_take_overrides_and_the_cache_and_read_the_rest_in_one_statement(
     states = flags.states([RAISED, LOWERED, OTHER, RAISED])
     # Then each is as is_enabled says, and the two are read in one statement
     assert states == {RAISED: True, LOWERED: False, OTHER: True}
+    assert list(states) == sorted(states)
     assert sent.reads == 1
     # And once they are cached, neither is read again
     assert flags.states([RAISED, LOWERED]) == {RAISED: True, LOWERED: False}

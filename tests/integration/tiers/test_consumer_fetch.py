@@ -70,43 +70,35 @@ def ran_dry(router: Router, broker: TierBroker) -> tuple[TierConsumer, list[Any]
     return consumer, handed
 
 
+@pytest.mark.parametrize("ended", ["acked", "settle on its way"])
 def test_after_the_queue_ran_dry_the_next_fetch_waits_until_the_threads_have_little_left(
-    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
+    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str, ended: str
 ) -> None:
     # Given a fetch that found 8 messages where it asked for 10
     consumer, handed = ran_dry(router, broker)
-    # When acks leave 7, then 6, then 5 of its messages outstanding (more than twice its
-    # 2 threads)
+
+    def end(message: Any) -> None:
+        # A run over: acked, or its settle on its way (held: no answer, no ack yet)
+        if ended == "acked":
+            consumer.ack(message)
+        else:
+            consumer.ran(message)
+
+    # When 3 runs end, leaving 7, then 6, then 5 of its messages to run (more than twice
+    # its 2 threads)
     for message in handed[:3]:
-        consumer.ack(message)
+        end(message)
         # Then the three new messages stay in the queue, for any worker to take
         assert next(consumer) is None
         assert queued(redis_client, namespace) == 3
-    # When the acks leave 4 (twice its threads), Then it fetches them
-    consumer.ack(handed[3])
-    assert next(consumer) is not None
-    assert queued(redis_client, namespace) == 0
-    consumer.close()
-
-
-def test_after_the_queue_ran_dry_runs_whose_settle_is_on_its_way_count_no_more(
-    router: Router, broker: TierBroker, redis_client: redis.Redis, namespace: str
-) -> None:
-    # Given a fetch that found 8 messages where it asked for 10
-    consumer, handed = ran_dry(router, broker)
-    # When 3 runs end with their settles on the way (held: no answer, no ack yet)
-    for message in handed[:3]:
-        consumer.ran(message)
-        # Then 5 are left to run, more than twice its 2 threads: nothing is fetched
-        assert next(consumer) is None
-        assert queued(redis_client, namespace) == 3
-    # When a fourth run ends the same way, leaving 4 to run, Then it fetches the new ones
-    consumer.ran(handed[3])
+    # When a fourth ends, leaving 4 (twice its threads), Then it fetches them
+    end(handed[3])
     assert next(consumer) is not None
     assert queued(redis_client, namespace) == 0
     # And the answered settles' acks leave it counting none of them
     for message in handed[:4]:
-        consumer.ack(message)
+        if ended != "acked":
+            consumer.ack(message)
     assert consumer.settling == set()
     consumer.close()
 
