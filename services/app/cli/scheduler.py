@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 import click
@@ -28,19 +29,32 @@ def scheduler() -> None:
         platform.close()
 
 
-def _paused(platform: Platform, tick: Tick) -> str:
-    if not tick.pause_flag:
-        return "no"
+def _pause_states(platform: Platform, ticks: list[Tick]) -> Callable[[Tick], str]:
+    """What the PAUSED column says of a tick: its switch's state, every switch read in one
+    statement. When they cannot be read (PostgreSQL down) every paused tick's cell names the
+    error, and the table still lists the schedule (after one failed read, not one a tick)."""
     try:
-        return "YES" if platform.flags.is_enabled(tick.pause_flag) else "no"
-    except Exception as exc:  # the table still lists the schedule when PostgreSQL is down
-        return f"? ({type(exc).__name__})"
+        states = platform.flags.states(tick.pause_flag for tick in ticks if tick.pause_flag)
+        unread = None
+    except Exception as exc:
+        states, unread = {}, f"? ({type(exc).__name__})"
+
+    def paused(tick: Tick) -> str:
+        if not tick.pause_flag:
+            return "no"
+        if unread is not None:
+            return unread
+        return "YES" if states[tick.pause_flag] else "no"
+
+    return paused
 
 
 def schedule_rows(platform: Platform, now: datetime) -> list[tuple[str, ...]]:
     """One row per tick: name, cron, next fire time (UTC), pause flag, paused?, description."""
     rows: list[tuple[str, ...]] = []
-    for tick in sorted(platform.ticks, key=lambda t: t.name):
+    ticks = sorted(platform.ticks, key=lambda t: t.name)
+    paused = _pause_states(platform, ticks)
+    for tick in ticks:
         fire = next_fire_time(tick.cron, now)
         rows.append(
             (
@@ -48,7 +62,7 @@ def schedule_rows(platform: Platform, now: datetime) -> list[tuple[str, ...]]:
                 tick.cron,
                 fire.strftime("%Y-%m-%d %H:%M UTC") if fire else "never",
                 tick.pause_flag or "-",
-                _paused(platform, tick),
+                paused(tick),
                 tick.description,
             )
         )

@@ -8,9 +8,12 @@ import re
 
 import pytest
 from click.testing import CliRunner
+from sqlalchemy import Engine, event
 
 from services.app.bootstrap import Platform
 from services.app.cli import main
+from shared.db.engine import make_engine
+from shared.flags import Flags
 from tests import REPO
 
 PAGE = REPO / "docs" / "reference" / "families.md"
@@ -77,3 +80,60 @@ def test_a_command_without_redis_configured_says_so_in_one_line(
     assert result.exit_code == 1
     assert "REDIS_URL is not set" in result.output
     assert "Traceback" not in result.output
+
+
+def _ticks_env(platform: Platform, database_url: str) -> dict[str, str]:
+    settings = platform.settings
+    return {
+        "REDIS_URL": settings.redis_url or "",
+        "DATABASE_URL": database_url,
+        "SPEEDTIER_REDIS_NAMESPACE": settings.redis_namespace,
+        "SPEEDTIER_ENV": "test",
+    }
+
+
+def test_speedtier_ticks_reads_every_kill_switch_in_one_statement(
+    platform: Platform, database_url: str
+) -> None:
+    # Given ticks paused by kill switches, one of them raised
+    flagged = sorted({tick.pause_flag for tick in platform.ticks if tick.pause_flag})
+    assert len(flagged) > 1
+    engine = make_engine(database_url)
+    Flags(engine).set(flagged[0], True)
+    reads: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if "FROM flipper_gates" in statement:
+            reads.append(statement)
+
+    # When the ticks are listed (the CLI's own engine, seen through its class)
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        result = CliRunner().invoke(main, ["ticks"], env=_ticks_env(platform, database_url))
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
+        Flags(engine).set(flagged[0], False)  # the module's later tests see it lowered
+        engine.dispose()
+    # Then each tick says whether its switch is raised, all of them read at once
+    assert result.exit_code == 0, result.output
+    rows = {row.split()[0]: row for row in result.output.splitlines()[1:]}
+    for tick in platform.ticks:
+        if tick.pause_flag:
+            state = "YES" if tick.pause_flag == flagged[0] else "no"
+            shown = re.search(rf"{tick.pause_flag}\s+(\S+)", rows[tick.name])
+            assert shown and shown[1] == state, rows[tick.name]
+    assert len(reads) == 1, reads
+
+
+def test_speedtier_ticks_without_postgresql_still_lists_the_schedule(
+    platform: Platform,
+) -> None:
+    # Given a database that refuses connections
+    env = _ticks_env(platform, "postgresql+psycopg://speedtier@127.0.0.1:1/speedtier")
+    # When the ticks are listed, Then the schedule is there, each switch's state an error
+    result = CliRunner().invoke(main, ["ticks"], env=env)
+    assert result.exit_code == 0, result.output
+    rows = result.output.splitlines()[1:]
+    assert {row.split()[0] for row in rows} == {tick.name for tick in platform.ticks}
+    flagged = [tick.name for tick in platform.ticks if tick.pause_flag]
+    assert all("? (OperationalError)" in row for row in rows if row.split()[0] in flagged)
