@@ -4,13 +4,13 @@ raised, all of them read from Flipper's table in one statement."""
 from __future__ import annotations
 
 from click.testing import CliRunner
-from sqlalchemy import Engine, event
 
 from services.app.cli import main
 from services.knowledge_sync.families import PAUSE_FLAG as SYNC_FLAG
 from services.uploads.families import PAUSE_FLAG as UPLOADS_FLAG
 from shared.db.engine import make_engine
 from shared.flags import Flags
+from tests.flag_reads import flag_reads
 
 
 def test_status_lists_each_kill_switch_raised_or_not_in_one_read(
@@ -21,15 +21,8 @@ def test_status_lists_each_kill_switch_raised_or_not_in_one_read(
     Flags(engine).set(SYNC_FLAG, True)
     Flags(engine).set(UPLOADS_FLAG, False)
     engine.dispose()
-    reads: list[str] = []
-
-    def count(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
-        if "FROM flipper_gates" in statement:
-            reads.append(statement)
-
-    # When an operator asks for the status (the CLI's own engine, seen through its class)
-    event.listen(Engine, "before_cursor_execute", count)
-    try:
+    # When an operator asks for the status
+    with flag_reads() as reads:
         result = CliRunner().invoke(
             main,
             ["status"],
@@ -40,8 +33,6 @@ def test_status_lists_each_kill_switch_raised_or_not_in_one_read(
                 "SPEEDTIER_REDIS_NAMESPACE": namespace,
             },
         )
-    finally:
-        event.remove(Engine, "before_cursor_execute", count)
     # Then each switch is listed with its state, all read in one statement
     assert result.exit_code == 0, result.output
     assert f"flag {SYNC_FLAG}: PAUSED" in result.output

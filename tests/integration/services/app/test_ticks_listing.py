@@ -8,13 +8,13 @@ import re
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import Engine, event
 
 from services.app.bootstrap import Platform
 from services.app.cli import main
 from shared.db.engine import make_engine
 from shared.flags import Flags
 from tests import REPO
+from tests.flag_reads import flag_reads
 
 PAGE = REPO / "docs" / "reference" / "families.md"
 HEADING = "\n## Ticks\n"
@@ -100,18 +100,11 @@ def test_speedtier_ticks_reads_every_kill_switch_in_one_statement(
     assert len(flagged) > 1
     engine = make_engine(database_url)
     Flags(engine).set(flagged[0], True)
-    reads: list[str] = []
-
-    def count(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
-        if "FROM flipper_gates" in statement:
-            reads.append(statement)
-
-    # When the ticks are listed (the CLI's own engine, seen through its class)
-    event.listen(Engine, "before_cursor_execute", count)
+    # When the ticks are listed
     try:
-        result = CliRunner().invoke(main, ["ticks"], env=_ticks_env(platform, database_url))
+        with flag_reads() as reads:
+            result = CliRunner().invoke(main, ["ticks"], env=_ticks_env(platform, database_url))
     finally:
-        event.remove(Engine, "before_cursor_execute", count)
         Flags(engine).set(flagged[0], False)  # the module's later tests see it lowered
         engine.dispose()
     # Then each tick says whether its switch is raised, all of them read at once
