@@ -103,8 +103,7 @@ class TierConsumer(_RedisConsumer):
       once no more than twice its worker threads of its messages are left to run (a
       thread's worth still waits for a thread while the fetch is on its way; a run whose
       settle is on its way is over, though its message is held until the answer); and it
-      hands out the
-      messages the fetch decoded (``TierBroker.fetch_messages``);
+      hands out the messages the fetch decoded (``TierBroker.fetch_messages``);
     - ``ack`` is skipped (no round trip) for a message a script already acked;
     - messages handed back unrun (``requeue``, on shutdown) have their fetch-time claim undone
       first, and ``close`` hands back the fetched messages no thread has taken yet; when
