@@ -1,10 +1,15 @@
 """The help centers the Zendesk fake (``testkit.fakes.zendesk_server``) serves: brands,
 locales, categories, nested sections, articles and their translations (a draft is per
-translation, as in Zendesk), and a sample help center that has one of each case."""
+translation, as in Zendesk), a sample help center that has one of each case, and how the
+API renders them (its JSON)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
+
+#: Every item's ``updated_at``.
+UPDATED_AT = "2026-09-01T10:00:00Z"
 
 
 @dataclass
@@ -115,3 +120,64 @@ def sample_help_center(extra_articles: int = 6) -> HelpCenter:
         ],
         articles=articles,
     )
+
+
+def localized(center: HelpCenter, locale: str, kind: str) -> list[dict[str, Any]]:
+    """A locale's list: only the items with a name (or translation) in that locale."""
+    if kind == "articles":
+        # Articles in that locale: the article's id, that translation's text and draft.
+        return [
+            article_json(a, t)
+            for a in center.articles
+            for t in a.translations
+            if t.locale == locale
+        ]
+    items: list[Category] | list[Section] = (
+        center.categories if kind == "categories" else center.sections
+    )
+    listed = []
+    for item in items:
+        if locale not in item.names:
+            continue
+        body: dict[str, Any] = {
+            "id": item.id,
+            "name": item.names[locale],
+            "locale": locale,
+            "source_locale": center.default_locale,
+            "position": item.position,
+            "html_url": f"https://help.acme.test/hc/{locale}/{kind}/{item.id}",
+        }
+        if isinstance(item, Section):
+            body["category_id"] = item.category_id
+            body["parent_section_id"] = item.parent_section_id
+        listed.append(body)
+    return listed
+
+
+def article_json(article: Article, translation: Translation | None = None) -> dict[str, Any]:
+    """The article in ``translation``'s locale (default: its source locale); its draft is
+    that translation's."""
+    shown = translation or next(
+        t for t in article.translations if t.locale == article.source_locale
+    )
+    body = {**translation_json(article, shown), "id": article.id}
+    body.pop("source_id")
+    body.pop("source_type")
+    return body
+
+
+def translation_json(article: Article, translation: Translation) -> dict[str, Any]:
+    """A translation as the translations endpoint answers it."""
+    return {
+        "id": article.id * 100 + article.translations.index(translation),
+        "source_id": article.id,
+        "source_type": "Article",
+        "section_id": article.section_id,
+        "source_locale": article.source_locale,
+        "locale": translation.locale,
+        "title": translation.title,
+        "body": translation.body,
+        "draft": translation.draft,
+        "html_url": f"https://help.acme.test/hc/{translation.locale}/articles/{article.id}",
+        "updated_at": UPDATED_AT,
+    }

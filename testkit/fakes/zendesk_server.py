@@ -45,17 +45,15 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from testkit.fakes.zendesk_help_center import (
-    Article,
     Brand,
-    Category,
     HelpCenter,
-    Section,
-    Translation,
+    article_json,
+    localized,
+    translation_json,
 )
 
 EMAIL = "agent@example.com"
 API_TOKEN = "token-123"
-UPDATED_AT = "2026-09-01T10:00:00Z"
 
 
 class Kind(Enum):
@@ -199,23 +197,23 @@ class FakeZendesk:
             }
         parts = path.removeprefix("/api/v2/help_center/").split("/")
         if len(parts) == 2 and parts[1] in ("categories", "sections", "articles"):
-            items = self._localized(help_center, parts[0], parts[1])
+            items = localized(help_center, parts[0], parts[1])
             return 200, self._page(items, parts[1], prefix + path, query)
         if len(parts) == 1 and parts[0] in ("categories", "sections"):
             # Agents may omit the locale: the help center's default locale answers.
-            items = self._localized(help_center, help_center.default_locale, parts[0])
+            items = localized(help_center, help_center.default_locale, parts[0])
             return 200, self._page(items, parts[0], prefix + path, query)
         if parts[0] != "articles":
             return 404, {"error": "RecordNotFound"}
         if len(parts) == 1:
-            items = [self._article_json(a) for a in help_center.articles]
+            items = [article_json(a) for a in help_center.articles]
             return 200, self._page(items, "articles", prefix + path, query)
         article = next((a for a in help_center.articles if str(a.id) == parts[1]), None)
         if article is None:
             return 404, {"error": "RecordNotFound"}
         if len(parts) == 2:
-            return 200, {"article": self._article_json(article)}
-        translations = [self._translation_json(article, t) for t in article.translations]
+            return 200, {"article": article_json(article)}
+        translations = [translation_json(article, t) for t in article.translations]
         if len(parts) == 3 and parts[2] == "translations":
             return 200, self._page(translations, "translations", prefix + path, query)
         if len(parts) == 4 and parts[2] == "translations":
@@ -282,65 +280,6 @@ class FakeZendesk:
             "has_help_center": brand.has_help_center,
             "help_center_state": brand.help_center_state,
             "active": brand.active,
-        }
-
-    def _localized(self, center: HelpCenter, locale: str, kind: str) -> list[dict[str, Any]]:
-        """A locale's list: only the items with a name (or translation) in that locale."""
-        if kind == "articles":
-            # Articles in that locale: the article's id, that translation's text and draft.
-            return [
-                self._article_json(a, t)
-                for a in center.articles
-                for t in a.translations
-                if t.locale == locale
-            ]
-        items: list[Category] | list[Section] = (
-            center.categories if kind == "categories" else center.sections
-        )
-        listed = []
-        for item in items:
-            if locale not in item.names:
-                continue
-            body: dict[str, Any] = {
-                "id": item.id,
-                "name": item.names[locale],
-                "locale": locale,
-                "source_locale": center.default_locale,
-                "position": item.position,
-                "html_url": f"https://help.acme.test/hc/{locale}/{kind}/{item.id}",
-            }
-            if isinstance(item, Section):
-                body["category_id"] = item.category_id
-                body["parent_section_id"] = item.parent_section_id
-            listed.append(body)
-        return listed
-
-    def _article_json(
-        self, article: Article, translation: Translation | None = None
-    ) -> dict[str, Any]:
-        """The article in ``translation``'s locale (default: its source locale); its draft is
-        that translation's."""
-        shown = translation or next(
-            t for t in article.translations if t.locale == article.source_locale
-        )
-        body = {**self._translation_json(article, shown), "id": article.id}
-        body.pop("source_id")
-        body.pop("source_type")
-        return body
-
-    def _translation_json(self, article: Article, translation: Translation) -> dict[str, Any]:
-        return {
-            "id": article.id * 100 + article.translations.index(translation),
-            "source_id": article.id,
-            "source_type": "Article",
-            "section_id": article.section_id,
-            "source_locale": article.source_locale,
-            "locale": translation.locale,
-            "title": translation.title,
-            "body": translation.body,
-            "draft": translation.draft,
-            "html_url": f"https://help.acme.test/hc/{translation.locale}/articles/{article.id}",
-            "updated_at": UPDATED_AT,
         }
 
 
