@@ -192,8 +192,6 @@ def read_clock(
     """
     try:
         return read_offset(client, clock)
-    except (redis.ConnectionError, redis.TimeoutError):
-        raise
     except redis.ResponseError as exc:
         problem = (
             f"Redis {url_location(url)} refuses TIME ({exc}): the scripts that hand on the "
